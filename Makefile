@@ -1,0 +1,59 @@
+# Ringleader. `make test` runs everything (lint, unit, integration on the dev cluster); `make dev-cluster`
+# starts the local Kubernetes. Binaries and the Python venv live in the cache ($(CACHE)), state in .dev/.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CACHE ?= $(or $(RINGLEADER_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ringleader)
+DEV_DIR ?= $(CURDIR)/.dev
+VENV := $(CACHE)/venv
+PY := $(VENV)/bin/python
+FAKE_NODES ?=
+export RINGLEADER_CACHE := $(CACHE)
+export RINGLEADER_DEV_DIR := $(DEV_DIR)
+
+.PHONY: help venv binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench clean-cache
+
+help:
+	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler and the process node"
+	@echo "make dev-cluster-down            stop all of it and remove .dev/"
+	@echo "make test                        lint, unit tests, integration tests on the dev cluster"
+	@echo "make lint                        ruff and mypy"
+	@echo "make bench                       dev-cluster start time and pod start latency (bench/results/)"
+
+# The venv is rebuilt only when the requirements or the package metadata change.
+VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml | sha256sum | cut -c1-12)
+venv: $(VENV_STAMP)
+$(VENV_STAMP):
+	@echo "[venv] creating $(VENV)"
+	@rm -rf $(VENV) && python3 -m venv $(VENV)
+	@$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements/dev.txt
+	@$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e devcluster
+	@touch $@
+
+binaries:
+	@bash devcluster/build-binaries.sh
+
+dev-cluster: venv binaries
+	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES))
+
+dev-cluster-down: venv
+	@$(PY) -m ringleader_devcluster down
+
+dev-cluster-status: venv
+	@$(PY) -m ringleader_devcluster status
+
+lint: venv
+	@$(VENV)/bin/ruff check devcluster tests bench
+	@$(VENV)/bin/ruff format --check devcluster tests bench
+	@$(VENV)/bin/mypy
+
+unit: venv
+	@$(PY) -m pytest tests/unit
+
+integration: dev-cluster
+	@$(PY) -m pytest tests/devcluster
+
+test: lint unit integration
+
+bench: dev-cluster
+	@$(PY) bench/devcluster_bench.py

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds the dev cluster's binaries from the Go module proxy into the cache, each only when it is missing:
+#   $RINGLEADER_CACHE/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
+# A cold build takes about 25-40 minutes on 2 cores (most of it kube-apiserver and kubectl); warm runs return at once.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${RINGLEADER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ringleader}
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+
+say() { printf '[build] %s\n' "$*" >&2; }
+die() { printf 'build-binaries: %s\n' "$*" >&2; exit 1; }
+
+command -v go >/dev/null || die "no Go toolchain on PATH: install Go >= 1.24 (e.g. 'apt-get install golang-go' or from go.dev) and run again"
+gover=$(go env GOVERSION | sed 's/^go//')
+case "$gover" in 1.2[4-9]*|1.[3-9]*) ;; *) die "Go $gover is too old: Go >= 1.24 is needed to build Kubernetes ${KUBE_VERSION}" ;; esac
+
+# build DIR NAME... : runs the build in a temp dir and moves it into place only when it finished, so an
+# interrupted build never leaves a half-filled cache directory that looks complete.
+have() { local dir=$1; shift; for b in "$@"; do [ -x "$dir/$b" ] || return 1; done; }
+start_timer() { t0=$(date +%s); }
+took() { echo "$(( $(date +%s) - t0 ))s"; }
+
+kube_dir="$cache/kubernetes-$KUBE_VERSION"
+if ! have "$kube_dir" kube-apiserver kube-controller-manager kube-scheduler kubectl; then
+  minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+  ld="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+    ld="$ld -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  tmp=$(mktemp -d "$cache/.kubernetes.XXXXXX")
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    say "building $c $KUBE_VERSION (cold: several minutes each; Go prints nothing while it compiles)"
+    start_timer
+    (cd "$here/go/kube" && go build -trimpath -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
+    say "built $c in $(took)"
+  done
+  rm -rf "$kube_dir"; mv "$tmp" "$kube_dir"
+fi
+
+etcd_dir="$cache/etcd-$ETCD_VERSION"
+if ! have "$etcd_dir" etcd; then
+  say "building etcd $ETCD_VERSION"
+  start_timer
+  tmp=$(mktemp -d "$cache/.etcd.XXXXXX")
+  (cd "$here/go/etcd" && go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3)
+  rm -rf "$etcd_dir"; mv "$tmp" "$etcd_dir"
+  say "built etcd in $(took)"
+fi
+
+# go install works directly for modules without local replace directives.
+install_tool() { # DIR MODULE@VERSION LDFLAGS
+  local dir=$1 mod=$2 ld=$3 tmp
+  tmp=$(mktemp -d "$cache/.install.XXXXXX")
+  GOBIN="$tmp" go install -trimpath -ldflags "$ld" "$mod"
+  rm -rf "$dir"; mkdir -p "$(dirname "$dir")"; mv "$tmp" "$dir"
+}
+
+kwok_dir="$cache/kwok-$KWOK_VERSION"
+if ! have "$kwok_dir" kwok kwokctl; then
+  say "building kwok and kwokctl $KWOK_VERSION"
+  start_timer
+  tmp=$(mktemp -d "$cache/.kwok.XXXXXX")
+  for c in kwok kwokctl; do
+    GOBIN="$tmp" go install -trimpath \
+      -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION" \
+      "sigs.k8s.io/kwok/cmd/$c@$KWOK_VERSION"
+  done
+  rm -rf "$kwok_dir"; mv "$tmp" "$kwok_dir"
+  say "built kwok in $(took)"
+fi
+
+helm_dir="$cache/helm-$HELM_VERSION"
+if ! have "$helm_dir" helm; then
+  say "building helm $HELM_VERSION"
+  start_timer
+  install_tool "$helm_dir" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
+    "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  say "built helm in $(took)"
+fi
+say "binaries ready under $cache"

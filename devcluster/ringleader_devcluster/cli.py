@@ -1,0 +1,40 @@
+"""Command line of the dev cluster: `python -m ringleader_devcluster up|down|status`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import cluster
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="ringleader-devcluster", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    u = sub.add_parser("up", help="build what is missing, start the control plane and the process node")
+    u.add_argument("--fake-nodes", type=int, default=None, help="kwok-managed fake nodes for scale tests")
+    u.add_argument(
+        "--gpus",
+        type=int,
+        default=int(os.environ.get("RINGLEADER_NODE_GPUS", "8")),
+        help="fake nvidia.com/gpu per process node",
+    )
+    u.add_argument(
+        "--nodes", type=int, default=int(os.environ.get("RINGLEADER_NODES", "1")), help="process nodes to register"
+    )
+    u.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
+    sub.add_parser("down", help="stop everything the dev cluster started and remove its state")
+    sub.add_parser("status", help="say what runs")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "up":
+            cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build)
+        elif args.command == "down":
+            cluster.down()
+        else:
+            sys.exit(cluster.status())
+    except cluster.ClusterError as e:
+        sys.exit(f"dev-cluster: {e}")
+    except KeyboardInterrupt:
+        sys.exit("dev-cluster: interrupted")

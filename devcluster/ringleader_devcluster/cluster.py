@@ -1,0 +1,344 @@
+"""Start and stop the dev cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler through
+kwokctl's binary runtime (with our own builds, fully offline), plus the process node agent.
+
+`up` is idempotent: a running cluster is left alone, a stopped one is started, a missing one created.
+`down` stops every process either of them started and removes the state directory, so the next `up`
+starts clean. Every failure ends in one line saying what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, Layout, read_versions
+from .node.network import Bridge
+
+API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
+KUBELET_PORT = 10250
+NODE_NAME = "process-node"
+READY_TIMEOUT = 90.0
+
+
+class ClusterError(Exception):
+    """One line for the user: what is wrong and what to do."""
+
+
+def say(msg: str, t0: float | None = None) -> None:
+    suffix = f" ({time.monotonic() - t0:.1f}s)" if t0 is not None else ""
+    print(f"[dev-cluster] {msg}{suffix}", flush=True)
+
+
+def _run(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True, quiet: bool = True
+) -> subprocess.CompletedProcess[str]:
+    try:
+        res = subprocess.run(argv, env=env, timeout=timeout, text=True, capture_output=quiet, check=False)
+    except subprocess.TimeoutExpired as e:
+        raise ClusterError(f"{Path(argv[0]).name} {' '.join(argv[1:3])} did not finish within {timeout:.0f}s") from e
+    except FileNotFoundError as e:
+        raise ClusterError(f"{argv[0]} not found: run 'make dev-cluster' to build it") from e
+    if check and res.returncode != 0:
+        detail = ((res.stderr or "") + (res.stdout or "")).strip().splitlines()
+        last = detail[-1] if detail else f"exit code {res.returncode}"
+        raise ClusterError(f"{Path(argv[0]).name} {' '.join(argv[1:3])} failed: {last}")
+    return res
+
+
+def preflight(layout: Layout) -> None:
+    if os.geteuid() != 0:
+        raise ClusterError(
+            "the process node needs root (network namespaces, bind mounts): run as root, e.g. sudo make dev-cluster"
+        )
+    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("mount", "mount")):
+        if shutil.which(tool) is None:
+            raise ClusterError(f"'{tool}' is missing: install it (apt-get install {pkg}) and run again")
+    missing = [
+        n
+        for n in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "kubectl")
+        if not layout.binary(n).exists()
+    ]
+    if missing:
+        raise ClusterError(
+            f"binaries missing from {layout.cache}: {', '.join(missing)}; run devcluster/build-binaries.sh"
+        )
+
+
+def build_binaries() -> None:
+    res = subprocess.run(["bash", str(DEVCLUSTER_DIR / "build-binaries.sh")], check=False)
+    if res.returncode != 0:
+        raise ClusterError("building the control-plane binaries failed (see the lines above)")
+
+
+def _kwok_env(layout: Layout) -> dict[str, str]:
+    return {**os.environ, "KWOK_WORKDIR": str(layout.kwok_workdir)}
+
+
+def kubectl(layout: Layout, *args: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(
+        [str(layout.binary("kubectl")), "--kubeconfig", str(layout.kubeconfig), "--request-timeout=10s", *args],
+        timeout=timeout,
+        check=check,
+    )
+
+
+def api_ready(layout: Layout) -> bool:
+    if not layout.kubeconfig.exists():
+        return False
+    return kubectl(layout, "get", "--raw", "/readyz", timeout=15, check=False).returncode == 0
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _kwokctl_config(layout: Layout) -> Path:
+    """Options kwokctl has no flag for: loopback-only binding; the bridge address in the API server's
+    certificate, so pods reach it through the process node's relay with verified TLS; the controller-manager's
+    node monitoring at Kubernetes' defaults (kwokctl slows it down for fake nodes) so a lost process node is
+    noticed; and kwok managing only its own fake nodes, never the process node."""
+    bridge = Bridge()
+    override = [
+        {"key": "manage-all-nodes", "value": "false", "override": True},
+        {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
+    ]
+    cfg = {
+        "kind": "KwokctlConfiguration",
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "options": {
+            "bindAddress": "127.0.0.1",
+            "kubeApiserverCertSANs": [
+                bridge.gateway,
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            "kubectlBinary": str(layout.binary("kubectl")),
+            "kubeControllerManagerNodeMonitorPeriodMilliseconds": 5000,
+            "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": 40000,
+        },
+        "componentsPatches": [{"name": "kwok-controller", "extraArgs": override}],
+    }
+    path = layout.state / "kwokctl.yaml"
+    path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
+    return path
+
+
+def start_control_plane(layout: Layout) -> None:
+    kwokctl = str(layout.binary("kwokctl"))
+    env = _kwok_env(layout)
+    if api_ready(layout):
+        say("control plane already running")
+        return
+    if (layout.cluster_dir / "kwok.yaml").exists():
+        say("starting the existing control plane")
+        _run([kwokctl, "start", "cluster", "--name", CLUSTER_NAME, "--wait", "60s"], env=env, timeout=120)
+        return
+    if not port_free(API_PORT):
+        raise ClusterError(
+            f"port {API_PORT} is busy: stop what listens there or set RINGLEADER_API_PORT to a free port"
+        )
+    if layout.cluster_dir.exists():
+        shutil.rmtree(layout.cluster_dir)  # half-created by an interrupted run: start over
+    layout.state.mkdir(parents=True, exist_ok=True)
+    say(f"creating the control plane (etcd, kube-apiserver :{API_PORT}, controller-manager, scheduler)")
+    args = [
+        kwokctl,
+        "create",
+        "cluster",
+        "--name",
+        CLUSTER_NAME,
+        "--runtime",
+        "binary",
+        "--config",
+        str(_kwokctl_config(layout)),
+        "--kube-apiserver-port",
+        str(API_PORT),
+        "--kube-apiserver-binary",
+        str(layout.binary("kube-apiserver")),
+        "--kube-controller-manager-binary",
+        str(layout.binary("kube-controller-manager")),
+        "--kube-scheduler-binary",
+        str(layout.binary("kube-scheduler")),
+        "--kwok-controller-binary",
+        str(layout.binary("kwok")),
+        "--etcd-binary",
+        str(layout.binary("etcd")),
+        "--kubeconfig",
+        str(layout.kubeconfig),
+        "--kube-authorization",
+        "--kube-admission",
+        "--quiet-pull",
+        "--wait",
+        "60s",
+    ]
+    _run(args, env=env, timeout=180)
+
+
+def node_pid(layout: Layout) -> int | None:
+    try:
+        pid = int(layout.node_pidfile.read_text())
+        os.kill(pid, 0)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+
+
+def start_node(layout: Layout, gpus: int, nodes: int) -> None:
+    if node_pid(layout):
+        say("process node already running")
+        return
+    layout.node_dir.mkdir(parents=True, exist_ok=True)
+    for port in (KUBELET_PORT,):
+        if not port_free(port, "0.0.0.0"):
+            raise ClusterError(f"port {port} (process node kubelet endpoint) is busy: stop what listens there")
+    argv = [
+        sys.executable,
+        "-m",
+        "ringleader_devcluster.node",
+        "--kubeconfig",
+        str(layout.kubeconfig),
+        "--state-dir",
+        str(layout.node_dir),
+        "--name",
+        NODE_NAME,
+        "--nodes",
+        str(nodes),
+        "--gpus",
+        str(gpus),
+        "--kubelet-port",
+        str(KUBELET_PORT),
+        "--tls-cert",
+        str(layout.pki / "admin.crt"),
+        "--tls-key",
+        str(layout.pki / "admin.key"),
+        "--backoff-base",
+        os.environ.get("RINGLEADER_BACKOFF_BASE", "10"),
+    ]
+    with layout.node_log.open("ab") as logf:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+    layout.node_pidfile.write_text(str(proc.pid))
+    say(f"process node started (pid {proc.pid}, log {layout.node_log})")
+
+
+def wait_nodes_ready(layout: Layout, names: list[str], t0: float) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if node_pid(layout) is None:
+            tail = layout.node_log.read_text().strip().splitlines()[-1:] if layout.node_log.exists() else []
+            raise ClusterError(f"the process node exited: {tail[0] if tail else 'no log'} (log: {layout.node_log})")
+        res = kubectl(layout, "get", "nodes", "-o", "json", check=False)
+        if res.returncode == 0:
+            ready = {
+                n["metadata"]["name"]
+                for n in json.loads(res.stdout)["items"]
+                for c in n["status"].get("conditions", [])
+                if c["type"] == "Ready" and c["status"] == "True"
+            }
+            if ready.issuperset(names):
+                return
+        time.sleep(0.5)
+    raise ClusterError(f"nodes {', '.join(names)} not Ready after {READY_TIMEOUT:.0f}s (log: {layout.node_log})")
+
+
+def scale_fake_nodes(layout: Layout, count: int) -> None:
+    say(f"scaling kwok fake nodes to {count}")
+    _run(
+        [str(layout.binary("kwokctl")), "scale", "node", "--name", CLUSTER_NAME, "--replicas", str(count)],
+        env=_kwok_env(layout),
+        timeout=300,
+    )
+
+
+def node_names(nodes: int) -> list[str]:
+    return [NODE_NAME] if nodes == 1 else [f"{NODE_NAME}-{i}" for i in range(nodes)]
+
+
+def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True) -> None:
+    t0 = time.monotonic()
+    layout = Layout.from_env()
+    if build:
+        build_binaries()
+    preflight(layout)
+    start_control_plane(layout)
+    say("control plane ready", t0)
+    start_node(layout, gpus, nodes)
+    wait_nodes_ready(layout, node_names(nodes), t0)
+    if fake_nodes is not None:
+        scale_fake_nodes(layout, fake_nodes)
+    say(f"ready: export KUBECONFIG={layout.kubeconfig}", t0)
+
+
+def _stop_pid(pid: int, timeout: float) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def down() -> None:
+    t0 = time.monotonic()
+    layout = Layout.from_env()
+    pid = node_pid(layout)
+    if pid:
+        say("stopping the process node and its pods")
+        _stop_pid(pid, timeout=45)
+    # Whatever a crashed agent left behind: sandboxes (and every process inside them) and the bridge.
+    _run(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio\nfrom ringleader_devcluster.node.network import Bridge, "
+            "sweep_sandboxes\nasyncio.run(sweep_sandboxes()); asyncio.run(Bridge().remove())",
+        ],
+        check=False,
+    )
+    if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
+        say("deleting the control plane")
+        _run(
+            [str(layout.binary("kwokctl")), "delete", "cluster", "--name", CLUSTER_NAME],
+            env=_kwok_env(layout),
+            timeout=120,
+            check=False,
+        )
+    shutil.rmtree(layout.state, ignore_errors=True)
+    say("down", t0)
+
+
+def status() -> int:
+    layout = Layout.from_env()
+    api = api_ready(layout)
+    node = node_pid(layout)
+    print(f"control plane: {'running' if api else 'not running'}")
+    print(f"process node:  {f'running (pid {node})' if node else 'not running'}")
+    if api:
+        print(kubectl(layout, "get", "nodes", check=False).stdout, end="")
+        print(f"KUBECONFIG={layout.kubeconfig}")
+    return 0 if api and node else 1
+
+
+__all__ = ["ClusterError", "down", "read_versions", "status", "up"]

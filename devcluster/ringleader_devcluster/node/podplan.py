@@ -1,0 +1,440 @@
+"""Pure translation of a Pod object into what the process node must do to run it.
+
+Contract: `plan_pod(pod, lookups, ...)` takes the Pod as a plain dict (the API's JSON) and returns a `PodPlan`,
+or raises `UnsupportedPod` naming the field the process node cannot honour. Nothing here touches the
+network, the file system or the API server: config maps, secrets and service-account tokens come in through
+`Lookups`, so the whole translation is table-testable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Volume sources the node maps to directories. Anything else makes the pod unsupported.
+SUPPORTED_VOLUME_SOURCES = (
+    "emptyDir",
+    "hostPath",
+    "persistentVolumeClaim",
+    "configMap",
+    "secret",
+    "projected",
+    "downwardAPI",
+)
+
+
+class UnsupportedPod(Exception):
+    """The pod asks for something a process node cannot do; `reason` is a CamelCase status reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class MissingReference(Exception):
+    """A config map, secret or key the pod refers to does not exist (yet): the kubelet keeps the pod
+    waiting with reason CreateContainerConfigError and retries, and so do we."""
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """Reads the node needs while planning. Each returns None when the object does not exist."""
+
+    config_map: Callable[[str, str], Mapping[str, str] | None]
+    secret: Callable[[str, str], Mapping[str, str] | None]  # values already base64-decoded
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    """One volume directory bound at `mount_path` inside the container's mount namespace."""
+
+    volume: str
+    mount_path: str
+    sub_path: str = ""
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class VolumePlan:
+    """Where a volume's directory lives on the host and what files the node writes into it.
+
+    kind is one of: "dir" (emptyDir, PVC: a directory the node owns), "host" (hostPath: the path itself),
+    "files" (configMap, secret, projected, downwardAPI: the node writes `files`, path -> bytes).
+    `token_audiences` lists (path, audience, expirationSeconds) for projected service-account tokens, which
+    the node requests from the API server when it prepares the volume.
+    """
+
+    name: str
+    kind: str
+    host_path: str = ""
+    host_path_type: str = ""
+    claim: str = ""
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    token_requests: tuple[tuple[str, str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    name: str
+    image: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    working_dir: str
+    mounts: tuple[VolumeMount, ...]
+    run_as_user: int | None
+    run_as_group: int | None
+    gpus: int
+    init: bool = False
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    namespace: str
+    name: str
+    uid: str
+    host_network: bool
+    hostname: str
+    subdomain: str
+    restart_policy: str
+    grace_seconds: int
+    init_containers: tuple[ContainerPlan, ...]
+    containers: tuple[ContainerPlan, ...]
+    volumes: tuple[VolumePlan, ...]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the pod holds: like the kubelet, the max of any init container and the sum of the others."""
+        inits = max((c.gpus for c in self.init_containers), default=0)
+        return max(inits, sum(c.gpus for c in self.containers))
+
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand_vars(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: defined references are replaced, undefined ones kept verbatim,
+    `$$` escapes to a single `$` (so `$$(VAR)` yields the literal `$(VAR)`)."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+
+    return _VAR_REF.sub(sub, text)
+
+
+def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> str:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+    }
+    if path in simple:
+        return str(simple[path])
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    raise UnsupportedPod("UnsupportedFieldRef", f"fieldRef {path!r} is not supported by the process node")
+
+
+def _resource_ref(container: Mapping[str, Any], resource: str) -> str:
+    """resourceFieldRef as the raw quantity string (divisors are not applied; "0" when unset)."""
+    res = container.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    kind, _, name = resource.partition(".")
+    value = (limits if kind == "limits" else requests).get(name)
+    if value is None and kind == "requests":
+        value = limits.get(name)
+    return "0" if value is None else str(value)
+
+
+def _lookup_key(
+    kind: str,
+    get: Callable[[str, str], Mapping[str, str] | None],
+    namespace: str,
+    ref: Mapping[str, Any],
+) -> str | None:
+    obj = get(namespace, ref["name"])
+    optional = bool(ref.get("optional"))
+    if obj is None:
+        if optional:
+            return None
+        raise MissingReference(f'{kind} "{ref["name"]}" not found')
+    if ref["key"] not in obj:
+        if optional:
+            return None
+        raise MissingReference(f"couldn't find key {ref['key']} in {kind} {namespace}/{ref['name']}")
+    return obj[ref["key"]]
+
+
+def resolve_env(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    lookups: Lookups,
+    base_env: Mapping[str, str],
+    pod_ip: str,
+    host_ip: str,
+) -> dict[str, str]:
+    """The container's environment in Kubernetes order: `base_env` (what the node injects, e.g. PATH and
+    KUBERNETES_SERVICE_HOST), then `envFrom` sources, then `env` entries, each able to reference earlier
+    ones through `$(VAR)`."""
+    namespace = pod["metadata"]["namespace"]
+    env: dict[str, str] = dict(base_env)
+    for source in container.get("envFrom") or []:
+        prefix = source.get("prefix", "")
+        for kind, get in (("configmap", lookups.config_map), ("secret", lookups.secret)):
+            ref = source.get("configMapRef" if kind == "configmap" else "secretRef")
+            if not ref:
+                continue
+            obj = get(namespace, ref["name"])
+            if obj is None:
+                if ref.get("optional"):
+                    continue
+                raise MissingReference(f'{kind} "{ref["name"]}" not found')
+            for key, val in obj.items():
+                env[prefix + key] = val
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "value" in item or "valueFrom" not in item:
+            env[name] = expand_vars(str(item.get("value", "")), env)
+            continue
+        src = item["valueFrom"]
+        value: str | None
+        if "fieldRef" in src:
+            value = _field_ref(pod, src["fieldRef"]["fieldPath"], pod_ip, host_ip)
+        elif "resourceFieldRef" in src:
+            ref = src["resourceFieldRef"]
+            target = container
+            if ref.get("containerName"):
+                target = next((c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"]), container)
+            value = _resource_ref(target, ref["resource"])
+        elif "configMapKeyRef" in src:
+            value = _lookup_key("configmap", lookups.config_map, namespace, src["configMapKeyRef"])
+        elif "secretKeyRef" in src:
+            value = _lookup_key("secret", lookups.secret, namespace, src["secretKeyRef"])
+        else:
+            raise UnsupportedPod("UnsupportedEnvSource", f"env {name}: unsupported valueFrom {sorted(src)}")
+        if value is not None:
+            env[name] = value
+    return env
+
+
+def _gpus(container: Mapping[str, Any]) -> int:
+    res = container.get("resources") or {}
+    raw = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0
+    try:
+        return int(raw)
+    except (TypeError, ValueError) as e:
+        raise UnsupportedPod("InvalidGPURequest", f"{GPU_RESOURCE}={raw!r} is not a whole number") from e
+
+
+def _key_items(data: Mapping[str, str], items: list[Mapping[str, Any]] | None, what: str) -> dict[str, bytes]:
+    if not items:
+        return {k: v.encode() for k, v in data.items()}
+    out: dict[str, bytes] = {}
+    for item in items:
+        if item["key"] not in data:
+            raise MissingReference(f"couldn't find key {item['key']} in {what}")
+        out[item["path"]] = data[item["key"]].encode()
+    return out
+
+
+def _downward_files(
+    pod: Mapping[str, Any], items: list[Mapping[str, Any]], pod_ip: str, host_ip: str
+) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    meta = pod.get("metadata") or {}
+    for item in items:
+        if "fieldRef" in item:
+            path = item["fieldRef"]["fieldPath"]
+            if path in ("metadata.labels", "metadata.annotations"):
+                values = meta.get(path.split(".")[1]) or {}
+                text = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+            else:
+                text = _field_ref(pod, path, pod_ip, host_ip)
+        else:
+            ref = item["resourceFieldRef"]
+            container = next(c for c in pod["spec"]["containers"] if c["name"] == ref.get("containerName"))
+            text = _resource_ref(container, ref["resource"])
+        out[item["path"]] = text.encode()
+    return out
+
+
+def plan_volume(
+    pod: Mapping[str, Any], volume: Mapping[str, Any], lookups: Lookups, pod_ip: str, host_ip: str
+) -> VolumePlan:
+    """How one volume becomes a directory. Raises UnsupportedPod for sources the node cannot map."""
+    name = volume["name"]
+    namespace = pod["metadata"]["namespace"]
+    sources = [k for k in volume if k != "name"]
+    if len(sources) != 1 or sources[0] not in SUPPORTED_VOLUME_SOURCES:
+        raise UnsupportedPod(
+            "UnsupportedVolume",
+            f"volume {name!r}: source {sources[0] if sources else 'none'!r} is not supported by the process "
+            f"node (supported: {', '.join(SUPPORTED_VOLUME_SOURCES)})",
+        )
+    kind = sources[0]
+    src = volume[kind] or {}
+    if kind == "emptyDir":
+        return VolumePlan(name=name, kind="dir")
+    if kind == "hostPath":
+        return VolumePlan(name=name, kind="host", host_path=src["path"], host_path_type=src.get("type", ""))
+    if kind == "persistentVolumeClaim":
+        return VolumePlan(name=name, kind="dir", claim=src["claimName"])
+    if kind == "configMap":
+        data = lookups.config_map(namespace, src["name"])
+        if data is None:
+            if src.get("optional"):
+                return VolumePlan(name=name, kind="files")
+            raise MissingReference(f'configmap "{src["name"]}" not found')
+        return VolumePlan(name=name, kind="files", files=_key_items(data, src.get("items"), src["name"]))
+    if kind == "secret":
+        data = lookups.secret(namespace, src["secretName"])
+        if data is None:
+            if src.get("optional"):
+                return VolumePlan(name=name, kind="files")
+            raise MissingReference(f'secret "{src["secretName"]}" not found')
+        return VolumePlan(name=name, kind="files", files=_key_items(data, src.get("items"), src["secretName"]))
+    if kind == "downwardAPI":
+        return VolumePlan(name=name, kind="files", files=_downward_files(pod, src.get("items") or [], pod_ip, host_ip))
+    # projected: the service-account volume every pod gets from the ServiceAccount admission plugin.
+    files: dict[str, bytes] = {}
+    tokens: list[tuple[str, str, int]] = []
+    for part in src.get("sources") or []:
+        if "serviceAccountToken" in part:
+            t = part["serviceAccountToken"]
+            tokens.append((t["path"], t.get("audience", ""), int(t.get("expirationSeconds", 3607))))
+        elif "configMap" in part:
+            ref = part["configMap"]
+            data = lookups.config_map(namespace, ref["name"])
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise MissingReference(f'configmap "{ref["name"]}" not found')
+            files.update(_key_items(data, ref.get("items"), ref["name"]))
+        elif "secret" in part:
+            ref = part["secret"]
+            data = lookups.secret(namespace, ref["name"])
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise MissingReference(f'secret "{ref["name"]}" not found')
+            files.update(_key_items(data, ref.get("items"), ref["name"]))
+        elif "downwardAPI" in part:
+            files.update(_downward_files(pod, part["downwardAPI"].get("items") or [], pod_ip, host_ip))
+        else:
+            raise UnsupportedPod("UnsupportedVolume", f"volume {name!r}: projected source {sorted(part)} not supported")
+    return VolumePlan(name=name, kind="files", files=files, token_requests=tuple(tokens))
+
+
+def _container_plan(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    lookups: Lookups,
+    base_env: Mapping[str, str],
+    pod_ip: str,
+    host_ip: str,
+    volume_names: set[str],
+    init: bool,
+) -> ContainerPlan:
+    name = container["name"]
+    command = list(container.get("command") or [])
+    args = list(container.get("args") or [])
+    if not command:
+        # The image is recorded, never pulled, so its ENTRYPOINT is unknown to us.
+        raise UnsupportedPod(
+            "ContainerCannotRun",
+            f"container {name!r}: the process node cannot read image {container.get('image')!r}'s entrypoint;"
+            " set spec.containers[].command",
+        )
+    env = resolve_env(pod, container, lookups, base_env, pod_ip, host_ip)
+    argv = tuple(expand_vars(a, env) for a in command + args)
+    mounts = []
+    for m in container.get("volumeMounts") or []:
+        if m["name"] not in volume_names:
+            raise UnsupportedPod(
+                "InvalidVolumeMount", f"container {name!r}: volumeMount of unknown volume {m['name']!r}"
+            )
+        mounts.append(
+            VolumeMount(
+                volume=m["name"],
+                mount_path=m["mountPath"],
+                sub_path=m.get("subPath", ""),
+                read_only=bool(m.get("readOnly")),
+            )
+        )
+    psc = (pod.get("spec") or {}).get("securityContext") or {}
+    csc = container.get("securityContext") or {}
+    run_as_user = csc.get("runAsUser", psc.get("runAsUser"))
+    run_as_group = csc.get("runAsGroup", psc.get("runAsGroup"))
+    return ContainerPlan(
+        name=name,
+        image=str(container.get("image", "")),
+        argv=argv,
+        env=env,
+        working_dir=container.get("workingDir", ""),
+        mounts=tuple(mounts),
+        run_as_user=run_as_user,
+        run_as_group=run_as_group,
+        gpus=_gpus(container),
+        init=init,
+    )
+
+
+def plan_pod(
+    pod: Mapping[str, Any],
+    lookups: Lookups,
+    base_env: Mapping[str, str],
+    pod_ip: str,
+    host_ip: str,
+) -> PodPlan:
+    """Translate a bound Pod into a PodPlan.
+
+    Raises UnsupportedPod for features the process node cannot run (the pod then fails with that reason)
+    and MissingReference while a referenced config map or secret is missing (the pod waits and retries).
+    """
+    meta, spec = pod["metadata"], pod["spec"]
+    if spec.get("ephemeralContainers"):
+        raise UnsupportedPod("UnsupportedFeature", "ephemeral containers are not supported by the process node")
+    for c in spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            raise UnsupportedPod(
+                "UnsupportedFeature", f"init container {c['name']!r}: sidecar containers are not supported"
+            )
+    volumes = tuple(plan_volume(pod, v, lookups, pod_ip, host_ip) for v in spec.get("volumes") or [])
+    names = {v.name for v in volumes}
+    inits = tuple(
+        _container_plan(pod, c, lookups, base_env, pod_ip, host_ip, names, init=True)
+        for c in spec.get("initContainers") or []
+    )
+    containers = tuple(
+        _container_plan(pod, c, lookups, base_env, pod_ip, host_ip, names, init=False) for c in spec["containers"]
+    )
+    grace = spec.get("terminationGracePeriodSeconds")
+    return PodPlan(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        host_network=bool(spec.get("hostNetwork")),
+        hostname=spec.get("hostname") or meta["name"],
+        subdomain=spec.get("subdomain", ""),
+        restart_policy=spec.get("restartPolicy", "Always"),
+        grace_seconds=30 if grace is None else int(grace),
+        init_containers=inits,
+        containers=containers,
+        volumes=volumes,
+    )

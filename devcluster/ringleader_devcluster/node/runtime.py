@@ -1,0 +1,132 @@
+"""Containers as processes: start one inside its pod's sandbox, wait for it, stop it gracefully.
+
+Each container runs in its own process group (its own session), so stopping it reaches every process it
+forked: SIGTERM to the group, `grace` seconds, then SIGKILL to the group. Output goes to one log file per
+run (`<restartCount>.log`), which is what `kubectl logs` and `kubectl logs --previous` read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .podplan import ContainerPlan
+from .podstatus import Termination, exit_reason
+from .shim import START_ERROR_EXIT
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool
+
+
+def launcher_argv(netns: str | None, launch_json: Path) -> list[str]:
+    """The command that enters the sandbox and runs the shim: `ip netns exec` gives the pod's network
+    namespace plus a private mount namespace with /etc/netns/<ns>/{hosts,resolv.conf} bound over /etc;
+    host-network pods only get the private mount namespace."""
+    shim = [sys.executable, "-m", "ringleader_devcluster.node.shim", str(launch_json)]
+    if netns:
+        return ["ip", "netns", "exec", netns, *shim]
+    return ["unshare", "--mount", "--propagation", "slave", *shim]
+
+
+def log_path(container_dir: Path, restart_count: int) -> Path:
+    return container_dir / "logs" / f"{restart_count}.log"
+
+
+class ContainerProcess:
+    """One run of one container."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, started_at: datetime, container_dir: Path) -> None:
+        self.proc = proc
+        self.started_at = started_at
+        self.container_dir = container_dir
+        self.pgid = proc.pid  # session leader: its pid is the group id
+
+    @classmethod
+    async def start(
+        cls,
+        plan: ContainerPlan,
+        env: dict[str, str],
+        mounts: list[Mount],
+        netns: str | None,
+        container_dir: Path,
+        restart_count: int,
+    ) -> ContainerProcess:
+        container_dir.mkdir(parents=True, exist_ok=True)
+        (container_dir / "start-error").unlink(missing_ok=True)
+        launch = container_dir / "launch.json"
+        launch.write_text(
+            json.dumps(
+                {
+                    "argv": list(plan.argv),
+                    "env": env,
+                    "workingDir": plan.working_dir,
+                    "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts],
+                    "runAsUser": plan.run_as_user,
+                    "runAsGroup": plan.run_as_group,
+                }
+            )
+        )
+        launch.chmod(0o600)  # it holds the container's environment, secrets included
+        out = log_path(container_dir, restart_count)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("ab") as logf:
+            proc = await asyncio.create_subprocess_exec(
+                *launcher_argv(netns, launch),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=logf,
+                stderr=logf,
+                start_new_session=True,
+                env={"PATH": env.get("PATH", os.environ.get("PATH", ""))},
+            )
+        return cls(proc, now(), container_dir)
+
+    async def wait(self) -> Termination:
+        """Wait for the main process; then kill stragglers left in its group (no process outlives its pod)."""
+        code = await self.proc.wait()
+        self.signal_group(signal.SIGKILL)
+        sig = -code if code < 0 else None
+        exit_code = 128 + sig if sig is not None else code
+        reason, message = exit_reason(exit_code), ""
+        err = self.container_dir / "start-error"
+        if exit_code == START_ERROR_EXIT and err.exists():
+            reason, message = "StartError", err.read_text().strip()
+        return Termination(
+            exit_code=exit_code,
+            reason=reason,
+            message=message,
+            started_at=self.started_at,
+            finished_at=now(),
+            signal=sig,
+        )
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM the group, wait up to `grace` seconds, then SIGKILL it."""
+        if not self.running:
+            return
+        self.signal_group(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout=max(0.0, grace))
+        self.signal_group(signal.SIGKILL)
