@@ -381,6 +381,14 @@ class Agent:
         await self.api_client.close()
 
 
+def dump_tasks() -> None:
+    """SIGUSR1: log where every task waits, for diagnosing a stuck pod."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=3)
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        log.info("task %s: %s", task.get_name(), where)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ringleader-process-node", description=__doc__)
     p.add_argument("--kubeconfig", required=True)
@@ -413,6 +421,7 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, agent.stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         await agent.run()
 
     asyncio.run(amain())

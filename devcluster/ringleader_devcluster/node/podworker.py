@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import shutil
 from collections.abc import Callable, Iterable
@@ -163,12 +164,14 @@ class PodWorker:
         try:
             if await self._prepare() and await self._run_init():
                 await self._run_containers()
-            if not self.stopping.is_set():
+            if not self.stopping.is_set() and not _is_terminal(self.phase):
                 self.phase = pod_phase(self._policy(), list(self.init.values()), list(self.containers.values()))
                 self._mark()
             await self._teardown()
+            log.info("[%s] %s; resources released", self.key, self.phase if not self.stopping.is_set() else "stopped")
             await self.stopping.wait()
             await self._finish()
+            log.info("[%s] removed", self.key)
         except Exception:
             log.exception("[%s] pod worker crashed", self.key)
             await self._teardown()
@@ -345,6 +348,7 @@ class PodWorker:
             self._set(c, record.waiting("RunContainerError", str(e)))
             return None
         self.procs[c.name] = proc
+        log.info("[%s] container %s started (pid %d, restarts %d)", self.key, c.name, proc.pgid, record.restart_count)
         self._set(c, record.running(proc.started_at))
         return proc
 
@@ -429,8 +433,8 @@ class PodWorker:
                 await self.node.api.delete_namespaced_pod(
                     meta["name"],
                     meta["namespace"],
-                    grace_period_seconds=0,
-                    body={"preconditions": {"uid": self.uid}},
+                    # With a body the API server reads DeleteOptions from it, not from query parameters.
+                    body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}},
                     _request_timeout=API_TIMEOUT,
                 )
             except ApiException as e:
@@ -499,7 +503,7 @@ class PodWorker:
                 if e.status == 404:
                     self.gone = True
                     continue
-                log.warning("[%s] status patch failed (%s); retrying", self.key, e.reason)
+                log.warning("[%s] status patch failed (%s: %s); retrying", self.key, e.reason, _message(e))
                 await asyncio.sleep(0.5)
                 self._mark()
             except (OSError, TimeoutError) as e:
@@ -516,6 +520,13 @@ _NULLABLE: dict[str, Any] = {
     "podIP": None,
     "podIPs": None,
 }
+
+
+def _message(e: ApiException) -> str:
+    try:
+        return str(json.loads(e.body).get("message", ""))
+    except (TypeError, ValueError):
+        return str(e.body)[:200]
 
 
 def _strip_times(status: dict[str, Any]) -> dict[str, Any]:

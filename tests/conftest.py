@@ -1,0 +1,50 @@
+"""Session fixtures: the dev cluster is started (or reused) once per test run; each test gets a namespace."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from ringleader_devcluster import cluster
+from ringleader_devcluster.layout import Layout
+
+
+@pytest.fixture(scope="session")
+def layout() -> Layout:
+    return Layout.from_env()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(layout: Layout) -> Path:
+    """Starts the dev cluster unless it already runs (`make integration` starts it first)."""
+    try:
+        cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+    except cluster.ClusterError as e:
+        pytest.fail(f"dev cluster: {e}")
+    return layout.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig: Path) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def namespace(core: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace, deleted after the test (its pods with it)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    # The ServiceAccount admission plugin rejects pods until the namespace's default account exists.
+    from tests.devcluster.helpers import wait_for
+
+    wait_for("default service account", lambda: core.list_namespaced_service_account(name).items, timeout=30)
+    yield name
+    core.delete_namespace(name, grace_period_seconds=0)

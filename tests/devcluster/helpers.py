@@ -1,0 +1,81 @@
+"""Small builders and waits shared by the dev-cluster integration tests. Every wait has a deadline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client import ApiException
+
+T = TypeVar("T")
+
+PROCESS_NODE_SELECTOR = {"ringleader.dev/process-node": "true"}
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, every: float = 0.2) -> T:
+    """Poll `fn` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def python_pod(
+    name: str,
+    script: str,
+    *,
+    restart_policy: str = "Never",
+    env: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod whose one container `main` runs `python -c script` on the process node."""
+    container: dict[str, Any] = {"name": "main", "image": "python:3.11", "command": ["python", "-u", "-c", script]}
+    if env:
+        container["env"] = env
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "nodeSelector": PROCESS_NODE_SELECTOR,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [container],
+            **spec,
+        },
+    }
+
+
+def pod_phase(core: client.CoreV1Api, ns: str, name: str) -> str:
+    return str(core.read_namespaced_pod(name, ns).status.phase)
+
+
+def wait_phase(core: client.CoreV1Api, ns: str, name: str, phases: set[str], timeout: float = 60.0) -> Any:
+    """Wait until the pod's phase is one of `phases`; return the pod."""
+
+    def check() -> Any:
+        pod = core.read_namespaced_pod(name, ns)
+        return pod if pod.status.phase in phases else None
+
+    return wait_for(f"pod {ns}/{name} to reach {sorted(phases)}", check, timeout)
+
+
+def gone(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
+def logs(core: client.CoreV1Api, ns: str, name: str, container: str = "main", **kw: Any) -> str:
+    return str(core.read_namespaced_pod_log(name, ns, container=container, **kw))
