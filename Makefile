@@ -24,6 +24,7 @@ help:
 VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml | sha256sum | cut -c1-12)
 venv: $(VENV_STAMP)
 $(VENV_STAMP):
+	@bash devcluster/check-system.sh
 	@echo "[venv] creating $(VENV)"
 	@rm -rf $(VENV) && python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements/dev.txt
@@ -31,6 +32,7 @@ $(VENV_STAMP):
 	@touch $@
 
 binaries:
+	@bash devcluster/check-system.sh
 	@bash devcluster/build-binaries.sh
 
 dev-cluster: venv binaries

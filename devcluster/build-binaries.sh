@@ -11,6 +11,8 @@ source "$here/versions.env"
 cache=${RINGLEADER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ringleader}
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
+mkdir -p "$cache"
+
 say() { printf '[build] %s\n' "$*" >&2; }
 die() { printf 'build-binaries: %s\n' "$*" >&2; exit 1; }
 
@@ -18,8 +20,8 @@ command -v go >/dev/null || die "no Go toolchain on PATH: install Go >= 1.24 (e.
 gover=$(go env GOVERSION | sed 's/^go//')
 case "$gover" in 1.2[4-9]*|1.[3-9]*) ;; *) die "Go $gover is too old: Go >= 1.24 is needed to build Kubernetes ${KUBE_VERSION}" ;; esac
 
-# build DIR NAME... : runs the build in a temp dir and moves it into place only when it finished, so an
-# interrupted build never leaves a half-filled cache directory that looks complete.
+# Every build goes to a temp dir that is moved into place only when it finished, so an interrupted build
+# never leaves a half-filled cache directory that looks complete.
 have() { local dir=$1; shift; for b in "$@"; do [ -x "$dir/$b" ] || return 1; done; }
 start_timer() { t0=$(date +%s); }
 took() { echo "$(( $(date +%s) - t0 ))s"; }
@@ -53,24 +55,21 @@ if ! have "$etcd_dir" etcd; then
 fi
 
 # go install works directly for modules without local replace directives.
-install_tool() { # DIR MODULE@VERSION LDFLAGS
-  local dir=$1 mod=$2 ld=$3 tmp
+install_tools() { # DIR LDFLAGS PACKAGE@VERSION...
+  local dir=$1 ld=$2 tmp
+  shift 2
   tmp=$(mktemp -d "$cache/.install.XXXXXX")
-  GOBIN="$tmp" go install -trimpath -ldflags "$ld" "$mod"
-  rm -rf "$dir"; mkdir -p "$(dirname "$dir")"; mv "$tmp" "$dir"
+  for pkg in "$@"; do GOBIN="$tmp" go install -trimpath -ldflags "$ld" "$pkg"; done
+  rm -rf "$dir"; mv "$tmp" "$dir"
 }
 
 kwok_dir="$cache/kwok-$KWOK_VERSION"
 if ! have "$kwok_dir" kwok kwokctl; then
   say "building kwok and kwokctl $KWOK_VERSION"
   start_timer
-  tmp=$(mktemp -d "$cache/.kwok.XXXXXX")
-  for c in kwok kwokctl; do
-    GOBIN="$tmp" go install -trimpath \
-      -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION" \
-      "sigs.k8s.io/kwok/cmd/$c@$KWOK_VERSION"
-  done
-  rm -rf "$kwok_dir"; mv "$tmp" "$kwok_dir"
+  install_tools "$kwok_dir" \
+    "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION" \
+    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
   say "built kwok in $(took)"
 fi
 
@@ -78,8 +77,8 @@ helm_dir="$cache/helm-$HELM_VERSION"
 if ! have "$helm_dir" helm; then
   say "building helm $HELM_VERSION"
   start_timer
-  install_tool "$helm_dir" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
-    "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  install_tools "$helm_dir" "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   say "built helm in $(took)"
 fi
 say "binaries ready under $cache"

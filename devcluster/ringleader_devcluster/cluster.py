@@ -193,10 +193,9 @@ def start_control_plane(layout: Layout) -> None:
 def node_pid(layout: Layout) -> int | None:
     try:
         pid = int(layout.node_pidfile.read_text())
-        os.kill(pid, 0)
-        return pid
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+    except (FileNotFoundError, ValueError):
         return None
+    return pid if _alive(pid) else None
 
 
 def start_node(layout: Layout, gpus: int, nodes: int) -> None:
@@ -284,20 +283,39 @@ def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True) -> Non
     say(f"ready: export KUBECONFIG={layout.kubeconfig}", t0)
 
 
+def _alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone, and our own child is reaped."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def _stop_pid(pid: int, timeout: float) -> None:
+    """SIGTERM, wait up to `timeout` seconds, then SIGKILL."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _alive(pid):
             return
-        time.sleep(0.2)
+        time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+
+
+def _component_pids(layout: Layout) -> list[int]:
+    """PIDs of etcd, the API server, controller-manager, scheduler and kwok from kwokctl's pid files."""
+    pids = []
+    for f in (layout.cluster_dir / "pids").glob("*.pid"):
+        with contextlib.suppress(ValueError):
+            pids.append(int(f.read_text().strip()))
+    return pids
 
 
 def down() -> None:
@@ -319,12 +337,16 @@ def down() -> None:
     )
     if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
         say("deleting the control plane")
+        pids = _component_pids(layout)
         _run(
             [str(layout.binary("kwokctl")), "delete", "cluster", "--name", CLUSTER_NAME],
             env=_kwok_env(layout),
             timeout=120,
             check=False,
         )
+        # kwokctl signals the components and returns; wait until they are really gone (ports free).
+        for pid in pids:
+            _stop_pid(pid, timeout=20)
     shutil.rmtree(layout.state, ignore_errors=True)
     say("down", t0)
 

@@ -96,7 +96,7 @@ def test_dns_forms_resolve_inside_a_pod(core: client.CoreV1Api, namespace: str) 
         "deadline = time.monotonic() + 30\n"
         "while True:\n"
         "    try:\n"
-        "        print(' '.join(socket.gethostbyname(f) for f in forms)); break\n"
+        "        print(' '.join(socket.gethostbyname(f) for f in forms), socket.gethostname()); break\n"
         "    except OSError:\n"
         "        if time.monotonic() > deadline: raise\n"
         "        time.sleep(0.2)\n"
@@ -109,6 +109,7 @@ def test_dns_forms_resolve_inside_a_pod(core: client.CoreV1Api, namespace: str) 
     resolved = logs(core, namespace, "w-0").split()
     assert resolved[:6] == [pod.status.pod_ip] * 6
     assert resolved[6] == pod.status.host_ip  # the API relay on the bridge gateway
+    assert resolved[7] == "w-0"  # the pod's own hostname, in its own UTS namespace
 
 
 def test_deployment_runs_and_deleting_the_owner_garbage_collects_its_pods(

@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 from ringleader_devcluster.layout import Layout
@@ -60,7 +61,7 @@ def test_pod_exiting_3_fails_with_exit_code_3(core: client.CoreV1Api, namespace:
 def test_env_from_field_refs_config_maps_secrets_and_var_expansion(core: client.CoreV1Api, namespace: str) -> None:
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "cfg"}, "data": {"lr": "0.1", "bs": "32"}})
     core.create_namespaced_secret(namespace, {"metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}})
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -239,3 +240,41 @@ def test_deleting_a_running_pod_stops_its_processes_within_the_grace_period(
     stopped = time.monotonic() - t0
     assert stopped >= 2.5, "SIGTERM was ignored, so only SIGKILL after the 3 s grace period may stop it"
     wait_for("pod object removed", lambda: gone(lambda: core.read_namespaced_pod("sleeper", namespace)), timeout=10)
+
+
+def test_readiness_probe_gates_ready_and_liveness_probe_restarts(core: client.CoreV1Api, namespace: str) -> None:
+    # Serves HTTP only after 2 s: Ready must stay False until then. The liveness probe checks a file the
+    # container deletes after 4 s, so the kubelet logic must restart it (restartCount >= 1).
+    script = (
+        "import http.server, os, threading, time\n"
+        "open('/tmp/alive-' + os.environ['HOSTNAME'], 'w').close()\n"
+        "time.sleep(2)\n"
+        "srv = http.server.HTTPServer(('0.0.0.0', 8080), http.server.SimpleHTTPRequestHandler)\n"
+        "threading.Thread(target=srv.serve_forever, daemon=True).start()\n"
+        "time.sleep(2)\n"
+        "os.remove('/tmp/alive-' + os.environ['HOSTNAME'])\n"
+        "time.sleep(600)\n"
+    )
+    host = f"probe-{uuid.uuid4().hex[:6]}"
+    pod = python_pod("probed", script, restart_policy="Always", env=[{"name": "HOSTNAME", "value": host}])
+    c = pod["spec"]["containers"][0]
+    c["readinessProbe"] = {"httpGet": {"port": 8080, "path": "/"}, "periodSeconds": 1}
+    c["livenessProbe"] = {"exec": {"command": ["test", "-e", f"/tmp/alive-{host}"]}, "periodSeconds": 1,
+                          "failureThreshold": 2, "initialDelaySeconds": 1}
+    core.create_namespaced_pod(namespace, pod)
+    wait_phase(core, namespace, "probed", {"Running"})
+
+    def ready() -> bool:
+        st = core.read_namespaced_pod("probed", namespace).status.container_statuses
+        return bool(st and st[0].ready)
+
+    started = time.monotonic()
+    assert not ready()
+    wait_for("readiness probe success", ready, timeout=20)
+    assert time.monotonic() - started >= 0.5
+
+    def restarted() -> bool:
+        st = core.read_namespaced_pod("probed", namespace).status.container_statuses
+        return bool(st and st[0].restart_count >= 1)
+
+    wait_for("liveness restart", restarted, timeout=40)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .probes import InvalidProbe, Probe, parse_probe
+
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Volume sources the node maps to directories. Anything else makes the pod unsupported.
@@ -90,6 +92,9 @@ class ContainerPlan:
     run_as_group: int | None
     gpus: int
     init: bool = False
+    startup: Probe | None = None
+    readiness: Probe | None = None
+    liveness: Probe | None = None
 
 
 @dataclass(frozen=True)
@@ -377,6 +382,10 @@ def _container_plan(
                 read_only=bool(m.get("readOnly")),
             )
         )
+    try:
+        probes = {k: parse_probe(container.get(f"{k}Probe"), container) for k in ("startup", "readiness", "liveness")}
+    except InvalidProbe as e:
+        raise UnsupportedPod("InvalidProbe", str(e)) from e
     psc = (pod.get("spec") or {}).get("securityContext") or {}
     csc = container.get("securityContext") or {}
     run_as_user = csc.get("runAsUser", psc.get("runAsUser"))
@@ -392,6 +401,10 @@ def _container_plan(
         run_as_group=run_as_group,
         gpus=_gpus(container),
         init=init,
+        # Init containers are never probed (the API server rejects probes on them).
+        startup=None if init else probes["startup"],
+        readiness=None if init else probes["readiness"],
+        liveness=None if init else probes["liveness"],
     )
 
 

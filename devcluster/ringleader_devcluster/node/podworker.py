@@ -42,6 +42,7 @@ from .podstatus import (
     restart_delay,
     should_restart,
 )
+from .probes import Probe, check
 from .runtime import ContainerProcess, Mount, now
 
 log = logging.getLogger(__name__)
@@ -320,7 +321,8 @@ class PodWorker:
         return out
 
     def _env(self, c: ContainerPlan, gpu_ids: list[int]) -> dict[str, str]:
-        env = dict(c.env)
+        # HOSTNAME as a container runtime sets it, unless the pod sets its own.
+        env = {"HOSTNAME": self.plan.hostname if self.plan else "", **c.env}
         if c.gpus:
             ids = ",".join(map(str, gpu_ids))
             env["CUDA_VISIBLE_DEVICES"] = ids
@@ -342,24 +344,83 @@ class PodWorker:
     async def _start(self, c: ContainerPlan, record: ContainerRecord, gpus: list[int]) -> ContainerProcess | None:
         try:
             proc = await ContainerProcess.start(
-                c, self._env(c, gpus), self._mounts(c), self.netns, self.container_dir(c.name), record.restart_count
+                c,
+                self._env(c, gpus),
+                self._mounts(c),
+                self.netns,
+                self.container_dir(c.name),
+                record.restart_count,
+                hostname=self.plan.hostname if self.plan else "",
             )
         except OSError as e:
             self._set(c, record.waiting("RunContainerError", str(e)))
             return None
         self.procs[c.name] = proc
         log.info("[%s] container %s started (pid %d, restarts %d)", self.key, c.name, proc.pgid, record.restart_count)
-        self._set(c, record.running(proc.started_at))
+        # Without probes a running container is ready; with one it waits for the probe's first success.
+        ready = not c.init and c.readiness is None and c.startup is None
+        self._set(c, replace(record.running(proc.started_at), ready=ready))
         return proc
 
     def _records(self, c: ContainerPlan) -> dict[str, ContainerRecord]:
         return self.init if c.init else self.containers
 
     def _set(self, c: ContainerPlan, record: ContainerRecord) -> None:
-        if record.state == State.RUNNING and not c.init:
-            record = replace(record, ready=True)  # no readiness probe support yet: running means ready
         self._records(c)[c.name] = record
         self._mark()
+
+    def _set_ready(self, c: ContainerPlan, ready: bool) -> None:
+        record = self._records(c)[c.name]
+        if record.state == State.RUNNING and record.ready != ready:
+            self._set(c, replace(record, ready=ready))
+
+    async def _probe(self, c: ContainerPlan, proc: ContainerProcess, env: dict[str, str]) -> None:
+        """Startup, then readiness and liveness probes while `proc` runs, like the kubelet's prober.
+        A failed startup or liveness probe stops the container; restartPolicy decides what follows."""
+        loop = asyncio.get_running_loop()
+
+        async def attempt(p: Probe) -> bool:
+            return await check(p, self.pod_ip, self.netns, env)
+
+        if c.startup is not None:
+            await asyncio.sleep(c.startup.initial_delay)
+            failures = 0
+            while not await attempt(c.startup):
+                failures += 1
+                if failures >= c.startup.failure_threshold:
+                    log.info("[%s] container %s failed its startup probe; stopping it", self.key, c.name)
+                    await proc.stop(self._grace())
+                    return
+                await asyncio.sleep(c.startup.period)
+        if c.readiness is None:
+            self._set_ready(c, True)
+        start = loop.time()
+        due = {
+            "readiness": start + (c.readiness.initial_delay if c.readiness else 0),
+            "liveness": start + (c.liveness.initial_delay if c.liveness else 0),
+        }
+        successes = failures = live_failures = 0
+        while proc.running:
+            now_t = loop.time()
+            if c.readiness is not None and now_t >= due["readiness"]:
+                if await attempt(c.readiness):
+                    successes, failures = successes + 1, 0
+                    if successes >= c.readiness.success_threshold:
+                        self._set_ready(c, True)
+                else:
+                    successes, failures = 0, failures + 1
+                    if failures >= c.readiness.failure_threshold:
+                        self._set_ready(c, False)
+                due["readiness"] = now_t + c.readiness.period
+            if c.liveness is not None and now_t >= due["liveness"]:
+                live_failures = 0 if await attempt(c.liveness) else live_failures + 1
+                if live_failures >= c.liveness.failure_threshold:
+                    log.info("[%s] container %s failed its liveness probe; restarting it", self.key, c.name)
+                    await proc.stop(self._grace())
+                    return
+                due["liveness"] = now_t + c.liveness.period
+            pending = [t for k, t in due.items() if getattr(c, k) is not None]
+            await asyncio.sleep(max(0.05, min(pending) - loop.time()) if pending else 3600)
 
     async def _supervise(self, c: ContainerPlan, gpus: list[int], policy: str) -> int:
         """Run one container until it ends for good under `policy`; returns its last exit code."""
@@ -371,10 +432,12 @@ class PodWorker:
             else:
                 stop = asyncio.create_task(self.stopping.wait())
                 done = asyncio.create_task(proc.wait())
+                prober = asyncio.create_task(self._probe(c, proc, self._env(c, gpus)))
                 await asyncio.wait({stop, done}, return_when=asyncio.FIRST_COMPLETED)
                 if not done.done():
                     await proc.stop(self._grace())
                 stop.cancel()
+                prober.cancel()
                 term = await done
                 record = self._records(c)[c.name].terminated(term)
                 self._set(c, record)

@@ -35,11 +35,11 @@ class Mount:
 
 def launcher_argv(netns: str | None, launch_json: Path) -> list[str]:
     """The command that enters the sandbox and runs the shim: `ip netns exec` gives the pod's network
-    namespace plus a private mount namespace with /etc/netns/<ns>/{hosts,resolv.conf} bound over /etc;
-    host-network pods only get the private mount namespace."""
+    namespace plus a private mount namespace with /etc/netns/<ns>/{hosts,resolv.conf} bound over /etc, and
+    `unshare --uts` its own hostname; host-network pods keep the node's network and hostname."""
     shim = [sys.executable, "-m", "ringleader_devcluster.node.shim", str(launch_json)]
     if netns:
-        return ["ip", "netns", "exec", netns, *shim]
+        return ["ip", "netns", "exec", netns, "unshare", "--uts", *shim]
     return ["unshare", "--mount", "--propagation", "slave", *shim]
 
 
@@ -65,6 +65,7 @@ class ContainerProcess:
         netns: str | None,
         container_dir: Path,
         restart_count: int,
+        hostname: str = "",
     ) -> ContainerProcess:
         container_dir.mkdir(parents=True, exist_ok=True)
         (container_dir / "start-error").unlink(missing_ok=True)
@@ -78,6 +79,7 @@ class ContainerProcess:
                     "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts],
                     "runAsUser": plan.run_as_user,
                     "runAsGroup": plan.run_as_group,
+                    "hostname": hostname if netns else "",
                 }
             )
         )

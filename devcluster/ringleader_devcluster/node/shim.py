@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,8 @@ def _bind(source: str, target: str, read_only: bool) -> None:
 
 def launch(spec: dict[str, Any]) -> None:
     """Never returns on success: the process image is replaced by the container's command."""
+    if spec.get("hostname"):
+        socket.sethostname(spec["hostname"])  # in the pod's own UTS namespace
     for m in spec.get("mounts", []):
         _bind(m["source"], m["target"], bool(m.get("readOnly")))
     workdir = spec.get("workingDir") or "/"

@@ -1,0 +1,170 @@
+"""Dev-cluster benchmark: warm start to Ready, and pod create -> Running latency on the process node.
+
+    python bench/devcluster_bench.py [--starts 3] [--pods 100] [--concurrency 4]
+
+Warm start: the dev cluster is taken down and `make dev-cluster` is timed from nothing running to the
+process node Ready, with binaries and venv cached. Pod latency: from just before the create call to the
+moment a watch sees the pod Running (what a user or a controller would observe). Results go to
+bench/results/devcluster.json with machine info, the commit and every repetition; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from ringleader_devcluster.layout import REPO_ROOT, Layout
+
+GOALS = {"warm_start_s": 30.0, "pod_running_p99_s": 1.0}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": max(values),
+        "min": min(values),
+    }
+
+
+def make(target: str) -> float:
+    t0 = time.monotonic()
+    subprocess.run(["make", "-s", target], cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def warm_starts(n: int) -> list[float]:
+    times = []
+    for i in range(n):
+        make("dev-cluster-down")
+        t = make("dev-cluster")
+        print(f"[bench] warm start {i + 1}/{n}: {t:.2f}s", flush=True)
+        times.append(t)
+    return times
+
+
+def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api(api)
+    ns = f"bench-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    deadline = time.monotonic() + 30
+    while not core.list_namespaced_service_account(ns).items:
+        if time.monotonic() > deadline:
+            raise SystemExit("bench: default service account never appeared")
+        time.sleep(0.1)
+    created: dict[str, float] = {}
+    running: dict[str, float] = {}
+    done = threading.Event()
+
+    def watcher() -> None:
+        w = watch.Watch()
+        for ev in w.stream(core.list_namespaced_pod, ns, timeout_seconds=300):
+            pod = ev["object"]
+            if pod.status.phase == "Running" and pod.metadata.name not in running:
+                running[pod.metadata.name] = time.monotonic()
+                if len(running) == count:
+                    break
+            if done.is_set():
+                break
+        w.stop()
+
+    t = threading.Thread(target=watcher, daemon=True)
+    t.start()
+    time.sleep(0.5)  # let the watch open before the first create
+
+    def create(i: int) -> None:
+        name = f"p-{i}"
+        body = {
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "nodeSelector": {"ringleader.dev/process-node": "true"},
+                "containers": [
+                    {"name": "main", "image": "python:3.11", "command": ["python", "-c", "import time; time.sleep(30)"]}
+                ],
+            },
+        }
+        created[name] = time.monotonic()
+        core.create_namespaced_pod(ns, body)
+        # Hold the rate: at most `concurrency` pods starting at once, like a controller's worker pool.
+        end = time.monotonic() + 5
+        while name not in running and time.monotonic() < end:
+            time.sleep(0.01)
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(create, range(count)))
+    t.join(timeout=60)
+    done.set()
+    missing = sorted(set(created) - set(running))
+    if missing:
+        print(f"[bench] {len(missing)} pods never observed Running: {missing[:5]}", flush=True)
+    core.delete_namespace(ns, grace_period_seconds=0)
+    return [running[n] - created[n] for n in created if n in running]
+
+
+def machine() -> dict[str, Any]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], check=False, cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "commit": commit.stdout.strip(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--starts", type=int, default=3)
+    p.add_argument("--pods", type=int, default=100)
+    p.add_argument("--concurrency", type=int, default=4)
+    args = p.parse_args()
+    starts = warm_starts(args.starts)
+    lat = pod_latencies(Layout.from_env().kubeconfig, args.pods, args.concurrency)
+    result: dict[str, Any] = {
+        "benchmark": "devcluster",
+        "machine": machine(),
+        "goals": GOALS,
+        "warm_start_s": {"summary": summary(starts), "runs": starts},
+        "pod_create_to_running_s": {"summary": summary(lat), "runs": lat, "concurrency": args.concurrency},
+    }
+    out = REPO_ROOT / "bench" / "results" / "devcluster.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    s, lt = result["warm_start_s"]["summary"], result["pod_create_to_running_s"]["summary"]
+    print(
+        f"warm make dev-cluster: median {s['median']:.2f}s, max {s['max']:.2f}s over {s['n']} "
+        f"(goal <= {GOALS['warm_start_s']:.0f}s)"
+    )
+    print(
+        f"pod create -> Running: median {lt['median'] * 1000:.0f}ms, p99 {lt['p99'] * 1000:.0f}ms, "
+        f"max {lt['max'] * 1000:.0f}ms over {lt['n']} pods (goal p99 <= {GOALS['pod_running_p99_s'] * 1000:.0f}ms)"
+    )
+    print(f"written to {out.relative_to(REPO_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

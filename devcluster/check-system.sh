@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Checks (and, as root on Debian, installs) the system tools the dev cluster needs, one line per problem.
+set -euo pipefail
+missing=()
+command -v ip >/dev/null || missing+=(iproute2)
+command -v unshare >/dev/null || missing+=(util-linux)
+command -v mount >/dev/null || missing+=(mount)
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "[deps] installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing system packages: ${missing[*]} (install them, e.g. apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$pyver" in 3.1[1-9]) ;; *) echo "Python $pyver found; Python >= 3.11 is needed" >&2; exit 1 ;; esac
+command -v go >/dev/null || { echo "no Go toolchain on PATH: install Go >= 1.24 to build the control plane" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "the dev cluster's process node needs root (network namespaces): run as root" >&2; exit 1; }

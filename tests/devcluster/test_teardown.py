@@ -1,0 +1,64 @@
+"""Start/stop contract of the dev cluster. Runs last in this folder: it takes the cluster down and brings a
+fresh one back up, so later users of the session's clients would hold stale credentials."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+from kubernetes import client, config
+from ringleader_devcluster import cluster
+from ringleader_devcluster.layout import Layout
+from ringleader_devcluster.node.network import NETNS_PREFIX
+
+from .helpers import python_pod, wait_phase
+
+
+def _cmdlines() -> dict[int, bytes]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                out[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes()
+    return out
+
+
+def _apiserver_pid(layout: Layout) -> int:
+    return int((layout.cluster_dir / "pids" / "kube-apiserver.pid").read_text())
+
+
+def test_up_twice_is_a_no_op(layout: Layout, kubeconfig: Path) -> None:
+    before = (_apiserver_pid(layout), cluster.node_pid(layout))
+    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+    assert (_apiserver_pid(layout), cluster.node_pid(layout)) == before
+
+
+def test_no_process_outlives_down_and_up_starts_clean(
+    core: client.CoreV1Api, namespace: str, layout: Layout, kubeconfig: Path
+) -> None:
+    marker = f"outlive-{uuid.uuid4().hex}"
+    core.create_namespaced_pod(namespace, python_pod("long", f"import time  # {marker}\ntime.sleep(600)"))
+    wait_phase(core, namespace, "long", {"Running"})
+    state = str(layout.state).encode()
+    assert any(marker.encode() in c for c in _cmdlines().values())
+    assert any(state in c for c in _cmdlines().values())  # etcd, apiserver ... run from the state directory
+
+    cluster.down()
+
+    left = {pid: c for pid, c in _cmdlines().items() if marker.encode() in c or state in c}
+    assert not left, f"processes outlived down: {left}"
+    assert not layout.state.exists()
+    assert (
+        not [n for n in os.listdir("/var/run/netns") if n.startswith(NETNS_PREFIX)]
+        if os.path.isdir("/var/run/netns")
+        else True
+    )
+    assert not Path("/sys/class/net/rl0").exists()
+
+    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+    fresh = client.CoreV1Api(config.new_client_from_config(config_file=str(layout.kubeconfig)))
+    ready = {c.type: c.status for c in fresh.read_node("process-node").status.conditions}
+    assert ready["Ready"] == "True"
+    assert [p.metadata.name for p in fresh.list_pod_for_all_namespaces().items] == []

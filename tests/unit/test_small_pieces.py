@@ -1,0 +1,97 @@
+"""Table tests of the remaining pure helpers: IP pools, GPU pools, log tails, node status, versions."""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from ringleader_devcluster.layout import Layout, read_versions
+from ringleader_devcluster.node.agent import node_status
+from ringleader_devcluster.node.kubeletapi import tail_bytes
+from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
+from ringleader_devcluster.node.podworker import GPUPool, _referenced
+
+
+def test_ip_pool_skips_network_and_gateway_and_reuses_released() -> None:
+    pool = IPPool(ipaddress.IPv4Network("198.18.1.0/30"))
+    assert pool.allocate() == "198.18.1.2"
+    with pytest.raises(NetworkError, match="exhausted"):
+        pool.allocate()
+    pool.release("198.18.1.2")
+    assert pool.allocate() == "198.18.1.2"
+
+
+def test_bridge_layout() -> None:
+    b = Bridge()
+    assert b.gateway == "198.18.0.1"
+    assert [str(b.node_cidr(i)) for i in range(2)] == ["198.18.1.0/24", "198.18.2.0/24"]
+    assert netns_name("0a1b2c3d-4e5f-6789-abcd-ef0123456789") == "rl-0a1b2c3d4e5f"
+
+
+def test_gpu_pool_hands_out_disjoint_indices_and_refuses_overcommit() -> None:
+    gpus = GPUPool(4)
+    assert gpus.allocate("a", 3) == [0, 1, 2]
+    assert gpus.allocate("b", 2) is None
+    assert gpus.allocate("b", 1) == [3]
+    assert gpus.allocate("a", 3) == [0, 1, 2]  # idempotent per pod
+    gpus.release("a")
+    assert (gpus.free, gpus.allocate("c", 2)) == (3, [0, 1])
+
+
+@pytest.mark.parametrize(
+    ("lines", "limit", "want"),
+    [
+        (None, None, b"a\nb\nc\n"),
+        (2, None, b"b\nc\n"),
+        (0, None, b""),
+        (None, 3, b"a\nb"),
+        (2, 3, b"b\nc"),
+        (10, None, b"a\nb\nc\n"),
+    ],
+)
+def test_tail_bytes(lines: int | None, limit: int | None, want: bytes) -> None:
+    assert tail_bytes(b"a\nb\nc\n", lines, limit) == want
+
+
+def test_node_status_advertises_gpus_and_only_an_internal_ip() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    st = node_status(cpu="4", memory="8Gi", pods=10, gpus=2, address="198.18.0.1", port=10250, now=now, since=now)
+    assert st["capacity"]["nvidia.com/gpu"] == "2" and st["allocatable"] == st["capacity"]
+    assert st["addresses"] == [{"type": "InternalIP", "address": "198.18.0.1"}]
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Ready"] == "True"
+    no_gpu = node_status(cpu="4", memory="8Gi", pods=10, gpus=0, address="a", port=1, now=now, since=now)
+    assert "nvidia.com/gpu" not in no_gpu["capacity"]
+
+
+def test_referenced_config_maps_and_secrets_everywhere_in_a_pod() -> None:
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "s1"}}]}],
+            "containers": [
+                {
+                    "name": "c",
+                    "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c1", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "c2"}}],
+                }
+            ],
+            "volumes": [
+                {"name": "v", "secret": {"secretName": "s2"}},
+                {"name": "w", "configMap": {"name": "c3"}},
+                {"name": "p", "projected": {"sources": [{"configMap": {"name": "c4"}}, {"secret": {"name": "s3"}}]}},
+            ],
+        }
+    }
+    assert _referenced(pod, "configMap") == {"c1", "c2", "c3", "c4"}
+    assert _referenced(pod, "secret") == {"s1", "s2", "s3"}
+
+
+def test_versions_and_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    v = read_versions()
+    assert v["KUBE_VERSION"].startswith("v1.33.") and set(v) >= {"ETCD_VERSION", "KWOK_VERSION", "HELM_VERSION"}
+    monkeypatch.setenv("RINGLEADER_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv("RINGLEADER_DEV_DIR", str(tmp_path / "s"))
+    layout = Layout.from_env()
+    assert layout.binary("kubectl") == tmp_path / "c" / f"kubernetes-{v['KUBE_VERSION']}" / "kubectl"
+    assert layout.kubeconfig == tmp_path / "s" / "kubeconfig"
