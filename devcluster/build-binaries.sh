@@ -2,7 +2,7 @@
 # Builds the dev cluster's binaries from the Go module proxy into the cache, each only when it is missing:
 #   $RINGLEADER_CACHE/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
-# A cold build takes about 25-40 minutes on 2 cores (most of it kube-apiserver and kubectl); warm runs return at once.
+# A cold build (empty Go caches) takes about COLD minutes on 2 cores; warm runs return at once.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,6 +26,21 @@ have() { local dir=$1; shift; for b in "$@"; do [ -x "$dir/$b" ] || return 1; do
 start_timer() { t0=$(date +%s); }
 took() { echo "$(( $(date +%s) - t0 ))s"; }
 
+# progress LABEL CMD...: runs CMD, saying every 30 s that LABEL is still going (Go itself is silent).
+progress() {
+  local label=$1 pid rc start=$SECONDS
+  shift
+  "$@" & pid=$!
+  while ! wait_for_exit "$pid" 30; do say "still $label ($(( SECONDS - start ))s)"; done
+  wait "$pid" && rc=0 || rc=$?
+  return "$rc"
+}
+wait_for_exit() { # PID SECONDS: true once PID has exited, false if it still runs after SECONDS
+  local i
+  for ((i = 0; i < $2 * 5; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
+  return 1
+}
+
 kube_dir="$cache/kubernetes-$KUBE_VERSION"
 if ! have "$kube_dir" kube-apiserver kube-controller-manager kube-scheduler kubectl; then
   minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
@@ -36,9 +51,9 @@ if ! have "$kube_dir" kube-apiserver kube-controller-manager kube-scheduler kube
   done
   tmp=$(mktemp -d "$cache/.kubernetes.XXXXXX")
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    say "building $c $KUBE_VERSION (cold: several minutes each; Go prints nothing while it compiles)"
+    say "building $c $KUBE_VERSION"
     start_timer
-    (cd "$here/go/kube" && go build -trimpath -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
+    (cd "$here/go/kube" && progress "building $c" go build -trimpath -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
     say "built $c in $(took)"
   done
   rm -rf "$kube_dir"; mv "$tmp" "$kube_dir"
@@ -49,7 +64,7 @@ if ! have "$etcd_dir" etcd; then
   say "building etcd $ETCD_VERSION"
   start_timer
   tmp=$(mktemp -d "$cache/.etcd.XXXXXX")
-  (cd "$here/go/etcd" && go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3)
+  (cd "$here/go/etcd" && progress "building etcd" go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3)
   rm -rf "$etcd_dir"; mv "$tmp" "$etcd_dir"
   say "built etcd in $(took)"
 fi
@@ -59,7 +74,7 @@ install_tools() { # DIR LDFLAGS PACKAGE@VERSION...
   local dir=$1 ld=$2 tmp
   shift 2
   tmp=$(mktemp -d "$cache/.install.XXXXXX")
-  for pkg in "$@"; do GOBIN="$tmp" go install -trimpath -ldflags "$ld" "$pkg"; done
+  for pkg in "$@"; do GOBIN="$tmp" progress "building ${pkg%@*}" go install -trimpath -ldflags "$ld" "$pkg"; done
   rm -rf "$dir"; mv "$tmp" "$dir"
 }
 

@@ -8,6 +8,7 @@ starts clean. Every failure ends in one line saying what is wrong and what to do
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,11 +17,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, Layout, read_versions
-from .node.network import Bridge
+from .node.network import Bridge, sweep_sandboxes
+from .node.runtime import kill_leftovers
 
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
 KUBELET_PORT = 10250
@@ -38,10 +41,17 @@ def say(msg: str, t0: float | None = None) -> None:
 
 
 def _run(
-    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True, quiet: bool = True
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    """Run a command with a deadline; output is captured through a file, not a pipe, because components
+    that kwokctl starts inherit its stdout and would keep a pipe open (and us waiting) forever."""
     try:
-        res = subprocess.run(argv, env=env, timeout=timeout, text=True, capture_output=quiet, check=False)
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.run(
+                argv, env=env, timeout=timeout, text=True, stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=False
+            )
+            out.seek(0)
+            res = subprocess.CompletedProcess(argv, proc.returncode, out.read(), "")
     except subprocess.TimeoutExpired as e:
         raise ClusterError(f"{Path(argv[0]).name} {' '.join(argv[1:3])} did not finish within {timeout:.0f}s") from e
     except FileNotFoundError as e:
@@ -142,12 +152,24 @@ def _kwokctl_config(layout: Layout) -> Path:
 def start_control_plane(layout: Layout) -> None:
     kwokctl = str(layout.binary("kwokctl"))
     env = _kwok_env(layout)
-    if api_ready(layout):
+    pids = _component_pids(layout)
+    if pids and all(_alive(p) for p in pids) and api_ready(layout):
         say("control plane already running")
         return
     if (layout.cluster_dir / "kwok.yaml").exists():
-        say("starting the existing control plane")
-        _run([kwokctl, "start", "cluster", "--name", CLUSTER_NAME, "--wait", "60s"], env=env, timeout=120)
+        say("starting the stopped components of the existing control plane")
+        # A component still shutting down counts as started for kwokctl, which then waits for it: bound that.
+        try:
+            _run([kwokctl, "start", "cluster", "--name", CLUSTER_NAME], env=env, timeout=60)
+        except ClusterError as e:
+            raise ClusterError(f"{e}; run 'make dev-cluster-down' and start again") from e
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not api_ready(layout):
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"the API server did not become ready in {READY_TIMEOUT:.0f}s; see {layout.cluster_dir / 'logs'}"
+                )
+            time.sleep(0.5)
         return
     if not port_free(API_PORT):
         raise ClusterError(
@@ -309,6 +331,11 @@ def _stop_pid(pid: int, timeout: float) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+async def _sweep_network() -> None:
+    await sweep_sandboxes()
+    await Bridge().remove()
+
+
 def _component_pids(layout: Layout) -> list[int]:
     """PIDs of etcd, the API server, controller-manager, scheduler and kwok from kwokctl's pid files."""
     pids = []
@@ -326,15 +353,8 @@ def down() -> None:
         say("stopping the process node and its pods")
         _stop_pid(pid, timeout=45)
     # Whatever a crashed agent left behind: sandboxes (and every process inside them) and the bridge.
-    _run(
-        [
-            sys.executable,
-            "-c",
-            "import asyncio\nfrom ringleader_devcluster.node.network import Bridge, "
-            "sweep_sandboxes\nasyncio.run(sweep_sandboxes()); asyncio.run(Bridge().remove())",
-        ],
-        check=False,
-    )
+    kill_leftovers(layout.node_dir / "pods")
+    asyncio.run(_sweep_network())
     if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
         say("deleting the control plane")
         pids = _component_pids(layout)

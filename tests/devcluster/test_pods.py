@@ -259,8 +259,12 @@ def test_readiness_probe_gates_ready_and_liveness_probe_restarts(core: client.Co
     pod = python_pod("probed", script, restart_policy="Always", env=[{"name": "HOSTNAME", "value": host}])
     c = pod["spec"]["containers"][0]
     c["readinessProbe"] = {"httpGet": {"port": 8080, "path": "/"}, "periodSeconds": 1}
-    c["livenessProbe"] = {"exec": {"command": ["test", "-e", f"/tmp/alive-{host}"]}, "periodSeconds": 1,
-                          "failureThreshold": 2, "initialDelaySeconds": 1}
+    c["livenessProbe"] = {
+        "exec": {"command": ["test", "-e", f"/tmp/alive-{host}"]},
+        "periodSeconds": 1,
+        "failureThreshold": 2,
+        "initialDelaySeconds": 1,
+    }
     core.create_namespaced_pod(namespace, pod)
     wait_phase(core, namespace, "probed", {"Running"})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
-from .helpers import python_pod, wait_phase
+from .helpers import python_pod, wait_for, wait_phase
 
 
 def _cmdlines() -> dict[int, bytes]:
@@ -39,12 +40,21 @@ def test_no_process_outlives_down_and_up_starts_clean(
     core: client.CoreV1Api, namespace: str, layout: Layout, kubeconfig: Path
 ) -> None:
     marker = f"outlive-{uuid.uuid4().hex}"
-    core.create_namespaced_pod(namespace, python_pod("long", f"import time  # {marker}\ntime.sleep(600)"))
-    wait_phase(core, namespace, "long", {"Running"})
+    script = f"import time  # {marker}\ntime.sleep(600)"
+    core.create_namespaced_pod(namespace, python_pod("long", script))
+    core.create_namespaced_pod(namespace, python_pod("long-host", script, hostNetwork=True))
+    for name in ("long", "long-host"):
+        wait_phase(core, namespace, name, {"Running"})
     state = str(layout.state).encode()
-    assert any(marker.encode() in c for c in _cmdlines().values())
+    # Running is reported once the sandbox launcher runs; the marker shows once it has exec'd the script.
+    wait_for("both pod processes", lambda: sum(marker.encode() in c for c in _cmdlines().values()) == 2)
     assert any(state in c for c in _cmdlines().values())  # etcd, apiserver ... run from the state directory
 
+    # The harsh case: the node agent dies without cleaning up, then the cluster is taken down.
+    agent = cluster.node_pid(layout)
+    assert agent is not None
+    os.kill(agent, signal.SIGKILL)
+    assert any(marker.encode() in c for c in _cmdlines().values())
     cluster.down()
 
     left = {pid: c for pid, c in _cmdlines().items() if marker.encode() in c or state in c}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from ringleader_devcluster.node.probes import InvalidProbe, parse_probe
 
 CONTAINER = {"name": "main", "ports": [{"name": "metrics", "containerPort": 9090}]}
@@ -18,8 +17,12 @@ CONTAINER = {"name": "main", "ports": [{"name": "metrics", "containerPort": 9090
         ({"httpGet": {"port": "metrics", "path": "/healthz"}}, "http", 9090, {"path": "/healthz"}),
         ({"httpGet": {"port": "8080"}}, "http", 8080, {"path": "/", "scheme": "HTTP"}),
         ({"exec": {"command": ["cat", "/tmp/ok"]}}, "exec", 0, {"command": ("cat", "/tmp/ok")}),
-        ({"tcpSocket": {"port": 1}, "periodSeconds": 2, "failureThreshold": 1, "initialDelaySeconds": 3}, "tcp", 1,
-         {"period": 2.0, "failure_threshold": 1, "initial_delay": 3.0}),
+        (
+            {"tcpSocket": {"port": 1}, "periodSeconds": 2, "failureThreshold": 1, "initialDelaySeconds": 3},
+            "tcp",
+            1,
+            {"period": 2.0, "failure_threshold": 1, "initial_delay": 3.0},
+        ),
     ],
     ids=["tcp", "http-named-port", "http-defaults", "exec", "timing"],
 )

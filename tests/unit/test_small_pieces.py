@@ -95,3 +95,15 @@ def test_versions_and_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     layout = Layout.from_env()
     assert layout.binary("kubectl") == tmp_path / "c" / f"kubernetes-{v['KUBE_VERSION']}" / "kubectl"
     assert layout.kubeconfig == tmp_path / "s" / "kubeconfig"
+
+
+def test_wrapper_modules_pin_the_versions_in_versions_env() -> None:
+    """build-binaries.sh names cache folders after versions.env; the Go wrapper modules must build those."""
+    v = read_versions()
+    root = Path(__file__).resolve().parents[2] / "devcluster" / "go"
+    kube_mod = (root / "kube" / "go.mod").read_text()
+    etcd_mod = (root / "etcd" / "go.mod").read_text()
+    assert f"k8s.io/kubernetes {v['KUBE_VERSION']}" in kube_mod
+    staging = v["KUBE_VERSION"].replace("v1.", "v0.")
+    assert f"k8s.io/client-go => k8s.io/client-go {staging}" in kube_mod
+    assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in etcd_mod

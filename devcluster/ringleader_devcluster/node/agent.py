@@ -29,7 +29,7 @@ from .hostsfile import Endpoint, endpoints_from_slice
 from .kubeletapi import ApiRelay, LogSource, serve_kubelet_api
 from .network import Bridge, IPPool, sweep_sandboxes
 from .podworker import GPUPool, NodeContext, PodWorker, remove_stale_pod_dirs
-from .runtime import log_path
+from .runtime import kill_leftovers, log_path
 
 log = logging.getLogger("ringleader.node")
 
@@ -122,9 +122,10 @@ class Agent:
         self.core = client.CoreV1Api(self.api_client)
         self.coord = client.CoordinationV1Api(self.api_client)
         self.discovery = client.DiscoveryV1Api(self.api_client)
-        swept = await sweep_sandboxes()
+        swept = kill_leftovers(self.state / "pods")
+        swept += await sweep_sandboxes()
         if swept:
-            log.info("removed %d pod sandboxes left from an earlier run", swept)
+            log.info("removed %d containers and pod sandboxes left from an earlier run", swept)
         await self.bridge.ensure()
         api = urlparse(str(self.api_client.configuration.host))
         self.relay = ApiRelay(self.bridge.gateway, RELAY_PORT, str(api.hostname or "127.0.0.1"), api.port or 443)

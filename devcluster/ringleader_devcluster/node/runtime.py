@@ -95,6 +95,8 @@ class ContainerProcess:
                 start_new_session=True,
                 env={"PATH": env.get("PATH", os.environ.get("PATH", ""))},
             )
+        # Recorded so whatever survives a crashed agent can be found and killed (kill_leftovers).
+        (container_dir / "pgid").write_text(str(proc.pid))
         return cls(proc, now(), container_dir)
 
     async def wait(self) -> Termination:
@@ -132,3 +134,17 @@ class ContainerProcess:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout=max(0.0, grace))
         self.signal_group(signal.SIGKILL)
+
+
+def kill_leftovers(pods_dir: Path) -> int:
+    """SIGKILL the process group of every container recorded under `pods_dir` that still runs (processes a
+    killed agent left behind; pods in network namespaces are also caught by the sandbox sweep)."""
+    killed = 0
+    for f in pods_dir.glob("*/containers/*/pgid"):
+        try:
+            os.killpg(int(f.read_text()), signal.SIGKILL)
+            killed += 1
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+        f.unlink(missing_ok=True)
+    return killed
