@@ -16,7 +16,7 @@ mkdir -p "$cache"
 say() { printf '[build] %s\n' "$*" >&2; }
 die() { printf 'build-binaries: %s\n' "$*" >&2; exit 1; }
 
-command -v go >/dev/null || die "no Go toolchain on PATH: install Go >= 1.24 (e.g. 'apt-get install golang-go' or from go.dev) and run again"
+command -v go >/dev/null || die "no Go toolchain on PATH: install Go >= 1.24 (go.dev/dl; Debian's golang-go is older) and run again"
 gover=$(go env GOVERSION | sed 's/^go//')
 case "$gover" in 1.2[4-9]*|1.[3-9]*) ;; *) die "Go $gover is too old: Go >= 1.24 is needed to build Kubernetes ${KUBE_VERSION}" ;; esac
 
