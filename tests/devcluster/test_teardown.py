@@ -30,6 +30,28 @@ def _apiserver_pid(layout: Layout) -> int:
     return int((layout.cluster_dir / "pids" / "kube-apiserver.pid").read_text())
 
 
+def test_agent_crash_fails_never_pods_and_restarts_the_others(
+    core: client.CoreV1Api, namespace: str, layout: Layout, kubeconfig: Path
+) -> None:
+    script = "import time\ntime.sleep(600)"
+    core.create_namespaced_pod(namespace, python_pod("never", script))
+    core.create_namespaced_pod(namespace, python_pod("always", script, restart_policy="Always"))
+    for name in ("never", "always"):
+        wait_phase(core, namespace, name, {"Running"})
+    agent = cluster.node_pid(layout)
+    assert agent is not None
+    os.kill(agent, signal.SIGKILL)
+    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)  # starts a new agent, like a rebooted node
+    pod = wait_phase(core, namespace, "never", {"Failed"})
+    assert pod.status.reason == "NodeRestarted"
+
+    def restarted() -> bool:
+        st = core.read_namespaced_pod("always", namespace).status
+        return st.phase == "Running" and st.container_statuses[0].restart_count == 1 and st.container_statuses[0].ready
+
+    wait_for("the Always pod to run again with restartCount 1", restarted)
+
+
 def test_up_twice_is_a_no_op(layout: Layout, kubeconfig: Path) -> None:
     before = (_apiserver_pid(layout), cluster.node_pid(layout))
     cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)

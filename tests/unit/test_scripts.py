@@ -12,8 +12,9 @@ REPO = Path(__file__).resolve().parents[2]
 def run_without_go(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RINGLEADER_CACHE": str(tmp_path / "cache")}
     assert not any(Path(p, "go").exists() for p in env["PATH"].split(os.pathsep)), "test needs a PATH without go"
-    return subprocess.run(["bash", str(REPO / "devcluster" / script)], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        ["bash", str(REPO / "devcluster" / script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_build_without_go_says_what_to_install(tmp_path: Path) -> None:

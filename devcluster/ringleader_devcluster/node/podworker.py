@@ -163,21 +163,40 @@ class PodWorker:
     async def run(self) -> None:
         publisher = asyncio.create_task(self._publish_loop())
         try:
-            if await self._prepare() and await self._run_init():
-                await self._run_containers()
-            if not self.stopping.is_set() and not _is_terminal(self.phase):
-                self.phase = pod_phase(self._policy(), list(self.init.values()), list(self.containers.values()))
-                self._mark()
+            try:
+                if self._lost_by_restart():
+                    pass
+                elif await self._prepare() and await self._run_init():
+                    await self._run_containers()
+                if not self.stopping.is_set() and not _is_terminal(self.phase):
+                    self.phase = pod_phase(self._policy(), list(self.init.values()), list(self.containers.values()))
+                    self._mark()
+            except Exception as e:  # a bug here must fail the pod visibly, not re-run it on the next relist
+                log.exception("[%s] pod worker crashed", self.key)
+                self._fail("NodeAgentError", f"process node error: {e}")
             await self._teardown()
             log.info("[%s] %s; resources released", self.key, self.phase if not self.stopping.is_set() else "stopped")
             await self.stopping.wait()
             await self._finish()
             log.info("[%s] removed", self.key)
-        except Exception:
-            log.exception("[%s] pod worker crashed", self.key)
-            await self._teardown()
         finally:
             publisher.cancel()
+
+    def _lost_by_restart(self) -> bool:
+        """A pod that already ran under an earlier agent process lost its processes when that agent died, like
+        containers on a rebooted node: under restartPolicy Never that fails the pod; otherwise its containers
+        start again with restartCount raised by one. Returns whether the pod failed."""
+        previous = {s["name"]: s for s in (self.pod.get("status") or {}).get("containerStatuses") or []}
+        ran = any(set(s.get("state") or {}) & {"running", "terminated"} for s in previous.values())
+        if not ran:
+            return False
+        if self._policy() == "Never":
+            self._fail("NodeRestarted", "the process node restarted while this pod ran; its processes were lost")
+            return True
+        for name, record in self.containers.items():
+            count = int((previous.get(name) or {}).get("restartCount", 0)) + 1
+            self.containers[name] = replace(record, restart_count=count)
+        return False
 
     def _policy(self) -> str:
         return str(self.pod["spec"].get("restartPolicy", "Always"))
