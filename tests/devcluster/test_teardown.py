@@ -47,7 +47,9 @@ def test_agent_crash_fails_never_pods_and_restarts_the_others(
 
     def restarted() -> bool:
         st = core.read_namespaced_pod("always", namespace).status
-        return st.phase == "Running" and st.container_statuses[0].restart_count == 1 and st.container_statuses[0].ready
+        return bool(
+            st.phase == "Running" and st.container_statuses[0].restart_count == 1 and st.container_statuses[0].ready
+        )
 
     wait_for("the Always pod to run again with restartCount 1", restarted)
 
