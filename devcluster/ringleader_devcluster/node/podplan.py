@@ -258,6 +258,19 @@ def _key_items(data: Mapping[str, str], items: list[Mapping[str, Any]] | None, w
     return out
 
 
+def _object_files(
+    kind: str, lookups: Lookups, namespace: str, obj_name: str, src: Mapping[str, Any]
+) -> dict[str, bytes]:
+    """Files of a config map or secret volume source (all keys, or `items`); none when it is optional and
+    missing; MissingReference when it is required and missing."""
+    data = (lookups.config_map if kind == "configmap" else lookups.secret)(namespace, obj_name)
+    if data is None:
+        if src.get("optional"):
+            return {}
+        raise MissingReference(f'{kind} "{obj_name}" not found')
+    return _key_items(data, src.get("items"), obj_name)
+
+
 def _downward_files(
     pod: Mapping[str, Any], items: list[Mapping[str, Any]], pod_ip: str, host_ip: str
 ) -> dict[str, bytes]:
@@ -301,19 +314,13 @@ def plan_volume(
     if kind == "persistentVolumeClaim":
         return VolumePlan(name=name, kind="dir", claim=src["claimName"])
     if kind == "configMap":
-        data = lookups.config_map(namespace, src["name"])
-        if data is None:
-            if src.get("optional"):
-                return VolumePlan(name=name, kind="files")
-            raise MissingReference(f'configmap "{src["name"]}" not found')
-        return VolumePlan(name=name, kind="files", files=_key_items(data, src.get("items"), src["name"]))
+        return VolumePlan(
+            name=name, kind="files", files=_object_files("configmap", lookups, namespace, src["name"], src)
+        )
     if kind == "secret":
-        data = lookups.secret(namespace, src["secretName"])
-        if data is None:
-            if src.get("optional"):
-                return VolumePlan(name=name, kind="files")
-            raise MissingReference(f'secret "{src["secretName"]}" not found')
-        return VolumePlan(name=name, kind="files", files=_key_items(data, src.get("items"), src["secretName"]))
+        return VolumePlan(
+            name=name, kind="files", files=_object_files("secret", lookups, namespace, src["secretName"], src)
+        )
     if kind == "downwardAPI":
         return VolumePlan(name=name, kind="files", files=_downward_files(pod, src.get("items") or [], pod_ip, host_ip))
     # projected: the service-account volume every pod gets from the ServiceAccount admission plugin.
@@ -324,21 +331,9 @@ def plan_volume(
             t = part["serviceAccountToken"]
             tokens.append((t["path"], t.get("audience", ""), int(t.get("expirationSeconds", 3607))))
         elif "configMap" in part:
-            ref = part["configMap"]
-            data = lookups.config_map(namespace, ref["name"])
-            if data is None:
-                if ref.get("optional"):
-                    continue
-                raise MissingReference(f'configmap "{ref["name"]}" not found')
-            files.update(_key_items(data, ref.get("items"), ref["name"]))
+            files.update(_object_files("configmap", lookups, namespace, part["configMap"]["name"], part["configMap"]))
         elif "secret" in part:
-            ref = part["secret"]
-            data = lookups.secret(namespace, ref["name"])
-            if data is None:
-                if ref.get("optional"):
-                    continue
-                raise MissingReference(f'secret "{ref["name"]}" not found')
-            files.update(_key_items(data, ref.get("items"), ref["name"]))
+            files.update(_object_files("secret", lookups, namespace, part["secret"]["name"], part["secret"]))
         elif "downwardAPI" in part:
             files.update(_downward_files(pod, part["downwardAPI"].get("items") or [], pod_ip, host_ip))
         else:
