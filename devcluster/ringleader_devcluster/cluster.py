@@ -28,6 +28,7 @@ from .node.runtime import kill_leftovers
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
 KUBELET_PORT = 10250
 NODE_NAME = "process-node"
+FAKE_NODE_TAINT = "kwok.x-k8s.io/node=fake"
 READY_TIMEOUT = 90.0
 
 
@@ -284,6 +285,11 @@ def scale_fake_nodes(layout: Layout, count: int) -> None:
         env=_kwok_env(layout),
         timeout=300,
     )
+    if count:
+        # Opt-in only: a pod lands on a node that runs nothing only if it tolerates this taint.
+        kubectl(
+            layout, "taint", "nodes", "-l", "type=kwok", f"{FAKE_NODE_TAINT}:NoSchedule", "--overwrite", timeout=120
+        )
 
 
 def node_names(nodes: int) -> list[str]:

@@ -4,6 +4,8 @@ controller-manager at work, GPU capacity, and the API reachable from pods."""
 from __future__ import annotations
 
 from kubernetes import client
+from ringleader_devcluster import cluster
+from ringleader_devcluster.layout import Layout
 
 from .helpers import PROCESS_NODE_SELECTOR, gone, logs, python_pod, wait_for, wait_phase
 
@@ -211,3 +213,22 @@ def test_node_selector_for_process_nodes_matches_the_label(core: client.CoreV1Ap
     assert all(node.metadata.labels.get(k) == v for k, v in PROCESS_NODE_SELECTOR.items())
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
     assert not gone(lambda: core.read_node("process-node"))
+
+
+def test_fake_nodes_are_tainted_and_run_only_tolerating_pods(
+    core: client.CoreV1Api, namespace: str, layout: Layout
+) -> None:
+    cluster.scale_fake_nodes(layout, 2)
+    try:
+        fake = core.list_node(label_selector="type=kwok").items
+        assert len(fake) == 2
+        assert all(any(t.key == "kwok.x-k8s.io/node" for t in n.spec.taints or []) for n in fake)
+        pod = python_pod("on-fake", "this never runs")
+        pod["spec"]["nodeSelector"] = {"type": "kwok"}
+        pod["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
+        core.create_namespaced_pod(namespace, pod)
+        running = wait_phase(core, namespace, "on-fake", {"Running"})
+        assert running.spec.node_name in {n.metadata.name for n in fake}
+    finally:
+        cluster.scale_fake_nodes(layout, 0)
+    wait_for("fake nodes removed", lambda: not core.list_node(label_selector="type=kwok").items, timeout=60)
