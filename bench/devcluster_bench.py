@@ -4,7 +4,8 @@
 
 Warm start: the dev cluster is taken down and `make dev-cluster` is timed from nothing running to the
 process node Ready, with binaries and venv cached. Pod latency: from just before the create call to the
-moment a watch sees the pod Running (what a user or a controller would observe). Results go to
+moment a watch sees the pod Running (what a user or a controller would observe); `--concurrency` pods are
+in flight at once and each is deleted once seen Running. Results go to
 bench/results/devcluster.json with machine info, the commit and every repetition; nothing is asserted.
 """
 
@@ -108,10 +109,12 @@ def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]
         }
         created[name] = time.monotonic()
         core.create_namespaced_pod(ns, body)
-        # Hold the rate: at most `concurrency` pods starting at once, like a controller's worker pool.
-        end = time.monotonic() + 5
+        # Hold the rate: at most `concurrency` pods starting at once, like a controller's worker pool. Then
+        # delete the pod, so the run measures start latency, not the node's 110-pod capacity.
+        end = time.monotonic() + 30
         while name not in running and time.monotonic() < end:
             time.sleep(0.01)
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(create, range(count)))
