@@ -11,17 +11,18 @@ FAKE_NODES ?=
 export RINGLEADER_CACHE := $(CACHE)
 export RINGLEADER_DEV_DIR := $(DEV_DIR)
 
-.PHONY: help venv binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench clean-cache
+.PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench clean-cache
 
 help:
 	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler and the process node"
 	@echo "make dev-cluster-down            stop all of it and remove .dev/"
 	@echo "make test                        lint, unit tests, integration tests on the dev cluster"
 	@echo "make lint                        ruff and mypy"
+	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
 	@echo "make bench                       dev-cluster start time and pod start latency (bench/results/)"
 
 # The venv is rebuilt only when the requirements or the package metadata change.
-VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml | sha256sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml operator/pyproject.toml | sha256sum | cut -c1-12)
 venv: $(VENV_STAMP)
 $(VENV_STAMP):
 	@bash devcluster/check-system.sh
@@ -29,7 +30,13 @@ $(VENV_STAMP):
 	@rm -rf $(VENV) && python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements/dev.txt
 	@$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e devcluster
+	@$(VENV)/bin/pip install --disable-pip-version-check -q -e operator
 	@touch $@
+
+# The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.
+crds: venv
+	@$(PY) -m ringleader_operator.crd > crds/trainingjob.yaml
+	@echo "wrote crds/trainingjob.yaml"
 
 binaries:
 	@bash devcluster/check-system.sh
@@ -45,8 +52,8 @@ dev-cluster-status: venv
 	@$(PY) -m ringleader_devcluster status
 
 lint: venv
-	@$(VENV)/bin/ruff check devcluster tests bench
-	@$(VENV)/bin/ruff format --check devcluster tests bench
+	@$(VENV)/bin/ruff check devcluster operator tests bench
+	@$(VENV)/bin/ruff format --check devcluster operator tests bench
 	@$(VENV)/bin/mypy
 
 unit: venv

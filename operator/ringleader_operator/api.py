@@ -1,0 +1,184 @@
+"""The TrainingJob API (group ringleader.dev, version v1alpha1): the single source of truth.
+
+These pydantic models define the spec the operator accepts and the status it writes; `crd.py` generates
+`crds/trainingjob.yaml` from them (schema, defaults, CEL rules), and the operator parses every object it
+sees through `TrainingJob.model_validate`, so what the API server admits and what the operator understands
+cannot drift apart. Field names are the camelCase JSON names; Python attributes are snake_case.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "ringleader.dev"
+VERSION = "v1alpha1"
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+SINGULAR = "trainingjob"
+SHORT_NAMES = ["tj"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Longest name a pod, its hostname (a DNS label) and the job's Service may have.
+DNS_LABEL_MAX = 63
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=False)
+
+
+class Strategy(StrEnum):
+    ALLREDUCE = "allreduce"
+    PARAMETER_SERVER = "parameter-server"
+    LOCAL_SGD = "local-sgd"
+
+
+class PSMode(StrEnum):
+    SYNCHRONOUS = "synchronous"
+    ASYNCHRONOUS = "asynchronous"
+    BOUNDED_STALENESS = "bounded-staleness"
+
+
+class RestartPolicy(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(StrEnum):
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+class Role(StrEnum):
+    """A replica role; its value is the role label and the middle of pod names (`<job>-<role>-<i>`)."""
+
+    WORKER = "worker"
+    PS = "ps"
+
+
+class ParameterServerSettings(Model):
+    mode: PSMode = Field(PSMode.SYNCHRONOUS, description="How the parameter servers apply pushed gradients.")
+    max_staleness: int | None = Field(
+        None, ge=1, description="bounded-staleness only: how many steps a worker may run ahead of the slowest."
+    )
+
+
+class LocalSGDSettings(Model):
+    period: int = Field(8, ge=1, description="Local steps between parameter averaging rounds (tau).")
+
+
+class ReplicaSpec(Model):
+    replicas: int = Field(1, ge=1, description="Number of pods (ranks) of this role.")
+    gpus: int = Field(0, ge=0, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container.")
+    restart_policy: RestartPolicy = Field(
+        RestartPolicy.ON_FAILURE,
+        description="What happens when a pod of this role fails: Never fails the job; OnFailure and Always "
+        "recreate the rank; ExitCode retries infrastructure and signal exits (128-255) and fails on 1-127.",
+    )
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A PodTemplateSpec. The container named 'trainer' (else the first) runs the training.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class CheckpointSpec(Model):
+    interval_steps: int = Field(100, ge=1, description="Steps between checkpoints (and one at the end).")
+    claim_name: str | None = Field(None, description="PersistentVolumeClaim holding checkpoints, mounted in every pod.")
+    directory: str | None = Field(
+        None,
+        description="Path inside the pods; defaults to /checkpoints. Without claimName a host directory "
+        "on the dev cluster, or whatever the template mounts there.",
+    )
+    keep: int = Field(3, ge=1, description="Newest checkpoints kept.")
+
+
+class RunPolicy(Model):
+    backoff_limit: int = Field(3, ge=0, description="Restarts allowed across the job before it fails.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Fail a job running longer than this.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete a finished job after this.")
+    clean_pod_policy: CleanPodPolicy = Field(
+        CleanPodPolicy.RUNNING, description="Which pods to delete when the job finishes: None, Running or All."
+    )
+    suspend: bool = Field(False, description="A suspended job has no pods; unsuspending resumes from a checkpoint.")
+
+
+class TrainingJobSpec(Model):
+    strategy: Strategy = Field(Strategy.ALLREDUCE, description="How ranks synchronize. Immutable.")
+    parameter_server: ParameterServerSettings | None = Field(None, description="parameter-server settings.")
+    local_sgd: LocalSGDSettings | None = Field(None, alias="localSGD", description="local-sgd settings.")
+    workers: ReplicaSpec = Field(description="The worker ranks.")
+    parameter_servers: ReplicaSpec | None = Field(None, description="Parameter-server shards (parameter-server only).")
+    checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints and resume.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart budget, deadlines, cleanup.")
+
+
+class ConditionType(StrEnum):
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Condition(Model):
+    type: ConditionType
+    status: str = Field(description="True, False or Unknown.")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+    observed_generation: int = 0
+
+
+class ReplicaStatus(Model):
+    active: int = 0
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    restarts: int = 0
+
+
+class Progress(Model):
+    step: int = 0
+    loss: float | None = None
+    samples_per_second: float | None = None
+    updated_at: str = ""
+
+
+class TrainingJobStatus(Model):
+    phase: str = Field("", description="Pending, Running, Restarting, Succeeded, Failed or Suspended.")
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, description="Per role: worker, ps.")
+    workers: str = Field("", description="ready/desired workers, for kubectl get.")
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int = 0
+    progress: Progress | None = None
+
+
+class TrainingJob(Model):
+    """The whole object as the API server stores it (metadata stays a plain mapping)."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: TrainingJobSpec
+    status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", ""))
+
+    def replicas(self, role: Role) -> ReplicaSpec | None:
+        return self.spec.workers if role == Role.WORKER else self.spec.parameter_servers

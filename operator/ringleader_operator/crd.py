@@ -1,0 +1,194 @@
+"""Generate the TrainingJob CustomResourceDefinition from the pydantic models in `api.py`.
+
+    python -m ringleader_operator.crd > crds/trainingjob.yaml      (what `make crds` runs)
+
+The JSON Schema pydantic produces is turned into a structural OpenAPI v3 schema: references inlined,
+`X | None` collapsed to X (absence is how optional fields are spelled), titles dropped. Cross-field rules the
+schema cannot express become CEL `x-kubernetes-validations`, each with a message naming the field, so the API
+server itself rejects a bad TrainingJob at `kubectl apply` (no webhook).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any
+
+import yaml
+
+from .api import DNS_LABEL_MAX, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, TrainingJobSpec, TrainingJobStatus
+
+# Rules on spec (self = spec). Messages name the field and say why.
+SPEC_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.strategy != 'parameter-server' || "
+        "(has(self.parameterServers) && self.parameterServers.replicas >= 1)",
+        "message": "spec.parameterServers.replicas must be at least 1 when spec.strategy is parameter-server",
+        "fieldPath": ".parameterServers",
+        "reason": "FieldValueRequired",
+    },
+    {
+        "rule": "self.strategy == 'parameter-server' || !has(self.parameterServers)",
+        "message": "spec.parameterServers is only allowed when spec.strategy is parameter-server",
+        "fieldPath": ".parameterServers",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.strategy == 'parameter-server' || !has(self.parameterServer)",
+        "message": "spec.parameterServer is only allowed when spec.strategy is parameter-server",
+        "fieldPath": ".parameterServer",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.strategy == 'local-sgd' || !has(self.localSGD)",
+        "message": "spec.localSGD is only allowed when spec.strategy is local-sgd",
+        "fieldPath": ".localSGD",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.parameterServer) || !has(self.parameterServer.maxStaleness) || "
+        "self.parameterServer.mode == 'bounded-staleness'",
+        "message": "spec.parameterServer.maxStaleness is only allowed when spec.parameterServer.mode is "
+        "bounded-staleness",
+        "fieldPath": ".parameterServer.maxStaleness",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.checkpoint) || !has(self.checkpoint.claimName) || size(self.checkpoint.claimName) > 0",
+        "message": "spec.checkpoint.claimName must not be empty",
+        "fieldPath": ".checkpoint.claimName",
+        "reason": "FieldValueInvalid",
+    },
+]
+
+# Rules on the whole object: the name must make valid pod names, hostnames and a Service name.
+ROOT_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
+        "letter): it names the job's Service and its pods' hostnames",
+    },
+    {
+        "rule": "size(self.metadata.name) + size('-worker-') + size(string(self.spec.workers.replicas - 1)) "
+        f"<= {DNS_LABEL_MAX}",
+        "message": f"metadata.name is too long: '<name>-worker-<index>' must fit {DNS_LABEL_MAX} characters "
+        "(pod names are hostnames)",
+    },
+    {
+        "rule": f"!has(self.spec.parameterServers) || size(self.metadata.name) + size('-ps-') + "
+        f"size(string(self.spec.parameterServers.replicas - 1)) <= {DNS_LABEL_MAX}",
+        "message": f"metadata.name is too long: '<name>-ps-<index>' must fit {DNS_LABEL_MAX} characters",
+    },
+]
+
+IMMUTABLE = "self == oldSelf"
+
+PRINTER_COLUMNS = [
+    {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy"},
+    {"name": "Workers", "type": "string", "jsonPath": ".status.workers", "description": "ready/desired"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
+    {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Turn one pydantic JSON Schema node into a structural OpenAPI v3 node (recursively)."""
+    if "$ref" in schema:
+        target = defs[schema["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return structural(merged, defs)
+    node = copy.deepcopy(schema)
+    if "anyOf" in node:
+        options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express a union of {len(options)} types structurally: {options}")
+        inner = structural(options[0], defs)
+        node = {**inner, **{k: v for k, v in node.items() if k not in ("default",) or v is not None}}
+        if node.get("default") is None:
+            node.pop("default", None)
+    node.pop("title", None)
+    node.pop("$defs", None)
+    if "properties" in node:
+        node["type"] = "object"
+        node["properties"] = {k: structural(v, defs) for k, v in node["properties"].items()}
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = structural(node["additionalProperties"], defs)
+    elif node.get("additionalProperties") is True:
+        node.pop("additionalProperties")  # free-form objects say so with x-kubernetes-preserve-unknown-fields
+    if "items" in node:
+        node["items"] = structural(node["items"], defs)
+    if "enum" in node and "type" not in node:
+        node["type"] = "string"
+    return node
+
+
+def _schema_of(model: type[Any]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True)
+    return structural(raw, raw.get("$defs", {}))
+
+
+def spec_schema() -> dict[str, Any]:
+    spec = _schema_of(TrainingJobSpec)
+    props = spec["properties"]
+    # Objects whose every field has a default: default them to {} so the API server fills in the fields.
+    props["runPolicy"]["default"] = {}
+    props["strategy"]["x-kubernetes-validations"] = [{"rule": IMMUTABLE, "message": "spec.strategy is immutable"}]
+    for role in ("workers", "parameterServers"):
+        props[role]["properties"]["template"]["x-kubernetes-validations"] = [
+            {"rule": IMMUTABLE, "message": f"spec.{role}.template is immutable"}
+        ]
+    spec["x-kubernetes-validations"] = SPEC_RULES
+    return spec
+
+
+def crd() -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": _schema_of(TrainingJobStatus),
+        },
+        "required": ["spec"],
+        "x-kubernetes-validations": ROOT_RULES,
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": ["all"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    header = "# Generated by `make crds` from operator/ringleader_operator/api.py. Do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
