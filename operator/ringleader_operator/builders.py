@@ -1,0 +1,212 @@
+"""Pure builders of the objects a TrainingJob owns: one pod per rank and one headless Service.
+
+`build_pod(job, role, index)` deep-copies the user's pod template and adds only what the job needs: names,
+labels, owner reference, hostname/subdomain for a stable DNS name, the environment contract (torchrun's
+variables plus RINGLEADER_*; see docs/env-contract.md), the GPU limit and the checkpoint volume. Anything the
+user set is kept: env vars, resources, volumes, tolerations, node selectors. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .api import API_VERSION, KIND, Role, Strategy, TrainingJob
+
+LABEL_JOB = "ringleader.dev/job-name"
+LABEL_ROLE = "ringleader.dev/replica-type"
+LABEL_INDEX = "ringleader.dev/replica-index"
+
+TRAINER_CONTAINER = "trainer"
+MASTER_PORT = 29500  # torch.distributed rendezvous (c10d TCPStore) on worker 0
+PS_PORT = 29600  # parameter-server shards listen here
+METRICS_PORT = 9090  # rank 0 serves Prometheus metrics here
+DEFAULT_CHECKPOINT_DIR = "/checkpoints"
+CHECKPOINT_VOLUME = "ringleader-checkpoints"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class InvalidTemplate(ValueError):
+    """The pod template cannot make a pod; the message names the field."""
+
+
+def pod_name(job: str, role: Role, index: int) -> str:
+    return f"{job}-{role.value}-{index}"
+
+
+def job_labels(job: str) -> dict[str, str]:
+    return {LABEL_JOB: job}
+
+
+def rank_labels(job: str, role: Role, index: int) -> dict[str, str]:
+    return {LABEL_JOB: job, LABEL_ROLE: role.value, LABEL_INDEX: str(index)}
+
+
+def owner_reference(job: TrainingJob) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.name,
+        "uid": job.metadata.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def dns_name(job: str, role: Role, index: int) -> str:
+    """The rank's stable name `<pod>.<service>`, resolvable from any pod of the job's namespace."""
+    return f"{pod_name(job, role, index)}.{job}"
+
+
+def trainer_container_index(template: dict[str, Any], where: str) -> int:
+    """Index of the container named `trainer`, else 0; InvalidTemplate when there is none at all."""
+    containers = (template.get("spec") or {}).get("containers") or []
+    if not containers:
+        raise InvalidTemplate(f"{where}.spec.containers must name at least one container")
+    names = [c.get("name") for c in containers]
+    if any(not n for n in names):
+        raise InvalidTemplate(f"{where}.spec.containers: every container needs a name")
+    if len(set(names)) != len(names):
+        raise InvalidTemplate(f"{where}.spec.containers: container names must be unique")
+    return names.index(TRAINER_CONTAINER) if TRAINER_CONTAINER in names else 0
+
+
+def validate(job: TrainingJob) -> None:
+    """What the CRD schema cannot check (the free-form pod templates). Raises InvalidTemplate."""
+    for role, where in ((Role.WORKER, "spec.workers.template"), (Role.PS, "spec.parameterServers.template")):
+        spec = job.replicas(role)
+        if spec is not None:
+            trainer_container_index(spec.template, where)
+
+
+def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
+    """The environment contract for one rank, in a stable order (see docs/env-contract.md)."""
+    spec = job.spec
+    workers = spec.workers.replicas
+    ps = spec.parameter_servers.replicas if spec.parameter_servers else 0
+    global_rank = index if role == Role.WORKER else workers + index
+    env = {
+        "MASTER_ADDR": dns_name(job.name, Role.WORKER, 0),
+        "MASTER_PORT": str(MASTER_PORT),
+        "RINGLEADER_JOB_NAME": job.name,
+        "RINGLEADER_NAMESPACE": job.namespace,
+        "RINGLEADER_ROLE": role.value,
+        "RINGLEADER_INDEX": str(index),
+        "RINGLEADER_STRATEGY": spec.strategy.value,
+        "RINGLEADER_NUM_WORKERS": str(workers),
+        "RINGLEADER_NUM_PS": str(ps),
+        "RINGLEADER_GLOBAL_RANK": str(global_rank),
+        "RINGLEADER_GLOBAL_WORLD_SIZE": str(workers + ps),
+        "RINGLEADER_METRICS_PORT": str(METRICS_PORT),
+    }
+    if role == Role.WORKER:
+        # torchrun's variables: an unmodified init_process_group(init_method="env://") script works.
+        env |= {"WORLD_SIZE": str(workers), "RANK": str(index), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    if spec.strategy == Strategy.PARAMETER_SERVER:
+        settings = spec.parameter_server
+        env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"
+        if settings and settings.max_staleness is not None:
+            env["RINGLEADER_PS_MAX_STALENESS"] = str(settings.max_staleness)
+        env["RINGLEADER_PS_PORT"] = str(PS_PORT)
+        env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
+    if spec.strategy == Strategy.LOCAL_SGD:
+        env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
+    if spec.checkpoint is not None:
+        env["RINGLEADER_CHECKPOINT_DIR"] = spec.checkpoint.directory or DEFAULT_CHECKPOINT_DIR
+        env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)
+        env["RINGLEADER_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
+    return env
+
+
+def _add_missing_env(container: dict[str, Any], env: dict[str, str]) -> None:
+    present = {e.get("name") for e in container.get("env") or []}
+    container["env"] = list(container.get("env") or []) + [
+        {"name": k, "value": v} for k, v in env.items() if k not in present
+    ]
+
+
+def _add_port(container: dict[str, Any], name: str, port: int) -> None:
+    ports = container.setdefault("ports", [])
+    if not any(p.get("containerPort") == port or p.get("name") == name for p in ports):
+        ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
+
+
+def build_pod(job: TrainingJob, role: Role, index: int) -> dict[str, Any]:
+    """The desired pod of rank (role, index). Raises InvalidTemplate for a template that cannot make a pod."""
+    replica = job.replicas(role)
+    if replica is None:
+        raise InvalidTemplate(f"the job has no {role.value} replicas")
+    where = "spec.workers.template" if role == Role.WORKER else "spec.parameterServers.template"
+    template = copy.deepcopy(replica.template)
+    trainer = trainer_container_index(template, where)
+    meta = template.get("metadata") or {}
+    spec = template.get("spec") or {}
+    name = pod_name(job.name, role, index)
+
+    container = spec["containers"][trainer]
+    _add_missing_env(container, rank_env(job, role, index))
+    if role == Role.WORKER and index == 0:
+        _add_port(container, "c10d", MASTER_PORT)
+        _add_port(container, "metrics", METRICS_PORT)
+    if role == Role.PS:
+        _add_port(container, "ps", PS_PORT)
+    if replica.gpus:
+        limits = container.setdefault("resources", {}).setdefault("limits", {})
+        limits.setdefault(GPU_RESOURCE, replica.gpus)
+    checkpoint = job.spec.checkpoint
+    if checkpoint is not None and checkpoint.claim_name:
+        target = checkpoint.directory or DEFAULT_CHECKPOINT_DIR
+        volumes = spec.setdefault("volumes", [])
+        if not any(v.get("name") == CHECKPOINT_VOLUME for v in volumes):
+            volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint.claim_name}})
+        mounts = container.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == target for m in mounts):
+            mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": target})
+
+    # The operator restarts ranks itself (it counts restarts against backoffLimit and re-forms the job), so
+    # the kubelet must never restart a container in place.
+    spec["restartPolicy"] = "Never"
+    spec["hostname"] = name
+    spec["subdomain"] = job.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": {**(meta.get("labels") or {}), **rank_labels(job.name, role, index)},
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": spec,
+    }
+
+
+def build_service(job: TrainingJob) -> dict[str, Any]:
+    """Headless Service `<job>`: gives every rank the DNS name `<pod>.<job>`, published before pods are
+    ready, because rendezvous needs the names while ranks are still starting."""
+    ports = [{"name": "c10d", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}]
+    if job.spec.strategy == Strategy.PARAMETER_SERVER:
+        ports.append({"name": "ps", "port": PS_PORT, "targetPort": PS_PORT, "protocol": "TCP"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": job_labels(job.name),
+            "ports": ports,
+        },
+    }
+
+
+def desired_ranks(job: TrainingJob) -> list[tuple[Role, int]]:
+    """Every (role, index) the job should have a pod for, parameter servers first (workers connect to them)."""
+    ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
+    return [(Role.PS, i) for i in range(ps)] + [(Role.WORKER, i) for i in range(job.spec.workers.replicas)]

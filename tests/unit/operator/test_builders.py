@@ -1,0 +1,257 @@
+"""Builders compared as whole objects, and the env contract for each strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ringleader_operator.api import Role, TrainingJob
+from ringleader_operator.builders import (
+    InvalidTemplate,
+    build_pod,
+    build_service,
+    desired_ranks,
+    rank_env,
+    validate,
+)
+
+UID = "1111-2222"
+OWNER = {
+    "apiVersion": "ringleader.dev/v1alpha1",
+    "kind": "TrainingJob",
+    "name": "mnist",
+    "uid": UID,
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+def template(**container: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"team": "ml"}},
+        "spec": {
+            "containers": [
+                {"name": "trainer", "image": "ringleader/trainer:0.1", "command": ["python", "train.py"], **container}
+            ]
+        },
+    }
+
+
+def job(**spec: Any) -> TrainingJob:
+    body = {"workers": {"replicas": 2, "template": template()}, **spec}
+    return TrainingJob.model_validate({"metadata": {"name": "mnist", "namespace": "ml", "uid": UID}, "spec": body})
+
+
+def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][container]["env"]}
+
+
+def test_worker_zero_pod_whole_object() -> None:
+    pod = build_pod(job(), Role.WORKER, 0)
+    assert pod == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "mnist-worker-0",
+            "namespace": "ml",
+            "labels": {
+                "team": "ml",
+                "ringleader.dev/job-name": "mnist",
+                "ringleader.dev/replica-type": "worker",
+                "ringleader.dev/replica-index": "0",
+            },
+            "annotations": {},
+            "ownerReferences": [OWNER],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "ringleader/trainer:0.1",
+                    "command": ["python", "train.py"],
+                    "env": [
+                        {"name": "MASTER_ADDR", "value": "mnist-worker-0.mnist"},
+                        {"name": "MASTER_PORT", "value": "29500"},
+                        {"name": "RINGLEADER_JOB_NAME", "value": "mnist"},
+                        {"name": "RINGLEADER_NAMESPACE", "value": "ml"},
+                        {"name": "RINGLEADER_ROLE", "value": "worker"},
+                        {"name": "RINGLEADER_INDEX", "value": "0"},
+                        {"name": "RINGLEADER_STRATEGY", "value": "allreduce"},
+                        {"name": "RINGLEADER_NUM_WORKERS", "value": "2"},
+                        {"name": "RINGLEADER_NUM_PS", "value": "0"},
+                        {"name": "RINGLEADER_GLOBAL_RANK", "value": "0"},
+                        {"name": "RINGLEADER_GLOBAL_WORLD_SIZE", "value": "2"},
+                        {"name": "RINGLEADER_METRICS_PORT", "value": "9090"},
+                        {"name": "WORLD_SIZE", "value": "2"},
+                        {"name": "RANK", "value": "0"},
+                        {"name": "LOCAL_RANK", "value": "0"},
+                        {"name": "LOCAL_WORLD_SIZE", "value": "1"},
+                    ],
+                    "ports": [
+                        {"name": "c10d", "containerPort": 29500, "protocol": "TCP"},
+                        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+                    ],
+                }
+            ],
+            "restartPolicy": "Never",
+            "hostname": "mnist-worker-0",
+            "subdomain": "mnist",
+        },
+    }
+
+
+def test_service_whole_object() -> None:
+    assert build_service(job()) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "mnist",
+            "namespace": "ml",
+            "labels": {"ringleader.dev/job-name": "mnist"},
+            "ownerReferences": [OWNER],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"ringleader.dev/job-name": "mnist"},
+            "ports": [{"name": "c10d", "port": 29500, "targetPort": 29500, "protocol": "TCP"}],
+        },
+    }
+
+
+PS_JOB = {
+    "strategy": "parameter-server",
+    "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 4},
+    "parameterServers": {"replicas": 2, "template": template()},
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "role", "index", "expected", "absent"),
+    [
+        (
+            {},
+            Role.WORKER,
+            1,
+            {"RANK": "1", "WORLD_SIZE": "2", "RINGLEADER_STRATEGY": "allreduce"},
+            ["RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_CHECKPOINT_DIR"],
+        ),
+        (
+            PS_JOB,
+            Role.WORKER,
+            1,
+            {
+                "RANK": "1",
+                "WORLD_SIZE": "2",
+                "RINGLEADER_PS_MODE": "bounded-staleness",
+                "RINGLEADER_PS_MAX_STALENESS": "4",
+                "RINGLEADER_PS_ADDRS": "mnist-ps-0.mnist:29600,mnist-ps-1.mnist:29600",
+                "RINGLEADER_NUM_PS": "2",
+                "RINGLEADER_GLOBAL_RANK": "1",
+                "RINGLEADER_GLOBAL_WORLD_SIZE": "4",
+            },
+            [],
+        ),
+        (
+            PS_JOB,
+            Role.PS,
+            1,
+            {
+                "RINGLEADER_ROLE": "ps",
+                "RINGLEADER_INDEX": "1",
+                "RINGLEADER_GLOBAL_RANK": "3",
+                "RINGLEADER_PS_PORT": "29600",
+                "MASTER_ADDR": "mnist-worker-0.mnist",
+            },
+            ["RANK", "WORLD_SIZE"],
+        ),
+        (
+            {"strategy": "local-sgd", "localSGD": {"period": 16}},
+            Role.WORKER,
+            0,
+            {"RINGLEADER_LOCAL_SGD_PERIOD": "16"},
+            ["RINGLEADER_PS_MODE"],
+        ),
+        ({"strategy": "local-sgd"}, Role.WORKER, 0, {"RINGLEADER_LOCAL_SGD_PERIOD": "8"}, []),
+        (
+            {"checkpoint": {"intervalSteps": 50, "claimName": "ckpt"}},
+            Role.WORKER,
+            0,
+            {
+                "RINGLEADER_CHECKPOINT_DIR": "/checkpoints",
+                "RINGLEADER_CHECKPOINT_INTERVAL": "50",
+                "RINGLEADER_CHECKPOINT_KEEP": "3",
+            },
+            [],
+        ),
+    ],
+    ids=["allreduce", "ps-worker", "ps-shard", "local-sgd", "local-sgd-default", "checkpoint"],
+)
+def test_env_contract(
+    spec: dict[str, Any], role: Role, index: int, expected: dict[str, str], absent: list[str]
+) -> None:
+    env = rank_env(job(**spec), role, index)
+    assert {k: env.get(k) for k in expected} == expected
+    assert [k for k in absent if k in env] == []
+
+
+def test_user_settings_are_kept_and_only_missing_env_added() -> None:
+    t = template(
+        env=[{"name": "RANK", "value": "user"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
+        resources={"limits": {"nvidia.com/gpu": 4, "memory": "8Gi"}},
+    )
+    t["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    t["spec"]["nodeSelector"] = {"pool": "a100"}
+    t["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    j = job(workers={"replicas": 1, "gpus": 2, "template": t})
+    pod = build_pod(j, Role.WORKER, 0)
+    env = env_of(pod)
+    assert env["RANK"] == "user" and env["NCCL_DEBUG"] == "INFO" and env["WORLD_SIZE"] == "1"
+    c = pod["spec"]["containers"][0]
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": 4, "memory": "8Gi"}  # the user's own limit wins
+    assert pod["spec"]["tolerations"] == t["spec"]["tolerations"]
+    assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
+    assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert j.spec.workers.template["spec"]["containers"][0]["env"][0] == {"name": "RANK", "value": "user"}
+    assert len(j.spec.workers.template["spec"]["containers"][0]["env"]) == 2  # the job's template is untouched
+
+
+def test_gpus_become_the_trainer_containers_limit_and_trainer_is_found_by_name() -> None:
+    t = template()
+    t["spec"]["containers"].insert(0, {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]})
+    pod = build_pod(job(workers={"replicas": 1, "gpus": 2, "template": t}), Role.WORKER, 0)
+    sidecar, trainer = pod["spec"]["containers"]
+    assert trainer["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert "env" not in sidecar and "resources" not in sidecar
+
+
+def test_checkpoint_claim_is_mounted_at_the_directory() -> None:
+    pod = build_pod(job(checkpoint={"claimName": "ckpt", "directory": "/ckpt"}), Role.WORKER, 1)
+    assert pod["spec"]["volumes"] == [
+        {"name": "ringleader-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
+    ]
+    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ringleader-checkpoints", "mountPath": "/ckpt"}]
+
+
+def test_desired_ranks_parameter_servers_first() -> None:
+    assert desired_ranks(job(**PS_JOB)) == [(Role.PS, 0), (Role.PS, 1), (Role.WORKER, 0), (Role.WORKER, 1)]
+    assert build_service(job(**PS_JOB))["spec"]["ports"][1] == {
+        "name": "ps",
+        "port": 29600,
+        "targetPort": 29600,
+        "protocol": "TCP",
+    }
+
+
+@pytest.mark.parametrize(
+    ("tmpl", "message"),
+    [
+        ({}, "spec.workers.template.spec.containers must name at least one container"),
+        ({"spec": {"containers": [{"image": "x"}]}}, "every container needs a name"),
+        ({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}, "container names must be unique"),
+    ],
+    ids=["no-containers", "unnamed", "duplicate"],
+)
+def test_invalid_templates_name_the_field(tmpl: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidTemplate, match=message):
+        validate(job(workers={"replicas": 1, "template": tmpl}))
