@@ -1,0 +1,116 @@
+"""The one place that changes a TrainingJob's conditions, with Kubernetes semantics.
+
+- Setting a condition to the type/status/reason/message it already has is a no-op.
+- lastTransitionTime moves only when the status flips; a new reason or message alone keeps it.
+- Succeeded and Failed are terminal and sticky: once either is True nothing changes any more.
+- Running and Restarting exclude each other; a terminal condition turns both False.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from .api import Condition, ConditionType
+
+TERMINAL = (ConditionType.SUCCEEDED, ConditionType.FAILED)
+
+
+class Reason(StrEnum):
+    """Every reason the operator writes (CamelCase, as Kubernetes reasons are)."""
+
+    CREATED = "JobCreated"
+    RUNNING = "JobRunning"
+    PENDING = "PodsPending"
+    RESTARTING = "RankRestarting"
+    SUCCEEDED = "JobSucceeded"
+    FAILED = "RankFailed"
+    BACKOFF_LIMIT = "BackoffLimitExceeded"
+    INVALID_SPEC = "InvalidSpec"
+    SUSPENDED = "JobSuspended"
+    RESUMED = "JobResumed"
+
+
+def is_true(conditions: list[Condition], kind: ConditionType) -> bool:
+    return any(c.type == kind and c.status == "True" for c in conditions)
+
+
+def finished(conditions: list[Condition]) -> bool:
+    return any(is_true(conditions, t) for t in TERMINAL)
+
+
+def _set(conditions: list[Condition], new: Condition) -> list[Condition]:
+    out, found = [], False
+    for c in conditions:
+        if c.type != new.type:
+            out.append(c)
+            continue
+        found = True
+        if (c.status, c.reason, c.message) == (new.status, new.reason, new.message):
+            out.append(c)
+        elif c.status == new.status:
+            out.append(
+                c.model_copy(
+                    update={
+                        "reason": new.reason,
+                        "message": new.message,
+                        "observed_generation": new.observed_generation,
+                    }
+                )
+            )
+        else:
+            out.append(new)
+    if not found:
+        out.append(new)
+    return out
+
+
+def set_condition(
+    conditions: list[Condition],
+    kind: ConditionType,
+    status: bool,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int,
+) -> list[Condition]:
+    """Return the conditions with `kind` set; the input list is not modified."""
+    if finished(conditions):
+        return conditions
+    new = Condition(
+        type=kind,
+        status="True" if status else "False",
+        reason=reason,
+        message=message,
+        last_transition_time=now,
+        observed_generation=generation,
+    )
+    out = _set(conditions, new)
+    if status and kind in TERMINAL:
+        for other in (ConditionType.RUNNING, ConditionType.RESTARTING):
+            if any(c.type == other for c in out):
+                out = _set(
+                    out,
+                    Condition(
+                        type=other,
+                        status="False",
+                        reason=reason,
+                        message=message,
+                        last_transition_time=now,
+                        observed_generation=generation,
+                    ),
+                )
+    elif status and kind in (ConditionType.RUNNING, ConditionType.RESTARTING):
+        other = ConditionType.RESTARTING if kind == ConditionType.RUNNING else ConditionType.RUNNING
+        if is_true(out, other):
+            out = _set(
+                out,
+                Condition(
+                    type=other,
+                    status="False",
+                    reason=reason,
+                    message=message,
+                    last_transition_time=now,
+                    observed_generation=generation,
+                ),
+            )
+    return out
