@@ -94,7 +94,7 @@ def test_all_running_sets_running_and_ready_counts() -> None:
 
 
 def test_all_workers_succeeded_completes_and_cleans_running_parameter_servers() -> None:
-    ps = {"strategy": "parameter-server", "parameterServers": {"replicas": 1, "template": TEMPLATE}}
+    ps: dict[str, Any] = {"strategy": "parameter-server", "parameterServers": {"replicas": 1, "template": TEMPLATE}}
     pods = [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, "Succeeded"), pod(Role.PS, 0, "Running")]
     p = plan(job(**ps), pods, True, NOW)
     assert p.status.phase == "Succeeded" and conds(p)["Succeeded"] == "True"
