@@ -11,11 +11,13 @@ FAKE_NODES ?=
 export RINGLEADER_CACHE := $(CACHE)
 export RINGLEADER_DEV_DIR := $(DEV_DIR)
 
+.PHONY: operator-up operator-down
 .PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench clean-cache
 
 help:
 	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler and the process node"
 	@echo "make dev-cluster-down            stop all of it and remove .dev/"
+	@echo "make operator-up / operator-down install the CRD and run the operator against the dev cluster"
 	@echo "make test                        lint, unit tests, integration tests on the dev cluster"
 	@echo "make lint                        ruff and mypy"
 	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
@@ -47,6 +49,12 @@ dev-cluster: venv binaries
 
 dev-cluster-down: venv
 	@$(PY) -m ringleader_devcluster down
+
+operator-up: dev-cluster
+	@$(PY) -m ringleader_devcluster operator-up
+
+operator-down: venv
+	@$(PY) -m ringleader_devcluster operator-down
 
 dev-cluster-status: venv
 	@$(PY) -m ringleader_devcluster status

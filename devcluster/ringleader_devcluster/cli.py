@@ -26,12 +26,18 @@ def main(argv: list[str] | None = None) -> None:
     u.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
     sub.add_parser("down", help="stop everything the dev cluster started and remove its state")
     sub.add_parser("status", help="say what runs")
+    sub.add_parser("operator-up", help="install the CRD and run the operator from this checkout")
+    sub.add_parser("operator-down", help="stop the operator started by operator-up")
     args = p.parse_args(argv)
     try:
         if args.command == "up":
             cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build)
         elif args.command == "down":
             cluster.down()
+        elif args.command == "operator-up":
+            cluster.operator_up()
+        elif args.command == "operator-down":
+            cluster.operator_down()
         else:
             sys.exit(cluster.status())
     except cluster.ClusterError as e:

@@ -214,11 +214,7 @@ def start_control_plane(layout: Layout) -> None:
 
 
 def node_pid(layout: Layout) -> int | None:
-    try:
-        pid = int(layout.node_pidfile.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return pid if _alive(pid) else None
+    return _pid_from(layout.node_pidfile)
 
 
 def start_node(layout: Layout, gpus: int, nodes: int) -> None:
@@ -354,6 +350,7 @@ def _component_pids(layout: Layout) -> list[int]:
 def down() -> None:
     t0 = time.monotonic()
     layout = Layout.from_env()
+    operator_down()
     pid = node_pid(layout)
     if pid:
         say("stopping the process node and its pods")
@@ -375,6 +372,73 @@ def down() -> None:
             _stop_pid(pid, timeout=20)
     shutil.rmtree(layout.state, ignore_errors=True)
     say("down", t0)
+
+
+OPERATOR_METRICS_PORT = 18080
+OPERATOR_HEALTH_PORT = 18081
+
+
+def operator_up() -> None:
+    """Install the CRD and run the operator from this checkout against the dev cluster, in the background
+    (log: .dev/operator/operator.log). Idempotent."""
+    layout = Layout.from_env()
+    if not api_ready(layout):
+        raise ClusterError("the dev cluster is not running: run 'make dev-cluster' first")
+    kubectl(layout, "apply", "-f", str(DEVCLUSTER_DIR.parent / "crds" / "trainingjob.yaml"))
+    kubectl(
+        layout, "wait", "--for=condition=Established", "crd/trainingjobs.ringleader.dev", "--timeout=30s", timeout=40
+    )
+    pidfile = layout.operator_dir / "operator.pid"
+    if _pid_from(pidfile):
+        say("operator already running")
+        return
+    for port in (OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT):
+        if not port_free(port, "0.0.0.0"):
+            raise ClusterError(f"port {port} (operator metrics/health) is busy: stop what listens there")
+    layout.operator_dir.mkdir(parents=True, exist_ok=True)
+    log = layout.operator_dir / "operator.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "ringleader_operator",
+        "--metrics-port",
+        str(OPERATOR_METRICS_PORT),
+        "--health-port",
+        str(OPERATOR_HEALTH_PORT),
+    ]
+    env = {**os.environ, "KUBECONFIG": str(layout.kubeconfig)}
+    with log.open("ab") as logf:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, start_new_session=True
+        )
+    pidfile.write_text(str(proc.pid))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not _alive(proc.pid):
+            tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+            raise ClusterError(f"the operator exited: {tail[0] if tail else 'no log'} (log: {log})")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", OPERATOR_HEALTH_PORT), timeout=1):
+            say(f"operator running (pid {proc.pid}, log {log})")
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"the operator did not become healthy in 30s (log: {log})")
+
+
+def operator_down() -> None:
+    layout = Layout.from_env()
+    pid = _pid_from(layout.operator_dir / "operator.pid")
+    if pid:
+        _stop_pid(pid, timeout=20)
+        say("operator stopped")
+    (layout.operator_dir / "operator.pid").unlink(missing_ok=True)
+
+
+def _pid_from(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _alive(pid) else None
 
 
 def status() -> int:

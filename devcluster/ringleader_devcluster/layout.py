@@ -82,3 +82,7 @@ class Layout:
     @property
     def node_log(self) -> Path:
         return self.node_dir / "agent.log"
+
+    @property
+    def operator_dir(self) -> Path:
+        return self.state / "operator"

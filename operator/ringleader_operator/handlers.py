@@ -1,0 +1,68 @@
+"""kopf wiring: every trigger (job created/updated/resumed, a job's pod changed, a periodic timer) runs the
+same level-based reconcile for the job concerned. Nothing else happens here."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from .api import GROUP, PLURAL, VERSION
+from .builders import LABEL_JOB
+from .kube import ApiUnavailable, Kube, load_config
+from .reconciler import Reconciler
+
+RESYNC_SECONDS = 15.0  # the timer heals whatever a missed event left behind
+RETRY_DELAY = 5.0
+
+
+def _emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+    kopf.event(kopf.Body(cast(kopf.RawBody, obj)), type=kind, reason=reason, message=message)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # kopf keeps its own bookkeeping in annotations, never in our status.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ringleader.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="ringleader.dev")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+    memo.reconciler = Reconciler(Kube(await load_config()), _emit)
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str | None) -> None:
+    if not namespace or not name:
+        return
+    reconciler: Reconciler = memo.reconciler
+    try:
+        await reconciler.trigger(namespace, name)
+    except ApiUnavailable as e:
+        raise kopf.TemporaryError(str(e), delay=RETRY_DELAY) from e
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+    await _reconcile(memo, namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+    await _reconcile(memo, namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})
+async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    with contextlib.suppress(kopf.TemporaryError):  # event handlers are not retried; the timer heals
+        await _reconcile(memo, namespace, labels.get(LABEL_JOB))

@@ -1,0 +1,157 @@
+"""The thin Kubernetes I/O layer of the operator (kubernetes_asyncio). No decisions are made here.
+
+Creates are idempotent (409 Conflict counts as success) and run concurrently with a bound; every call has a
+timeout. Low-level failures are wrapped in domain errors: `RejectedObject` when the API server refuses an
+object as invalid (the job's spec is at fault), `ApiUnavailable` for everything that is worth retrying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client import ApiException
+
+from .api import GROUP, PLURAL, VERSION
+from .builders import LABEL_JOB
+
+API_TIMEOUT = 15  # seconds, every request
+CREATE_CONCURRENCY = 32
+
+
+class ApiUnavailable(Exception):
+    """A request failed in a way worth retrying (network, 5xx, 429, timeouts)."""
+
+
+class RejectedObject(Exception):
+    """The API server refused an object as invalid or forbidden; retrying the same object cannot help."""
+
+
+def _message(e: ApiException) -> str:
+    try:
+        return str(json.loads(e.body).get("message") or e.reason)
+    except (TypeError, ValueError):
+        return str(e.reason)
+
+
+async def load_config() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def _wrap(self, e: Exception, what: str) -> Exception:
+        if isinstance(e, ApiException) and e.status in (400, 403, 422):
+            return RejectedObject(f"{what}: {_message(e)}")
+        if isinstance(e, ApiException):
+            return ApiUnavailable(f"{what}: {e.status} {_message(e)}")
+        return ApiUnavailable(f"{what}: {e}")
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = await self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise self._wrap(e, f"reading TrainingJob {namespace}/{name}") from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, f"reading TrainingJob {namespace}/{name}") from e
+        return dict(obj)
+
+    async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        try:
+            pods = await self.core.list_namespaced_pod(
+                namespace, label_selector=f"{LABEL_JOB}={job}", _request_timeout=API_TIMEOUT
+            )
+        except (ApiException, OSError, TimeoutError) as e:
+            raise self._wrap(e, f"listing pods of {namespace}/{job}") from e
+        return [self.api.sanitize_for_serialization(p) for p in pods.items]
+
+    async def service_exists(self, namespace: str, name: str) -> bool:
+        try:
+            await self.core.read_namespaced_service(name, namespace, _request_timeout=API_TIMEOUT)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise self._wrap(e, f"reading service {namespace}/{name}") from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, f"reading service {namespace}/{name}") from e
+        return True
+
+    async def create_service(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        try:
+            await self.core.create_namespaced_service(meta["namespace"], body, _request_timeout=API_TIMEOUT)
+        except ApiException as e:
+            if e.status != 409:
+                raise self._wrap(e, f"creating service {meta['name']}") from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, f"creating service {meta['name']}") from e
+
+    async def create_pods(self, pods: list[dict[str, Any]]) -> int:
+        """Create all pods concurrently (bounded). Returns how many were new. Raises the first failure after
+        every create has been attempted, RejectedObject before ApiUnavailable."""
+        sem = asyncio.Semaphore(CREATE_CONCURRENCY)
+        errors: list[Exception] = []
+        created = 0
+
+        async def one(pod: dict[str, Any]) -> None:
+            nonlocal created
+            meta = pod["metadata"]
+            async with sem:
+                try:
+                    await self.core.create_namespaced_pod(meta["namespace"], pod, _request_timeout=API_TIMEOUT)
+                    created += 1
+                except ApiException as e:
+                    if e.status != 409:
+                        errors.append(self._wrap(e, f"creating pod {meta['name']}"))
+                except (OSError, TimeoutError) as e:
+                    errors.append(self._wrap(e, f"creating pod {meta['name']}"))
+
+        await asyncio.gather(*(one(p) for p in pods))
+        if errors:
+            raise next((e for e in errors if isinstance(e, RejectedObject)), errors[0])
+        return created
+
+    async def delete_pods(self, namespace: str, names: list[str]) -> None:
+        async def one(name: str) -> None:
+            try:
+                await self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
+            except ApiException as e:
+                if e.status != 404:
+                    raise self._wrap(e, f"deleting pod {name}") from e
+            except (OSError, TimeoutError) as e:
+                raise self._wrap(e, f"deleting pod {name}") from e
+
+        await asyncio.gather(*(one(n) for n in names))
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        try:
+            await self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": status},
+                _request_timeout=API_TIMEOUT,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise self._wrap(e, f"updating status of {namespace}/{name}") from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, f"updating status of {namespace}/{name}") from e

@@ -1,0 +1,15 @@
+"""The operator's own Prometheus metrics (served by `main.py` on --metrics-port)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PODS_CREATED = Counter("ringleader_pods_created_total", "Pods the operator created.")
+RESTARTS = Counter("ringleader_rank_restarts_total", "Ranks restarted after a failure.")
+RECONCILE_SECONDS = Histogram(
+    "ringleader_reconcile_duration_seconds",
+    "Duration of one reconcile round of one job.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+JOBS = Gauge("ringleader_jobs", "TrainingJobs by phase, as last seen.", ["phase"])
+KNOWN_PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")

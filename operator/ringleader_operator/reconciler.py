@@ -1,0 +1,152 @@
+"""Apply one reconcile round for a job: read what exists, plan (pure), write what changed.
+
+Rounds for the same job never overlap: triggers that arrive during a round (pod events, the timer, spec
+updates) collapse into one more round after it, so a burst of 64 pod events costs two rounds, not 64.
+Order of writes: status first (it records restart counts before a failed pod is deleted), then the
+Service, deletions and creations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import metrics
+from .api import ConditionType, TrainingJob, TrainingJobStatus
+from .builders import build_service
+from .conditions import Reason, set_condition
+from .kube import Kube, RejectedObject
+from .reconcile import plan
+
+log = logging.getLogger("ringleader.reconciler")
+
+EventSink = Callable[[dict[str, Any], str, str, str], None]
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_json(status: TrainingJobStatus) -> dict[str, Any]:
+    return status.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _invalid_status(obj: dict[str, Any], message: str) -> dict[str, Any]:
+    """Status of a job whose spec cannot even be parsed: Failed/InvalidSpec, nothing created."""
+    old = obj.get("status") or {}
+    try:
+        status = TrainingJobStatus.model_validate(old)
+    except ValidationError:
+        status = TrainingJobStatus()
+    gen = int((obj.get("metadata") or {}).get("generation", 0))
+    status.conditions = set_condition(
+        status.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, utcnow(), gen
+    )
+    status.phase = "Failed"
+    return status_json(status)
+
+
+@dataclass
+class _Slot:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    again: bool = False
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, emit: EventSink) -> None:
+        self.kube = kube
+        self.emit = emit
+        self.slots: dict[tuple[str, str], _Slot] = {}
+        self.phases: dict[tuple[str, str], str] = {}
+
+    def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
+        """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
+        if phase is None:
+            self.phases.pop(key, None)
+        else:
+            self.phases[key] = phase or "Pending"
+        for name in {*self.phases.values(), *metrics.KNOWN_PHASES}:
+            metrics.JOBS.labels(phase=name).set(sum(p == name for p in self.phases.values()))
+
+    async def trigger(self, namespace: str, name: str) -> None:
+        """Reconcile the job now, or once more after the round that is running."""
+        slot = self.slots.setdefault((namespace, name), _Slot())
+        if slot.lock.locked():
+            slot.again = True
+            return
+        async with slot.lock:
+            while True:
+                slot.again = False
+                await self.round(namespace, name)
+                if not slot.again:
+                    break
+        if not slot.again:
+            self.slots.pop((namespace, name), None)
+
+    async def round(self, namespace: str, name: str) -> None:
+        started = time.monotonic()
+        try:
+            await self._round(namespace, name)
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    async def _round(self, namespace: str, name: str) -> None:
+        obj = await self.kube.get_job(namespace, name)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self._record_phase((namespace, name), None)
+            return  # deleted: garbage collection removes what it owned
+        try:
+            job = TrainingJob.model_validate(obj)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            message = f"{where}: {first['msg']}"
+            await self.kube.patch_status(namespace, name, _invalid_status(obj, message))
+            self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
+            return
+        pods = await self.kube.list_pods(namespace, name)
+        has_service = await self.kube.service_exists(namespace, name)
+        p = plan(job, pods, has_service, utcnow())
+        self._record_phase((namespace, name), p.status.phase)
+        new_status = status_json(p.status)
+        if new_status != status_json(job.status):
+            await self.kube.patch_status(namespace, name, new_status)
+        for kind, reason, message in p.events:
+            self.emit(obj, kind, reason, message)
+        metrics.RESTARTS.inc(
+            sum(r.restarts for r in p.status.replica_statuses.values())
+            - sum(r.restarts for r in job.status.replica_statuses.values())
+        )
+        if p.create_service:
+            await self.kube.create_service(build_service(job))
+        if p.delete_pods:
+            await self.kube.delete_pods(namespace, p.delete_pods)
+        if p.create_pods:
+            try:
+                created = await self.kube.create_pods(p.create_pods)
+            except RejectedObject as e:
+                await self._reject(job, obj, str(e))
+                return
+            metrics.PODS_CREATED.inc(created)
+            if created:
+                log.info("[%s/%s] created %d pods", namespace, name, created)
+
+    async def _reject(self, job: TrainingJob, obj: dict[str, Any], message: str) -> None:
+        """The API server refused a pod built from the spec: fail the job, and leave no half-created pods."""
+        status = job.status.model_copy(deep=True)
+        gen = int(job.metadata.get("generation", 0))
+        status.conditions = set_condition(
+            status.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, utcnow(), gen
+        )
+        status.phase = "Failed"
+        await self.kube.patch_status(job.namespace, job.name, status_json(status))
+        pods = await self.kube.list_pods(job.namespace, job.name)
+        await self.kube.delete_pods(job.namespace, [p["metadata"]["name"] for p in pods])
+        self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
