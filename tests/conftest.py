@@ -38,6 +38,20 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
 
 
+@pytest.fixture(scope="session")
+def operator(kubeconfig: Path) -> None:
+    """The operator from this checkout, running against the dev cluster (started once, left running)."""
+    try:
+        cluster.operator_up()
+    except cluster.ClusterError as e:
+        pytest.fail(f"operator: {e}")
+
+
+@pytest.fixture(scope="session")
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
 @pytest.fixture
 def namespace(core: client.CoreV1Api) -> Iterator[str]:
     """A fresh namespace, deleted after the test (its pods with it)."""

@@ -1,0 +1,57 @@
+"""Builders and waits for TrainingJob integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from tests.devcluster.helpers import PROCESS_NODE_SELECTOR, wait_for
+
+GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
+
+
+def training_job(name: str, script: str, workers: int = 2, **spec: Any) -> dict[str, Any]:
+    """A TrainingJob whose ranks run `python -c script` on the process node."""
+    template = {
+        "spec": {
+            "nodeSelector": PROCESS_NODE_SELECTOR,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {"name": "trainer", "image": "ringleader/trainer:dev", "command": ["python", "-u", "-c", script]}
+            ],
+        }
+    }
+    body: dict[str, Any] = {"workers": {"replicas": workers, "template": template}, **spec}
+    if body.get("strategy") == "parameter-server":
+        body.setdefault("parameterServers", {"replicas": 2, "template": template})
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": body}
+
+
+def create(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+
+def get(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
+    return dict(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def wait_condition(
+    custom: client.CustomObjectsApi, ns: str, name: str, kind: str, timeout: float = 90
+) -> dict[str, Any]:
+    """Wait until condition `kind` is True; returns the job."""
+
+    def check() -> dict[str, Any] | None:
+        job = get(custom, ns, name)
+        c = condition(job, kind)
+        return job if c and c["status"] == "True" else None
+
+    return wait_for(f"TrainingJob {ns}/{name} condition {kind}", check, timeout)
+
+
+def pods_of(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
+    return list(core.list_namespaced_pod(ns, label_selector=f"ringleader.dev/job-name={job}").items)

@@ -1,0 +1,229 @@
+"""TrainingJobs through the operator on the dev cluster: pods, service and env per strategy, DNS, kubectl wait,
+admission and operator-level validation, restarts, garbage collection, operator restarts."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+from ringleader_devcluster import cluster
+from ringleader_devcluster.layout import Layout
+
+from tests.devcluster.helpers import logs, wait_for
+
+from .helpers import GROUP, PLURAL, VERSION, condition, create, get, pods_of, training_job, wait_condition
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+SLEEP = "import time; time.sleep(60)"
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+@pytest.mark.parametrize(
+    ("spec", "names", "env"),
+    [
+        ({}, ["s-worker-0", "s-worker-1"], {"RINGLEADER_STRATEGY": "allreduce", "WORLD_SIZE": "2"}),
+        (
+            {"strategy": "parameter-server", "parameterServer": {"mode": "asynchronous"}},
+            ["s-ps-0", "s-ps-1", "s-worker-0", "s-worker-1"],
+            {
+                "RINGLEADER_STRATEGY": "parameter-server",
+                "RINGLEADER_PS_MODE": "asynchronous",
+                "RINGLEADER_PS_ADDRS": "s-ps-0.s:29600,s-ps-1.s:29600",
+            },
+        ),
+        (
+            {"strategy": "local-sgd", "localSGD": {"period": 4}},
+            ["s-worker-0", "s-worker-1"],
+            {"RINGLEADER_STRATEGY": "local-sgd", "RINGLEADER_LOCAL_SGD_PERIOD": "4"},
+        ),
+    ],
+    ids=["allreduce", "parameter-server", "local-sgd"],
+)
+def test_each_strategy_gets_its_pods_service_and_env(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    spec: dict[str, Any],
+    names: list[str],
+    env: dict[str, str],
+) -> None:
+    create(custom, namespace, training_job("s", SLEEP, **spec))
+
+    def all_pods() -> list[Any]:
+        pods = pods_of(core, namespace, "s")
+        return pods if len(pods) == len(names) else []
+
+    assert sorted(p.metadata.name for p in wait_for("all rank pods", all_pods)) == names
+    svc = core.read_namespaced_service("s", namespace)
+    assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses
+    worker1 = core.read_namespaced_pod("s-worker-1", namespace)
+    assert (worker1.spec.hostname, worker1.spec.subdomain) == ("s-worker-1", "s")
+    assert worker1.metadata.owner_references[0].kind == "TrainingJob"
+    got = env_of(worker1)
+    assert {k: got.get(k) for k in env} == env
+    assert (got["RANK"], got["MASTER_ADDR"], got["MASTER_PORT"]) == ("1", "s-worker-0.s", "29500")
+
+
+RESOLVE = """
+import os, socket, sys, time
+n = int(os.environ["WORLD_SIZE"])
+job = os.environ["RINGLEADER_JOB_NAME"]
+names = [os.environ["MASTER_ADDR"]] + [f"{job}-worker-{i}.{job}" for i in range(n)]
+deadline = time.monotonic() + 30
+while True:
+    try:
+        print(" ".join(socket.gethostbyname(x) for x in names)); break
+    except OSError:
+        if time.monotonic() > deadline: sys.exit("names did not resolve")
+        time.sleep(0.2)
+time.sleep(5)  # like any real rank, stay up while the peers look each other up (finished pods leave DNS)
+"""
+
+
+def test_rank_dns_names_resolve_and_kubectl_wait_returns_on_succeeded(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, layout: Layout, kubeconfig: Path
+) -> None:
+    body = training_job("dns", RESOLVE, workers=3)
+    body["spec"]["workers"]["restartPolicy"] = "Never"  # a resolution failure shows at once, not as retries
+    create(custom, namespace, body)
+    res = subprocess.run(
+        [
+            str(layout.binary("kubectl")),
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "wait",
+            "--for=condition=Succeeded",
+            "tj/dns",
+            "--timeout=90s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, (res.stderr, get(custom, namespace, "dns").get("status"))
+    ips = {p.metadata.name: p.status.pod_ip for p in pods_of(core, namespace, "dns")}
+    expected = " ".join([ips["dns-worker-0"]] + [ips[f"dns-worker-{i}"] for i in range(3)])
+    for i in range(3):
+        assert logs(core, namespace, f"dns-worker-{i}", container="trainer").strip() == expected
+    job = get(custom, namespace, "dns")
+    assert job["status"]["phase"] == "Succeeded" and job["status"]["completionTime"]
+    assert job["status"]["replicaStatuses"]["worker"]["succeeded"] == 3
+    reasons = {e.reason for e in core.list_namespaced_event(namespace).items if e.involved_object.kind == "TrainingJob"}
+    assert {"JobCreated", "JobSucceeded"} <= reasons
+
+
+def test_the_api_server_rejects_an_invalid_spec_naming_the_field(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    body = training_job("bad", SLEEP, strategy="parameter-server")
+    body["spec"]["parameterServers"]["replicas"] = 0
+    with pytest.raises(ApiException) as err:
+        create(custom, namespace, body)
+    assert err.value.status == 422 and "spec.parameterServers.replicas" in err.value.body
+    body = training_job("bad", SLEEP, parameterServer={"mode": "synchronous"})
+    with pytest.raises(ApiException) as err:
+        create(custom, namespace, body)
+    assert "spec.parameterServer is only allowed when spec.strategy is parameter-server" in err.value.body
+
+
+def test_a_template_the_schema_cannot_check_fails_with_invalid_spec_and_creates_nothing(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    body = training_job("empty", SLEEP)
+    body["spec"]["workers"]["template"]["spec"]["containers"] = []
+    create(custom, namespace, body)
+    job = wait_condition(custom, namespace, "empty", "Failed")
+    failed = condition(job, "Failed")
+    assert failed is not None and failed["reason"] == "InvalidSpec"
+    assert "spec.workers.template.spec.containers" in failed["message"]
+    assert pods_of(core, namespace, "empty") == []
+
+
+def test_a_pod_the_api_server_refuses_fails_the_job_and_leaves_no_pods(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    body = training_job("refused", SLEEP, workers=3)
+    body["spec"]["workers"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Sometimes"
+    create(custom, namespace, body)
+    job = wait_condition(custom, namespace, "refused", "Failed")
+    failed = condition(job, "Failed")
+    assert failed is not None and failed["reason"] == "InvalidSpec"
+    assert "imagePullPolicy" in failed["message"] and "Sometimes" in failed["message"]
+    wait_for("no pods", lambda: not pods_of(core, namespace, "refused"), timeout=30)
+
+
+def test_never_policy_failure_names_the_rank_and_exit_code(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    script = "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)"
+    body = training_job("never", script)
+    body["spec"]["workers"]["restartPolicy"] = "Never"
+    create(custom, namespace, body)
+    job = wait_condition(custom, namespace, "never", "Failed")
+    failed = condition(job, "Failed")
+    assert failed is not None and failed["reason"] == "RankFailed"
+    assert failed["message"] == "worker 1 (pod never-worker-1) failed with exit code 3"
+    # cleanPodPolicy Running (the default): the surviving rank is stopped.
+    wait_for(
+        "running rank cleaned up",
+        lambda: all(
+            p.status.phase != "Running" or p.metadata.deletion_timestamp for p in pods_of(core, namespace, "never")
+        ),
+    )
+
+
+def test_on_failure_restarts_the_failed_rank_and_the_job_succeeds(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    marker = Path("/tmp") / f"ringleader-test-{uuid.uuid4().hex}"
+    script = (
+        "import os, sys, time\n"
+        f"m = '{marker}'\n"
+        "if os.environ['RANK'] == '1' and not os.path.exists(m):\n"
+        "    open(m, 'w').close(); sys.exit(1)\n"
+        "time.sleep(2)\n"
+    )
+    create(custom, namespace, training_job("flaky", script))
+    try:
+        job = wait_condition(custom, namespace, "flaky", "Succeeded")
+    finally:
+        marker.unlink(missing_ok=True)
+    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 1
+    restarting = condition(job, "Restarting")
+    assert restarting is not None and restarting["status"] == "False"
+    assert "worker 1 (pod flaky-worker-1) failed with exit code 1" in restarting["message"] or restarting["reason"]
+
+
+def test_deleting_the_job_deletes_its_pods(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    create(custom, namespace, training_job("gc", SLEEP))
+    wait_for("pods", lambda: len(pods_of(core, namespace, "gc")) == 2)
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gc")
+    wait_for("pods garbage-collected", lambda: not pods_of(core, namespace, "gc"), timeout=60)
+
+
+def test_restarting_the_operator_mid_job_creates_no_duplicate_pod(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    create(custom, namespace, training_job("steady", "import time; time.sleep(8)", workers=4))
+    wait_condition(custom, namespace, "steady", "Running")
+    before = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "steady")}
+    cluster.operator_down()
+    cluster.operator_up()
+    job = wait_condition(custom, namespace, "steady", "Succeeded", timeout=60)
+    after = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "steady")}
+    assert after == before and len(before) == 4
+    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
