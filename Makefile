@@ -68,7 +68,7 @@ unit: venv
 	@$(PY) -m pytest tests/unit
 
 integration: dev-cluster
-	@$(PY) -m pytest tests/devcluster
+	@$(PY) -m pytest tests/devcluster tests/operator
 
 test: lint unit integration
 

@@ -13,6 +13,11 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `lifecycle` take the whole dev cluster down and up again; they run after all others."""
+    items.sort(key=lambda item: item.get_closest_marker("lifecycle") is not None)
+
+
 @pytest.fixture(scope="session")
 def layout() -> Layout:
     return Layout.from_env()

@@ -9,12 +9,15 @@ import signal
 import uuid
 from pathlib import Path
 
+import pytest
 from kubernetes import client, config
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
 from .helpers import python_pod, wait_for, wait_phase
+
+pytestmark = pytest.mark.lifecycle
 
 
 def _cmdlines() -> dict[int, bytes]:
