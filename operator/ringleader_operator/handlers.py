@@ -16,6 +16,7 @@ from .kube import ApiUnavailable, Kube, load_config
 from .reconciler import Reconciler
 
 RESYNC_SECONDS = 15.0  # the timer heals whatever a missed event left behind
+PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
 RETRY_DELAY = 5.0
 
 
@@ -60,6 +61,18 @@ async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
     await _reconcile(memo, namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=PROGRESS_SECONDS, initial_delay=PROGRESS_SECONDS)
+async def progress(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if namespace and name:
+        with contextlib.suppress(ApiUnavailable):  # the next tick tries again
+            await memo.reconciler.scrape_progress(namespace, name)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    await memo.reconciler.close()
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})

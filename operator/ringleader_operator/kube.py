@@ -80,6 +80,17 @@ class Kube:
             raise self._wrap(e, f"listing pods of {namespace}/{job}") from e
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
+    async def pod_ip(self, namespace: str, name: str) -> str | None:
+        try:
+            pod = await self.core.read_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise self._wrap(e, f"reading pod {namespace}/{name}") from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, f"reading pod {namespace}/{name}") from e
+        return str(pod.status.pod_ip) if pod.status and pod.status.pod_ip else None
+
     async def service_exists(self, namespace: str, name: str) -> bool:
         try:
             await self.core.read_namespaced_service(name, namespace, _request_timeout=API_TIMEOUT)

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 from pydantic import ValidationError
 
-from . import metrics
-from .api import ConditionType, TrainingJob, TrainingJobStatus
-from .builders import build_service
+from . import metrics, progress
+from .api import ConditionType, Role, TrainingJob, TrainingJobStatus
+from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import Kube, RejectedObject
 from .reconcile import plan
@@ -35,7 +36,9 @@ def utcnow() -> str:
 
 
 def status_json(status: TrainingJobStatus) -> dict[str, Any]:
-    return status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    """Status as a reconcile round writes it: everything but `progress`, which only the scraper writes, so
+    neither can overwrite the other's newer value with a stale copy (merge patches leave absent keys alone)."""
+    return status.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"progress"})
 
 
 def _invalid_status(obj: dict[str, Any], message: str) -> dict[str, Any]:
@@ -65,6 +68,7 @@ class Reconciler:
         self.emit = emit
         self.slots: dict[tuple[str, str], _Slot] = {}
         self.phases: dict[tuple[str, str], str] = {}
+        self.session: aiohttp.ClientSession | None = None
 
     def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
@@ -137,6 +141,39 @@ class Reconciler:
             metrics.PODS_CREATED.inc(created)
             if created:
                 log.info("[%s/%s] created %d pods", namespace, name, created)
+
+    async def scrape_progress(self, namespace: str, name: str) -> None:
+        """Copy worker 0's step, loss and throughput into status.progress while the job runs."""
+        obj = await self.kube.get_job(namespace, name)
+        if obj is None:
+            return
+        try:
+            job = TrainingJob.model_validate(obj)
+        except ValidationError:
+            return
+        if job.status.phase not in ("Running", "Restarting"):
+            return
+        ip = await self.kube.pod_ip(namespace, pod_name(name, Role.WORKER, 0))
+        if not ip:
+            return
+        if self.session is None:
+            self.session = aiohttp.ClientSession()
+        try:
+            now = await progress.scrape(self.session, ip, METRICS_PORT, utcnow())
+        except progress.ScrapeError as e:
+            log.debug("[%s/%s] no progress: %s", namespace, name, e)
+            return
+        old = job.status.progress
+        if now is None or (
+            old is not None
+            and (old.step, old.loss, old.samples_per_second) == (now.step, now.loss, now.samples_per_second)
+        ):
+            return
+        await self.kube.patch_status(namespace, name, {"progress": now.model_dump(by_alias=True, mode="json")})
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
 
     async def _reject(self, job: TrainingJob, obj: dict[str, Any], message: str) -> None:
         """The API server refused a pod built from the spec: fail the job, and leave no half-created pods."""

@@ -227,3 +227,54 @@ def test_restarting_the_operator_mid_job_creates_no_duplicate_pod(
     after = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "steady")}
     assert after == before and len(before) == 4
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
+
+
+FAKE_TRAINER = """
+import os, time
+from prometheus_client import Gauge, start_http_server
+step = Gauge("ringleader_trainer_step", "steps")
+loss = Gauge("ringleader_trainer_loss", "loss")
+sps = Gauge("ringleader_trainer_samples_per_second", "throughput")
+if os.environ["RANK"] == "0":
+    start_http_server(int(os.environ["RINGLEADER_METRICS_PORT"]))
+for i in range(1, 31):
+    step.set(i * 10); loss.set(2.0 / i); sps.set(100.0 + i)
+    time.sleep(0.5)
+"""
+
+
+def test_status_progress_follows_rank_zero_metrics(
+    custom: client.CustomObjectsApi, namespace: str, layout: Layout, kubeconfig: Path
+) -> None:
+    create(custom, namespace, training_job("prog", FAKE_TRAINER))
+    steps: list[int] = []
+
+    def two_steps() -> bool:
+        progress = get(custom, namespace, "prog").get("status", {}).get("progress")
+        if progress and (not steps or progress["step"] != steps[-1]):
+            steps.append(progress["step"])
+        return len(steps) >= 2
+
+    wait_for("status.progress.step to move", two_steps, timeout=40)
+    assert steps[1] > steps[0] > 0
+    job = get(custom, namespace, "prog")
+    assert 0 < job["status"]["progress"]["loss"] <= 2.0 and job["status"]["progress"]["samplesPerSecond"] > 100
+    row = subprocess.run(
+        [
+            str(layout.binary("kubectl")),
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "get",
+            "tj",
+            "prog",
+            "--no-headers",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split()
+    assert row[1] == "allreduce" and row[3] == "Running" and int(row[4]) >= steps[1]
+    wait_condition(custom, namespace, "prog", "Succeeded", timeout=60)
