@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, Layout, read_versions
-from .node.network import Bridge, sweep_sandboxes
+from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
 
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
 KUBELET_PORT = 10250
 NODE_NAME = "process-node"
 FAKE_NODE_TAINT = "kwok.x-k8s.io/node=fake"
+FAKE_POD_NETWORK = "198.19.0.0/16"  # the other half of RFC 2544's benchmarking range
 READY_TIMEOUT = 90.0
 
 
@@ -275,9 +276,23 @@ def wait_nodes_ready(layout: Layout, names: list[str], t0: float) -> None:
 
 
 def scale_fake_nodes(layout: Layout, count: int) -> None:
+    """kwok fake nodes. Their pods get addresses from FAKE_POD_NETWORK, which is blackholed on this machine:
+    nothing runs behind them, and traffic to them (a metrics scrape, say) must never leave the host."""
     say(f"scaling kwok fake nodes to {count}")
+    _run(["ip", "route", "replace", "blackhole", FAKE_POD_NETWORK], timeout=15)
+    first_cidr = FAKE_POD_NETWORK.replace("/16", "/24")
     _run(
-        [str(layout.binary("kwokctl")), "scale", "node", "--name", CLUSTER_NAME, "--replicas", str(count)],
+        [
+            str(layout.binary("kwokctl")),
+            "scale",
+            "node",
+            "--name",
+            CLUSTER_NAME,
+            "--replicas",
+            str(count),
+            "--param",
+            f'.podCIDR="{first_cidr}"',
+        ],
         env=_kwok_env(layout),
         timeout=300,
     )
@@ -336,6 +351,8 @@ def _stop_pid(pid: int, timeout: float) -> None:
 async def _sweep_network() -> None:
     await sweep_sandboxes()
     await Bridge().remove()
+    with contextlib.suppress(NetworkError):
+        await run_ip("route", "del", "blackhole", FAKE_POD_NETWORK)
 
 
 def _component_pids(layout: Layout) -> list[int]:

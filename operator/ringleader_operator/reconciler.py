@@ -174,6 +174,7 @@ class Reconciler:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+        await self.kube.api.close()
 
     async def _reject(self, job: TrainingJob, obj: dict[str, Any], message: str) -> None:
         """The API server refused a pod built from the spec: fail the job, and leave no half-created pods."""
