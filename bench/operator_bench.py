@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
-
-from bench.devcluster_bench import machine, summary
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import REPO_ROOT, Layout
+
+from bench.devcluster_bench import machine, summary
 
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 GOALS = {"job64_all_pods_s": 2.0, "burst_all_pods_s": 60.0, "operator_rss_mb": 250.0}
@@ -37,8 +37,12 @@ FAKE = {
 
 
 def job(name: str, workers: int) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
-            "spec": {"workers": {"replicas": workers, "template": {"spec": FAKE}}}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"workers": {"replicas": workers, "template": {"spec": FAKE}}},
+    }
 
 
 class PodCounter:
@@ -86,6 +90,21 @@ def new_namespace(core: client.CoreV1Api) -> str:
     return ns
 
 
+def delete_namespace(core: client.CoreV1Api, ns: str, timeout: float = 300) -> None:
+    """Delete and wait until it is gone, so one repetition's teardown does not load the next one."""
+    core.delete_namespace(ns)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespace(ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        time.sleep(0.5)
+    raise SystemExit(f"bench: namespace {ns} still there after {timeout:.0f}s")
+
+
 def one_big_job(core: client.CoreV1Api, custom: client.CustomObjectsApi, workers: int) -> float:
     ns = new_namespace(core)
     counter = PodCounter(core, ns)
@@ -103,7 +122,7 @@ def one_big_job(core: client.CoreV1Api, custom: client.CustomObjectsApi, workers
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-    core.delete_namespace(ns)
+    delete_namespace(core, ns)
     if done is None:
         raise SystemExit(f"bench: only {len(counter.names)} of {workers} pods appeared")
     return done - t0
@@ -116,11 +135,15 @@ def burst(core: client.CoreV1Api, custom: client.CustomObjectsApi, jobs: int) ->
     counter.start([total])
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
-                                                                       job(f"j{i}", 4)), range(jobs)))
+        list(
+            pool.map(
+                lambda i: custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(f"j{i}", 4)),
+                range(jobs),
+            )
+        )
     counter.wait(300)
     done = counter.reached.get(total)
-    core.delete_namespace(ns)
+    delete_namespace(core, ns)
     if done is None:
         raise SystemExit(f"bench: only {len(counter.names)} of {total} pods appeared")
     return done - t0
@@ -134,6 +157,12 @@ def proc_stats(pid: int) -> dict[str, float]:
     return {"peak_rss_mb": hwm / 1024, "cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks}
 
 
+def fresh_operator(layout: Layout) -> int:
+    cluster.operator_down()
+    cluster.operator_up()
+    return int((layout.operator_dir / "operator.pid").read_text())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=3)
@@ -143,12 +172,10 @@ def main() -> None:
     args = p.parse_args()
     layout = Layout.from_env()
     cluster.scale_fake_nodes(layout, args.fake_nodes)
-    cluster.operator_down()  # a fresh operator, so its peak RSS belongs to this run
-    cluster.operator_up()
-    pid = int((layout.operator_dir / "operator.pid").read_text())
     api = config.new_client_from_config(config_file=str(layout.kubeconfig))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
 
+    fresh_operator(layout)
     big = []
     for i in range(args.reps):
         t = one_big_job(core, custom, args.workers)
@@ -156,13 +183,22 @@ def main() -> None:
         big.append(t)
     bursts = []
     for i in range(args.reps):
+        pid = fresh_operator(layout)  # its peak RSS then belongs to this burst alone
         before = proc_stats(pid)["cpu_seconds"]
         t = burst(core, custom, args.jobs)
         stats = proc_stats(pid)
-        bursts.append({"seconds": t, "operator_cpu_seconds": stats["cpu_seconds"] - before,
-                       "operator_peak_rss_mb": stats["peak_rss_mb"]})
-        print(f"[bench] {args.jobs} jobs x 4 workers, all pods exist after {t:.2f}s; operator peak RSS "
-              f"{stats['peak_rss_mb']:.0f} MB ({i + 1}/{args.reps})", flush=True)
+        bursts.append(
+            {
+                "seconds": t,
+                "operator_cpu_seconds": stats["cpu_seconds"] - before,
+                "operator_peak_rss_mb": stats["peak_rss_mb"],
+            }
+        )
+        print(
+            f"[bench] {args.jobs} jobs x 4 workers, all pods exist after {t:.2f}s; operator peak RSS "
+            f"{stats['peak_rss_mb']:.0f} MB ({i + 1}/{args.reps})",
+            flush=True,
+        )
     cluster.scale_fake_nodes(layout, 0)
 
     result: dict[str, Any] = {
@@ -170,17 +206,25 @@ def main() -> None:
         "machine": machine(),
         "goals": GOALS,
         "job64_all_pods_s": {"summary": summary(big), "runs": big, "workers": args.workers},
-        "burst": {"jobs": args.jobs, "workers_per_job": 4, "runs": bursts,
-                  "summary_s": summary([b["seconds"] for b in bursts]),
-                  "operator_peak_rss_mb": max(b["operator_peak_rss_mb"] for b in bursts)},
+        "burst": {
+            "jobs": args.jobs,
+            "workers_per_job": 4,
+            "runs": bursts,
+            "summary_s": summary([b["seconds"] for b in bursts]),
+            "operator_peak_rss_mb": max(b["operator_peak_rss_mb"] for b in bursts),
+        },
     }
     out = REPO_ROOT / "bench" / "results" / "operator.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{args.workers}-worker job -> all pods: median {statistics.median(big):.2f}s "
-          f"(goal <= {GOALS['job64_all_pods_s']:.0f}s)")
-    print(f"{args.jobs} x 4-worker jobs -> all pods: median {statistics.median(b['seconds'] for b in bursts):.1f}s "
-          f"(goal <= {GOALS['burst_all_pods_s']:.0f}s); operator peak RSS "
-          f"{result['burst']['operator_peak_rss_mb']:.0f} MB (goal <= {GOALS['operator_rss_mb']:.0f} MB)")
+    print(
+        f"{args.workers}-worker job -> all pods: median {statistics.median(big):.2f}s "
+        f"(goal <= {GOALS['job64_all_pods_s']:.0f}s)"
+    )
+    print(
+        f"{args.jobs} x 4-worker jobs -> all pods: median {statistics.median(b['seconds'] for b in bursts):.1f}s "
+        f"(goal <= {GOALS['burst_all_pods_s']:.0f}s); operator peak RSS "
+        f"{result['burst']['operator_peak_rss_mb']:.0f} MB (goal <= {GOALS['operator_rss_mb']:.0f} MB)"
+    )
     print(f"written to {out.relative_to(REPO_ROOT)}")
 
 

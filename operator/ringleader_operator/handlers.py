@@ -15,7 +15,7 @@ from .builders import LABEL_JOB
 from .kube import ApiUnavailable, Kube, load_config
 from .reconciler import Reconciler
 
-RESYNC_SECONDS = 15.0  # the timer heals whatever a missed event left behind
+RESYNC_SECONDS = 30.0  # the timer heals whatever a missed event left behind
 PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
 RETRY_DELAY = 5.0
 
@@ -63,11 +63,18 @@ async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **_: 
     await _reconcile(memo, namespace, name)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=PROGRESS_SECONDS, initial_delay=PROGRESS_SECONDS)
-async def progress(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+def _running(status: Mapping[str, Any], **_: Any) -> bool:
+    return status.get("phase") in ("Running", "Restarting")
+
+
+# Only jobs that run have a timer at all: kopf starts and stops it as the phase changes.
+@kopf.timer(GROUP, VERSION, PLURAL, interval=PROGRESS_SECONDS, initial_delay=PROGRESS_SECONDS, when=_running)
+async def progress(
+    namespace: str | None, name: str | None, status: Mapping[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
     if namespace and name:
         with contextlib.suppress(ApiUnavailable):  # the next tick tries again
-            await memo.reconciler.scrape_progress(namespace, name)
+            await memo.reconciler.scrape_progress(namespace, name, status.get("progress"))
 
 
 @kopf.on.cleanup()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +20,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from . import metrics, progress
-from .api import ConditionType, Role, TrainingJob, TrainingJobStatus
+from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import Kube, RejectedObject
@@ -142,17 +142,9 @@ class Reconciler:
             if created:
                 log.info("[%s/%s] created %d pods", namespace, name, created)
 
-    async def scrape_progress(self, namespace: str, name: str) -> None:
-        """Copy worker 0's step, loss and throughput into status.progress while the job runs."""
-        obj = await self.kube.get_job(namespace, name)
-        if obj is None:
-            return
-        try:
-            job = TrainingJob.model_validate(obj)
-        except ValidationError:
-            return
-        if job.status.phase not in ("Running", "Restarting"):
-            return
+    async def scrape_progress(self, namespace: str, name: str, last: Mapping[str, Any] | None) -> None:
+        """Copy worker 0's step, loss and throughput into status.progress (called while the job runs;
+        `last` is the progress the job shows now)."""
         ip = await self.kube.pod_ip(namespace, pod_name(name, Role.WORKER, 0))
         if not ip:
             return
@@ -163,7 +155,7 @@ class Reconciler:
         except progress.ScrapeError as e:
             log.debug("[%s/%s] no progress: %s", namespace, name, e)
             return
-        old = job.status.progress
+        old = Progress.model_validate(last) if last else None
         if now is None or (
             old is not None
             and (old.step, old.loss, old.samples_per_second) == (now.step, now.loss, now.samples_per_second)
