@@ -24,7 +24,7 @@ help:
 	@echo "make bench                       dev-cluster start time and pod start latency (bench/results/)"
 
 # The venv is rebuilt only when the requirements or the package metadata change.
-VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml operator/pyproject.toml | sha256sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml operator/pyproject.toml trainer-image/pyproject.toml | sha256sum | cut -c1-12)
 venv: $(VENV_STAMP)
 $(VENV_STAMP):
 	@bash devcluster/check-system.sh
@@ -33,6 +33,7 @@ $(VENV_STAMP):
 	@$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements/dev.txt
 	@$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e devcluster
 	@$(VENV)/bin/pip install --disable-pip-version-check -q -e operator
+	@$(VENV)/bin/pip install --disable-pip-version-check -q -e trainer-image
 	@touch $@
 
 # The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.
@@ -60,8 +61,8 @@ dev-cluster-status: venv
 	@$(PY) -m ringleader_devcluster status
 
 lint: venv
-	@$(VENV)/bin/ruff check devcluster operator tests bench
-	@$(VENV)/bin/ruff format --check devcluster operator tests bench
+	@$(VENV)/bin/ruff check devcluster operator trainer-image tests bench
+	@$(VENV)/bin/ruff format --check devcluster operator trainer-image tests bench
 	@$(VENV)/bin/mypy
 
 unit: venv

@@ -1,0 +1,91 @@
+"""The operator writes exactly what the trainer reads, the trainer understands it, and the docs list it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ringleader_operator.api import Role, TrainingJob
+from ringleader_operator.builders import desired_ranks, rank_env
+from ringleader_trainer.env import READS, EnvError, from_env
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "env-contract.md"
+TEMPLATE = {"spec": {"containers": [{"name": "trainer", "command": ["python", "train.py"]}]}}
+
+
+def job(**spec: Any) -> TrainingJob:
+    return TrainingJob.model_validate(
+        {
+            "metadata": {"name": "mnist", "namespace": "ml"},
+            "spec": {"workers": {"replicas": 3, "template": TEMPLATE}, **spec},
+        }
+    )
+
+
+PS = {
+    "strategy": "parameter-server",
+    "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2},
+    "parameterServers": {"replicas": 2, "template": TEMPLATE},
+}
+JOBS = {
+    "allreduce": job(checkpoint={"claimName": "ckpt"}),
+    "parameter-server": job(**PS),
+    "local-sgd": job(strategy="local-sgd", localSGD={"period": 4}),
+}
+RANKS = [(name, role, i) for name, j in JOBS.items() for role, i in desired_ranks(j)]
+
+
+@pytest.mark.parametrize(("name", "role", "index"), RANKS, ids=[f"{n}-{r.value}-{i}" for n, r, i in RANKS])
+def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Role, index: int) -> None:
+    j = JOBS[name]
+    env = from_env(rank_env(j, role, index))
+    assert (env.role, env.index, env.strategy, env.job, env.namespace) == (role.value, index, name, "mnist", "ml")
+    assert env.master_addr == "mnist-worker-0.mnist" and env.master_port == 29500
+    if role == Role.WORKER:
+        assert (env.rank, env.world_size, env.global_rank) == (index, 3, index)
+    else:
+        assert env.rank is None and env.global_rank == 3 + index
+    if name == "parameter-server":
+        assert env.ps_addrs == ("mnist-ps-0.mnist:29600", "mnist-ps-1.mnist:29600")
+        assert (env.ps_mode, env.ps_max_staleness) == ("bounded-staleness", 2)
+    if name == "local-sgd":
+        assert env.local_sgd_period == 4
+    if name == "allreduce":
+        assert (env.checkpoint_dir, env.checkpoint_interval, env.checkpoint_keep) == ("/checkpoints", 100, 3)
+
+
+def test_the_operator_writes_exactly_what_the_trainer_reads() -> None:
+    written = {key for name, role, i in RANKS for key in rank_env(JOBS[name], role, i)}
+    assert written == READS
+
+
+def test_the_docs_list_exactly_the_contract() -> None:
+    rows = re.findall(r"^\| `([A-Z_]+)` \|", DOC.read_text(), flags=re.MULTILINE)
+    assert set(rows) == READS and len(rows) == len(READS)
+
+
+GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"RANK": "3"}, "RANK=3 must be less than WORLD_SIZE=3"),
+        ({"RANK": "x"}, "RANK='x' is not an integer"),
+        ({"RINGLEADER_PS_ADDRS": "mnist-ps-0.mnist:29600"}, "RINGLEADER_PS_ADDRS lists 1 addresses"),
+        ({"RINGLEADER_STRATEGY": "gossip"}, "RINGLEADER_STRATEGY='gossip' is not one of"),
+        ({"RINGLEADER_INDEX": "7"}, "RINGLEADER_INDEX=7 is out of range"),
+        ({"MASTER_ADDR": ""}, "MASTER_ADDR is not set"),
+        ({"RINGLEADER_PS_MAX_STALENESS": None}, "RINGLEADER_PS_MAX_STALENESS is not set"),
+        ({"RINGLEADER_GLOBAL_WORLD_SIZE": "4"}, "RINGLEADER_GLOBAL_WORLD_SIZE=4 is not"),
+    ],
+    ids=["rank-too-big", "rank-not-int", "ps-addrs", "strategy", "index", "master", "staleness", "world"],
+)
+def test_bad_environments_fail_with_one_line_naming_the_variable(change: dict[str, str | None], names: str) -> None:
+    merged: dict[str, str | None] = {**GOOD, **change}
+    env = {k: v for k, v in merged.items() if v is not None}
+    with pytest.raises(EnvError) as err:
+        from_env(env)
+    assert names in str(err.value) and "\n" not in str(err.value)

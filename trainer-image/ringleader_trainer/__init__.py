@@ -1,0 +1,1 @@
+"""Ringleader's trainer: runs inside the pods the operator creates."""
