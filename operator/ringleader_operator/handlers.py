@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -30,6 +31,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ringleader.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="ringleader.dev")
     settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "ringleader-operator"
+    settings.posting.reporting_instance = socket.gethostname()
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
