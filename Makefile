@@ -10,6 +10,9 @@ PY := $(VENV)/bin/python
 FAKE_NODES ?=
 export RINGLEADER_CACHE := $(CACHE)
 export RINGLEADER_DEV_DIR := $(DEV_DIR)
+# The venv (shared by every checkout on the machine) holds third-party packages only; this checkout's own
+# packages come from here, so each clone runs and tests its own code.
+export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/operator:$(CURDIR)/trainer-image
 
 .PHONY: operator-up operator-down
 .PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench clean-cache
@@ -24,16 +27,13 @@ help:
 	@echo "make bench                       dev-cluster start time and pod start latency (bench/results/)"
 
 # The venv is rebuilt only when the requirements or the package metadata change.
-VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/dev.txt devcluster/pyproject.toml operator/pyproject.toml trainer-image/pyproject.toml | sha256sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.stamp-$(shell sha256sum < requirements/dev.txt | cut -c1-12)
 venv: $(VENV_STAMP)
 $(VENV_STAMP):
 	@bash devcluster/check-system.sh
 	@echo "[venv] creating $(VENV)"
 	@rm -rf $(VENV) && python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements/dev.txt
-	@$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e devcluster
-	@$(VENV)/bin/pip install --disable-pip-version-check -q -e operator
-	@$(VENV)/bin/pip install --disable-pip-version-check -q -e trainer-image
 	@touch $@
 
 # The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.

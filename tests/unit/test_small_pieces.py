@@ -107,3 +107,22 @@ def test_wrapper_modules_pin_the_versions_in_versions_env() -> None:
     staging = v["KUBE_VERSION"].replace("v1.", "v0.")
     assert f"k8s.io/client-go => k8s.io/client-go {staging}" in kube_mod
     assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in etcd_mod
+
+
+def test_dev_requirements_pin_the_packages_runtime_dependencies() -> None:
+    """The venv installs requirements/dev.txt only; it must carry each package's pinned dependencies."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    pins = {
+        line.split("==")[0].lower(): line.split("==")[1]
+        for line in (root / "requirements" / "dev.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    for package in ("operator", "devcluster"):
+        deps = tomllib.loads((root / package / "pyproject.toml").read_text())["project"]["dependencies"]
+        for dep in deps:
+            name = dep.split("=")[0].split(">")[0].split("<")[0].strip().lower()
+            assert name in pins, f"{package} needs {name}, missing from requirements/dev.txt"
+            if "==" in dep:
+                assert dep.split("==")[1] == pins[name], f"{name} pinned differently in {package}/pyproject.toml"

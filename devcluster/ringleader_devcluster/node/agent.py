@@ -133,6 +133,8 @@ class Agent:
         base_env = {
             "PATH": f"{Path(sys.executable).parent}:{DEFAULT_PATH}",
             "HOME": "/root",
+            # The project's Python environment: the venv's interpreter plus the checkout's packages.
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
             "KUBERNETES_SERVICE_HOST": self.bridge.gateway,
             "KUBERNETES_SERVICE_PORT": str(RELAY_PORT),
             "KUBERNETES_SERVICE_PORT_HTTPS": str(RELAY_PORT),

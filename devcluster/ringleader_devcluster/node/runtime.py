@@ -93,7 +93,9 @@ class ContainerProcess:
                 stdout=logf,
                 stderr=logf,
                 start_new_session=True,
-                env={"PATH": env.get("PATH", os.environ.get("PATH", ""))},
+                # Only what the launcher needs to find `ip`, `unshare` and the shim; the container's own
+                # environment is applied by the shim at exec.
+                env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
             )
         # Recorded so whatever survives a crashed agent can be found and killed (kill_leftovers).
         (container_dir / "pgid").write_text(str(proc.pid))
