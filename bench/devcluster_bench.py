@@ -64,9 +64,8 @@ def warm_starts(n: int) -> list[float]:
     return times
 
 
-def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]:
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    core = client.CoreV1Api(api)
+def new_namespace(core: client.CoreV1Api) -> str:
+    """A fresh namespace, returned once its default service account exists (pods are refused before)."""
     ns = f"bench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
     deadline = time.monotonic() + 30
@@ -74,6 +73,13 @@ def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]
         if time.monotonic() > deadline:
             raise SystemExit("bench: default service account never appeared")
         time.sleep(0.1)
+    return ns
+
+
+def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api(api)
+    ns = new_namespace(core)
     created: dict[str, float] = {}
     running: dict[str, float] = {}
     done = threading.Event()

@@ -16,7 +16,6 @@ import os
 import statistics
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from kubernetes import client, config, watch
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from bench.devcluster_bench import machine, summary
+from bench.devcluster_bench import machine, new_namespace, summary
 
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 GOALS = {"job64_all_pods_s": 2.0, "burst_all_pods_s": 60.0, "operator_rss_mb": 250.0}
@@ -77,17 +76,6 @@ class PodCounter:
     def wait(self, timeout: float) -> None:
         self.thread.join(timeout)
         self.stop.set()
-
-
-def new_namespace(core: client.CoreV1Api) -> str:
-    ns = f"bench-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
-    deadline = time.monotonic() + 30
-    while not core.list_namespaced_service_account(ns).items:
-        if time.monotonic() > deadline:
-            raise SystemExit("bench: default service account never appeared")
-        time.sleep(0.1)
-    return ns
 
 
 def delete_namespace(core: client.CoreV1Api, ns: str, timeout: float = 300) -> None:

@@ -85,32 +85,17 @@ def set_condition(
         observed_generation=generation,
     )
     out = _set(conditions, new)
-    if status and kind in TERMINAL:
-        for other in (ConditionType.RUNNING, ConditionType.RESTARTING):
-            if any(c.type == other for c in out):
-                out = _set(
-                    out,
-                    Condition(
-                        type=other,
-                        status="False",
-                        reason=reason,
-                        message=message,
-                        last_transition_time=now,
-                        observed_generation=generation,
-                    ),
-                )
-    elif status and kind in (ConditionType.RUNNING, ConditionType.RESTARTING):
-        other = ConditionType.RESTARTING if kind == ConditionType.RUNNING else ConditionType.RUNNING
+    if not status:
+        return out
+    if kind in TERMINAL:
+        excluded: tuple[ConditionType, ...] = (ConditionType.RUNNING, ConditionType.RESTARTING)
+    elif kind == ConditionType.RUNNING:
+        excluded = (ConditionType.RESTARTING,)
+    elif kind == ConditionType.RESTARTING:
+        excluded = (ConditionType.RUNNING,)
+    else:
+        excluded = ()
+    for other in excluded:
         if is_true(out, other):
-            out = _set(
-                out,
-                Condition(
-                    type=other,
-                    status="False",
-                    reason=reason,
-                    message=message,
-                    last_transition_time=now,
-                    observed_generation=generation,
-                ),
-            )
+            out = _set(out, new.model_copy(update={"type": other, "status": "False"}))
     return out

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiException
@@ -19,6 +20,7 @@ from .builders import LABEL_JOB
 
 API_TIMEOUT = 15  # seconds, every request
 CREATE_CONCURRENCY = 32
+T = TypeVar("T")
 
 
 class ApiUnavailable(Exception):
@@ -51,6 +53,18 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
+    async def _call(self, what: str, call: Awaitable[T], absent: int | None = None) -> T | None:
+        """Await one API call with domain errors; None when it answers `absent` (404 on reads, 409 on
+        creates), which the caller treats as a normal outcome."""
+        try:
+            return await call
+        except ApiException as e:
+            if absent is not None and e.status == absent:
+                return None
+            raise self._wrap(e, what) from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, what) from e
+
     def _wrap(self, e: Exception, what: str) -> Exception:
         if isinstance(e, ApiException) and e.status in (400, 403, 422):
             return RejectedObject(f"{what}: {_message(e)}")
@@ -59,58 +73,45 @@ class Kube:
         return ApiUnavailable(f"{what}: {e}")
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = await self.custom.get_namespaced_custom_object(
+        obj = await self._call(
+            f"reading TrainingJob {namespace}/{name}",
+            self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise self._wrap(e, f"reading TrainingJob {namespace}/{name}") from e
-        except (OSError, TimeoutError) as e:
-            raise self._wrap(e, f"reading TrainingJob {namespace}/{name}") from e
-        return dict(obj)
+            ),
+            absent=404,
+        )
+        return None if obj is None else dict(obj)
 
     async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        try:
-            pods = await self.core.list_namespaced_pod(
-                namespace, label_selector=f"{LABEL_JOB}={job}", _request_timeout=API_TIMEOUT
-            )
-        except (ApiException, OSError, TimeoutError) as e:
-            raise self._wrap(e, f"listing pods of {namespace}/{job}") from e
-        return [self.api.sanitize_for_serialization(p) for p in pods.items]
+        pods = await self._call(
+            f"listing pods of {namespace}/{job}",
+            self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_JOB}={job}", _request_timeout=API_TIMEOUT),
+        )
+        return [self.api.sanitize_for_serialization(p) for p in pods.items] if pods else []
 
     async def pod_ip(self, namespace: str, name: str) -> str | None:
-        try:
-            pod = await self.core.read_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise self._wrap(e, f"reading pod {namespace}/{name}") from e
-        except (OSError, TimeoutError) as e:
-            raise self._wrap(e, f"reading pod {namespace}/{name}") from e
-        return str(pod.status.pod_ip) if pod.status and pod.status.pod_ip else None
+        pod = await self._call(
+            f"reading pod {namespace}/{name}",
+            self.core.read_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT),
+            absent=404,
+        )
+        return str(pod.status.pod_ip) if pod and pod.status and pod.status.pod_ip else None
 
     async def service_exists(self, namespace: str, name: str) -> bool:
-        try:
-            await self.core.read_namespaced_service(name, namespace, _request_timeout=API_TIMEOUT)
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise self._wrap(e, f"reading service {namespace}/{name}") from e
-        except (OSError, TimeoutError) as e:
-            raise self._wrap(e, f"reading service {namespace}/{name}") from e
-        return True
+        svc = await self._call(
+            f"reading service {namespace}/{name}",
+            self.core.read_namespaced_service(name, namespace, _request_timeout=API_TIMEOUT),
+            absent=404,
+        )
+        return svc is not None
 
     async def create_service(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
-        try:
-            await self.core.create_namespaced_service(meta["namespace"], body, _request_timeout=API_TIMEOUT)
-        except ApiException as e:
-            if e.status != 409:
-                raise self._wrap(e, f"creating service {meta['name']}") from e
-        except (OSError, TimeoutError) as e:
-            raise self._wrap(e, f"creating service {meta['name']}") from e
+        await self._call(
+            f"creating service {meta['name']}",
+            self.core.create_namespaced_service(meta["namespace"], body, _request_timeout=API_TIMEOUT),
+            absent=409,
+        )
 
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
         """Create all pods concurrently (bounded). Returns how many were new. Raises the first failure after
@@ -124,13 +125,11 @@ class Kube:
             meta = pod["metadata"]
             async with sem:
                 try:
-                    await self.core.create_namespaced_pod(meta["namespace"], pod, _request_timeout=API_TIMEOUT)
-                    created += 1
-                except ApiException as e:
-                    if e.status != 409:
-                        errors.append(self._wrap(e, f"creating pod {meta['name']}"))
-                except (OSError, TimeoutError) as e:
-                    errors.append(self._wrap(e, f"creating pod {meta['name']}"))
+                    call = self.core.create_namespaced_pod(meta["namespace"], pod, _request_timeout=API_TIMEOUT)
+                    if await self._call(f"creating pod {meta['name']}", call, absent=409) is not None:
+                        created += 1
+                except (RejectedObject, ApiUnavailable) as e:
+                    errors.append(e)
 
         await asyncio.gather(*(one(p) for p in pods))
         if errors:
@@ -138,20 +137,21 @@ class Kube:
         return created
 
     async def delete_pods(self, namespace: str, names: list[str]) -> None:
-        async def one(name: str) -> None:
-            try:
-                await self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
-            except ApiException as e:
-                if e.status != 404:
-                    raise self._wrap(e, f"deleting pod {name}") from e
-            except (OSError, TimeoutError) as e:
-                raise self._wrap(e, f"deleting pod {name}") from e
-
-        await asyncio.gather(*(one(n) for n in names))
+        await asyncio.gather(
+            *(
+                self._call(
+                    f"deleting pod {name}",
+                    self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT),
+                    absent=404,
+                )
+                for name in names
+            )
+        )
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        try:
-            await self.custom.patch_namespaced_custom_object_status(
+        await self._call(
+            f"updating status of {namespace}/{name}",
+            self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
                 namespace,
@@ -160,9 +160,6 @@ class Kube:
                 {"status": status},
                 _request_timeout=API_TIMEOUT,
                 _content_type="application/merge-patch+json",
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise self._wrap(e, f"updating status of {namespace}/{name}") from e
-        except (OSError, TimeoutError) as e:
-            raise self._wrap(e, f"updating status of {namespace}/{name}") from e
+            ),
+            absent=404,
+        )
