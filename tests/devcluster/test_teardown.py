@@ -15,7 +15,7 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
-from .helpers import python_pod, wait_for, wait_phase
+from .helpers import gone, python_pod, wait_for, wait_phase
 
 pytestmark = pytest.mark.lifecycle
 
@@ -39,8 +39,10 @@ def test_agent_crash_fails_never_pods_and_restarts_the_others(
     script = "import time\ntime.sleep(600)"
     core.create_namespaced_pod(namespace, python_pod("never", script))
     core.create_namespaced_pod(namespace, python_pod("always", script, restart_policy="Always"))
+    core.create_namespaced_pod(namespace, python_pod("done", "print('finished')"))
     for name in ("never", "always"):
         wait_phase(core, namespace, name, {"Running"})
+    wait_phase(core, namespace, "done", {"Succeeded"})
     agent = cluster.node_pid(layout)
     assert agent is not None
     os.kill(agent, signal.SIGKILL)
@@ -55,6 +57,10 @@ def test_agent_crash_fails_never_pods_and_restarts_the_others(
         )
 
     wait_for("the Always pod to run again with restartCount 1", restarted)
+    # A pod that finished under the old agent keeps its final status and is removed when deleted.
+    assert core.read_namespaced_pod("done", namespace).status.phase == "Succeeded"
+    core.delete_namespaced_pod("done", namespace)
+    wait_for("finished pod removed", lambda: gone(lambda: core.read_namespaced_pod("done", namespace)), timeout=20)
 
 
 def test_up_twice_is_a_no_op(layout: Layout, kubeconfig: Path) -> None:

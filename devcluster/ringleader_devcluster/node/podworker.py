@@ -122,6 +122,7 @@ class PodWorker:
         self.start_time = now()
         self.stopping = asyncio.Event()
         self.gone = False
+        self.gone_quiet = False  # never publish status (the pod's status is final already)
         self.dirty = asyncio.Event()
         self.published: dict[str, Any] | None = None
         spec_containers = pod["spec"]["containers"]
@@ -163,6 +164,13 @@ class PodWorker:
     async def run(self) -> None:
         publisher = asyncio.create_task(self._publish_loop())
         try:
+            if _is_terminal((self.pod.get("status") or {}).get("phase") or ""):
+                # Finished before this worker existed (an earlier agent ran it): its status is final, so only
+                # the deletion is left to carry out.
+                self.gone_quiet = True
+                await self.stopping.wait()
+                await self._finish()
+                return
             try:
                 if self._lost_by_restart():
                     pass
@@ -563,7 +571,7 @@ class PodWorker:
         while True:
             await self.dirty.wait()
             self.dirty.clear()
-            if self.gone:
+            if self.gone or self.gone_quiet:
                 continue
             status = self.status(now())
             if _same_status(status, self.published):
