@@ -116,10 +116,11 @@ def test_dev_requirements_pin_the_packages_runtime_dependencies() -> None:
     root = Path(__file__).resolve().parents[2]
     pins = {
         line.split("==")[0].lower(): line.split("==")[1]
-        for line in (root / "requirements" / "dev.txt").read_text().splitlines()
+        for name in ("dev.txt", "trainer.txt")
+        for line in (root / "requirements" / name).read_text().splitlines()
         if "==" in line and not line.startswith("#")
     }
-    for package in ("operator", "devcluster"):
+    for package in ("operator", "devcluster", "trainer-image"):
         deps = tomllib.loads((root / package / "pyproject.toml").read_text())["project"]["dependencies"]
         for dep in deps:
             name = dep.split("=")[0].split(">")[0].split("<")[0].strip().lower()
