@@ -35,16 +35,18 @@ def _exchange(
     left: int,
     chunk_elems: int,
     group: dist.ProcessGroup | None,
-    accumulate: bool,
+    scratch: torch.Tensor | None,
 ) -> None:
-    """Send `send` to the right neighbour while receiving the same-sized segment from the left into
-    `recv` (added to it when `accumulate`). Both neighbours see segments of the same size, so an empty
-    segment is skipped on both sides alike."""
+    """Send `send` to the right neighbour while receiving the same-sized segment from the left: into
+    `scratch` and then added to `recv` (reduce-scatter), or straight into `recv` (all-gather, scratch None).
+    Both neighbours see segments of the same size, so an empty segment is skipped on both sides alike."""
     if send.numel() == 0 and recv.numel() == 0:
         return
     out_chunks = _chunks(send, chunk_elems)
     in_chunks = _chunks(recv, chunk_elems)
-    buffers = [torch.empty_like(c) for c in in_chunks] if accumulate else in_chunks
+    accumulate = scratch is not None
+    # One scratch buffer reused for every step: fresh buffers would cost page faults on every segment.
+    buffers = _chunks(scratch[: recv.numel()], chunk_elems) if scratch is not None else in_chunks
     sends = [_posted(dist.isend(c, right, group=group)) for c in out_chunks]
     recvs = [_posted(dist.irecv(b, left, group=group)) for b in buffers]
     for target, buf, req in zip(in_chunks, buffers, recvs, strict=True):
@@ -71,12 +73,13 @@ def ring_allreduce(
     # Point-to-point calls take global ranks.
     right = dist.get_global_rank(group, right_rank) if group is not None else right_rank
     left = dist.get_global_rank(group, left_rank) if group is not None else left_rank
+    scratch = torch.empty(segments[0].numel(), dtype=flat.dtype)  # the first segment is the largest
     for step in range(world - 1):  # reduce-scatter
         send_idx, recv_idx = (rank - step) % world, (rank - step - 1) % world
-        _exchange(segments[send_idx], segments[recv_idx], right, left, chunk_elems, group, accumulate=True)
+        _exchange(segments[send_idx], segments[recv_idx], right, left, chunk_elems, group, scratch)
     for step in range(world - 1):  # all-gather
         send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
-        _exchange(segments[send_idx], segments[recv_idx], right, left, chunk_elems, group, accumulate=False)
+        _exchange(segments[send_idx], segments[recv_idx], right, left, chunk_elems, group, None)
     if flat.data_ptr() != tensor.data_ptr():
         tensor.copy_(flat.view_as(tensor))
     return tensor
