@@ -47,7 +47,7 @@ def on_rank(rank: int, world: int, sizes: list[int], reps: int, out: str) -> Non
     for size in sizes:
         t = torch.ones(max(1, size // 4), dtype=torch.float32)
         times: dict[str, list[float]] = {name: [] for name in impls}
-        for name, fn in impls.items():  # warm-up
+        for fn in impls.values():  # warm-up
             timed(fn, t)
         for _ in range(reps):
             for name, fn in impls.items():
