@@ -1,0 +1,36 @@
+"""The trainer's metrics are what the operator's progress parser reads; exit codes match the ExitCode policy."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from ringleader_operator import progress
+from ringleader_operator.api import RestartPolicy
+from ringleader_operator.reconcile import Decision, decide_restart
+from ringleader_trainer.exitcodes import ExitCode
+from ringleader_trainer.metrics import TrainerMetrics
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
+
+
+def test_operator_reads_the_trainers_metrics_page() -> None:
+    m = TrainerMetrics()
+    m.update(step=420, loss=0.25, samples_per_second=1234.5)
+    parsed = progress.parse(m.text(), "2026-01-01T00:00:00Z")
+    assert parsed is not None
+    assert (parsed.step, parsed.loss, parsed.samples_per_second) == (420, 0.25, 1234.5)
+
+
+@pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])
+def test_exit_codes_agree_with_the_exit_code_restart_policy(code: ExitCode) -> None:
+    if code == ExitCode.OK:
+        return
+    decision, _ = decide_restart(RestartPolicy.EXIT_CODE, int(code), restarts=0, backoff_limit=3)
+    assert (decision == Decision.RESTART) == code.retryable
+
+
+def test_docs_list_every_exit_code() -> None:
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", DOC.read_text(), flags=re.MULTILINE)}
+    assert documented == {int(c) for c in ExitCode}

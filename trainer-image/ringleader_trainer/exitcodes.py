@@ -1,0 +1,25 @@
+"""The trainer's exit codes: the contract the operator's `ExitCode` restart policy relies on.
+
+1-127 are the program's own errors and fail the job at once under `ExitCode`; 128-255 are retried (the
+kernel's signal exits 128+N, e.g. 137 for SIGKILL/OOM and 143 for SIGTERM, and the trainer's own retryable
+codes below, chosen above the signal range so they cannot be mistaken for one). docs/exit-codes.md lists them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    # Permanent: the same pod would fail the same way again.
+    BAD_ENVIRONMENT = 2  # the operator's environment contract is missing or inconsistent
+    BAD_CONFIG = 3  # unknown example, invalid trainer arguments
+    CORRUPT_CHECKPOINT = 4  # a checkpoint exists but cannot be loaded, and no older one can
+    # Retryable: infrastructure or peers; recreating the rank may succeed.
+    RENDEZVOUS_TIMEOUT = 200  # the master or a parameter server was not reachable in time
+    PEER_LOST = 201  # a collective or parameter-server exchange failed or timed out (a rank died)
+
+    @property
+    def retryable(self) -> bool:
+        return self >= 128
