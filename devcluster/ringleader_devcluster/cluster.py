@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, Layout, read_versions
+from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
 
@@ -468,6 +468,3 @@ def status() -> int:
         print(kubectl(layout, "get", "nodes", check=False).stdout, end="")
         print(f"KUBECONFIG={layout.kubeconfig}")
     return 0 if api and node else 1
-
-
-__all__ = ["ClusterError", "down", "read_versions", "status", "up"]

@@ -41,19 +41,14 @@ def status_json(status: TrainingJobStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"progress"})
 
 
-def _invalid_status(obj: dict[str, Any], message: str) -> dict[str, Any]:
-    """Status of a job whose spec cannot even be parsed: Failed/InvalidSpec, nothing created."""
-    old = obj.get("status") or {}
-    try:
-        status = TrainingJobStatus.model_validate(old)
-    except ValidationError:
-        status = TrainingJobStatus()
-    gen = int((obj.get("metadata") or {}).get("generation", 0))
-    status.conditions = set_condition(
-        status.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, utcnow(), gen
+def _invalid_spec(status: TrainingJobStatus, generation: int, message: str) -> dict[str, Any]:
+    """`status` turned Failed with reason InvalidSpec, as the JSON a reconcile round writes."""
+    failed = status.model_copy(deep=True)
+    failed.conditions = set_condition(
+        failed.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, utcnow(), generation
     )
-    status.phase = "Failed"
-    return status_json(status)
+    failed.phase = "Failed"
+    return status_json(failed)
 
 
 @dataclass
@@ -112,7 +107,13 @@ class Reconciler:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             message = f"{where}: {first['msg']}"
-            await self.kube.patch_status(namespace, name, _invalid_status(obj, message))
+            # The spec cannot even be parsed; keep what of the old status still parses.
+            try:
+                old = TrainingJobStatus.model_validate(obj.get("status") or {})
+            except ValidationError:
+                old = TrainingJobStatus()
+            generation = int((obj.get("metadata") or {}).get("generation", 0))
+            await self.kube.patch_status(namespace, name, _invalid_spec(old, generation, message))
             self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
             return
         pods = await self.kube.list_pods(namespace, name)
@@ -170,13 +171,8 @@ class Reconciler:
 
     async def _reject(self, job: TrainingJob, obj: dict[str, Any], message: str) -> None:
         """The API server refused a pod built from the spec: fail the job, and leave no half-created pods."""
-        status = job.status.model_copy(deep=True)
-        gen = int(job.metadata.get("generation", 0))
-        status.conditions = set_condition(
-            status.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, utcnow(), gen
-        )
-        status.phase = "Failed"
-        await self.kube.patch_status(job.namespace, job.name, status_json(status))
+        generation = int(job.metadata.get("generation", 0))
+        await self.kube.patch_status(job.namespace, job.name, _invalid_spec(job.status, generation, message))
         pods = await self.kube.list_pods(job.namespace, job.name)
         await self.kube.delete_pods(job.namespace, [p["metadata"]["name"] for p in pods])
         self.emit(obj, "Warning", Reason.INVALID_SPEC, message)

@@ -76,10 +76,6 @@ class RankEnv:
     checkpoint_interval: int | None = None
     checkpoint_keep: int | None = None
 
-    @property
-    def is_worker(self) -> bool:
-        return self.role == "worker"
-
 
 def _get(env: Mapping[str, str], name: str) -> str:
     value = env.get(name)

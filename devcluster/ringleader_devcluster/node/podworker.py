@@ -172,9 +172,7 @@ class PodWorker:
                 await self._finish()
                 return
             try:
-                if self._lost_by_restart():
-                    pass
-                elif await self._prepare() and await self._run_init():
+                if not self._lost_by_restart() and await self._prepare() and await self._run_init():
                     await self._run_containers()
                 if not self.stopping.is_set() and not _is_terminal(self.phase):
                     self.phase = pod_phase(self._policy(), list(self.init.values()), list(self.containers.values()))
