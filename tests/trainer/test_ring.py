@@ -1,12 +1,16 @@
 """Our ring allreduce equals gloo's all_reduce for world sizes 2-5, sizes that do not divide evenly,
-empty and one-element tensors, several dtypes, non-contiguous input and chunking."""
+empty and one-element tensors, several dtypes, non-contiguous input and chunking; its links are reused, and
+mismatched calls and silent neighbours raise `RingError`."""
 
 from __future__ import annotations
+
+import datetime
 
 import pytest
 import torch
 import torch.distributed as dist
 from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.ring_transport import RingError, link_for
 
 from .ranks import run_ranks
 
@@ -50,3 +54,29 @@ def compare_on_rank(rank: int, world: int) -> None:
 def test_ring_equals_gloo_all_reduce(world: int) -> None:
     """World 4 also checks a sub-group."""
     run_ranks(world, compare_on_rank)
+
+
+def edge_cases_on_rank(rank: int, world: int) -> None:
+    # bfloat16 has no numpy dtype: the add falls back to torch. Small integers are exact in it.
+    t = torch.full((1000,), float(rank + 1), dtype=torch.bfloat16)
+    ring_allreduce(t)
+    assert torch.equal(t, torch.full((1000,), 3.0, dtype=torch.bfloat16))
+    # The links are set up once per group and reused.
+    link = link_for(dist.distributed_c10d._get_default_group())
+    ring_allreduce(torch.ones(5))
+    assert link_for(dist.distributed_c10d._get_default_group()) is link
+    # Ranks that disagree on the tensor fail fast with a clear error instead of exchanging garbage.
+    with pytest.raises(RingError, match="mismatch"):
+        ring_allreduce(torch.ones(10 + rank))
+    # A neighbour that never calls: the caller times out after the group's timeout, with a clear error.
+    quick = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=2))
+    assert isinstance(quick, dist.ProcessGroup)
+    ring_allreduce(torch.ones(3), group=quick)
+    if rank == 0:
+        with pytest.raises(RingError, match="within 2 s"):
+            ring_allreduce(torch.ones(3), group=quick)
+    dist.barrier()
+
+
+def test_ring_errors_and_reuse() -> None:
+    run_ranks(2, edge_cases_on_rank)

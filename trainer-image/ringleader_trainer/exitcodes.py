@@ -12,6 +12,7 @@ from enum import IntEnum
 
 class ExitCode(IntEnum):
     OK = 0
+    CRASH = 1  # an unexpected error (Python's own exit code for an uncaught exception; traceback logged)
     # Permanent: the same pod would fail the same way again.
     BAD_ENVIRONMENT = 2  # the operator's environment contract is missing or inconsistent
     BAD_CONFIG = 3  # unknown example, invalid trainer arguments

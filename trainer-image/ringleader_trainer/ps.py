@@ -1,0 +1,349 @@
+"""Parameter server: the model's parameters sharded over the PS ranks; workers push gradients, pull parameters.
+
+Each shard (`ShardServer`) owns whole parameter tensors, assigned by `assign_shards` so shards hold about the
+same number of values, and applies the optimizer the user configured to them:
+
+- synchronous: one update per step from the mean of all workers' gradients, summed in worker order (so a run
+  is reproducible); every worker waits for that update.
+- asynchronous: each push is applied on arrival, scaled by 1/workers so that one push from every worker
+  moves the parameters as far as one synchronous step (the same learning rate works under both); the
+  pusher gets the parameters as they are then.
+- bounded-staleness: as asynchronous, but a worker more than `max_staleness` steps ahead of the slowest
+  unfinished worker waits until the slowest catches up.
+
+Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`. A lost worker or
+shard ends everyone with `PeerLost` (exit 201): the operator recreates the ranks and they resume from the
+newest checkpoint all of them have, which keeps synchronous runs exact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ringleader_trainer import wire
+from ringleader_trainer.wire import Op, PeerLost
+
+SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
+
+
+def assign_shards(sizes: Sequence[int], num_shards: int) -> list[int]:
+    """The shard of each parameter: largest first onto the least-loaded shard (ties to the lower index).
+    Deterministic, so every rank computes the same assignment from the same model."""
+    loads = [0] * num_shards
+    out = [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        shard = min(range(num_shards), key=lambda s: (loads[s], s))
+        out[i] = shard
+        loads[shard] += sizes[i]
+    return out
+
+
+def shard_parameters(model: nn.Module, num_shards: int) -> list[list[nn.Parameter]]:
+    """The model's parameters grouped by shard, each group in model order."""
+    params = list(model.parameters())
+    owner = assign_shards([p.numel() for p in params], num_shards)
+    return [[p for p, o in zip(params, owner, strict=True) if o == s] for s in range(num_shards)]
+
+
+def _flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    out, offset = [], 0
+    for t in like:
+        out.append(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+    return out
+
+
+def shard_optimizer(
+    optimizer: torch.optim.Optimizer, originals: Sequence[nn.Parameter], shard: Sequence[nn.Parameter]
+) -> torch.optim.Optimizer:
+    """The user's optimizer class and per-group settings, over the shard's own parameters (`shard[i]` stands
+    for `originals[i]`)."""
+    stand_in = {id(o): s for o, s in zip(originals, shard, strict=True)}
+    groups = []
+    for group in optimizer.param_groups:
+        mine = [stand_in[id(p)] for p in group["params"] if id(p) in stand_in]
+        if mine:
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": mine})
+    return type(optimizer)(groups)  # type: ignore[call-arg]
+
+
+@dataclass
+class ServerStats:
+    updates: int = 0
+    max_lead_on_release: int = 0  # the most steps any worker was ahead of the slowest when let go
+    waits: int = 0  # releases held back by the staleness bound
+
+
+class ShardServer:
+    """One parameter-server shard. `serve(listener)` runs until every worker has said DONE.
+
+    Parameters live in one flat buffer (the optimizer's parameters are views into it), so replies go out
+    without a copy. `on_progress(slowest_clock)` is called under the lock whenever the slowest worker's clock
+    advances, and once more at the end: the strategy checkpoints the shard there.
+    """
+
+    def __init__(
+        self,
+        shard: int,
+        model_params: Sequence[nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        num_workers: int,
+        mode: str,
+        max_staleness: int | None,
+        timeout: float,
+        start_step: int = 0,
+    ) -> None:
+        if mode not in (SYNCHRONOUS, ASYNCHRONOUS, BOUNDED):
+            raise ValueError(f"unknown parameter-server mode {mode!r}")
+        if mode == BOUNDED and not max_staleness:
+            raise ValueError("bounded-staleness needs max_staleness >= 1")
+        self.shard, self.mode, self.max_staleness = shard, mode, max_staleness or 0
+        self.num_workers, self.timeout = num_workers, timeout
+        dtype = model_params[0].dtype if model_params else torch.float32
+        numel = sum(p.numel() for p in model_params)
+        self.flat = torch.cat([p.detach().reshape(-1) for p in model_params]) if model_params else torch.empty(0)
+        self.flat = self.flat.to(dtype).contiguous()
+        self.grad = torch.zeros(numel, dtype=dtype)
+        self.params = [nn.Parameter(v) for v in _flat_views(self.flat, model_params)]
+        for p, g in zip(self.params, _flat_views(self.grad, model_params), strict=True):
+            p.grad = g
+        self.optimizer = shard_optimizer(optimizer, model_params, self.params)
+        self.cond = threading.Condition()
+        self.clock = [start_step] * num_workers
+        self.done: set[int] = set()
+        self.pending: dict[int, torch.Tensor] = {}
+        self.failure: str | None = None
+        self.finished = False  # every worker said DONE; on_progress is being called a last time
+        self.stats = ServerStats()
+        self.on_progress: Callable[[int], None] = lambda slowest: None
+        self._conns: list[socket.socket] = []
+
+    # ---- state the strategy checkpoints -------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"flat": self.flat.clone(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["flat"].shape != self.flat.shape:
+            raise ValueError(
+                f"shard {self.shard}: checkpoint holds {state['flat'].numel()} values, model {self.flat.numel()}"
+            )
+        self.flat.copy_(state["flat"])
+        self.optimizer.load_state_dict(state["optimizer"])  # clocks restart at start_step, as the workers do
+
+    @property
+    def slowest(self) -> int:
+        active = [c for w, c in enumerate(self.clock) if w not in self.done]
+        return min(active) if active else max(self.clock)
+
+    # ---- serving ------------------------------------------------------------------------------------
+    def serve(self, listener: socket.socket, accept_timeout: float) -> None:
+        """Accept one connection per worker, serve them, return when all are DONE; raise PeerLost if any
+        connection fails (after closing the others so their workers fail fast too)."""
+        listener.settimeout(accept_timeout)
+        threads = []
+        try:
+            for _ in range(self.num_workers):
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError as e:
+                    raise PeerLost(f"shard {self.shard}: not every worker connected within {accept_timeout:g} s") from e
+                conn.settimeout(self.timeout)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._conns.append(conn)
+                t = threading.Thread(target=self._connection, args=(conn,), daemon=True)
+                t.start()
+                threads.append(t)
+            for t in threads:
+                t.join()
+        finally:
+            for c in self._conns:
+                c.close()
+        if self.failure:
+            raise PeerLost(self.failure)
+        with self.cond:
+            self.finished = True
+            self.on_progress(self.slowest)
+
+    def _fail(self, message: str) -> None:
+        with self.cond:
+            if self.failure is None:
+                self.failure = message
+                for c in self._conns:
+                    with contextlib.suppress(OSError):
+                        c.shutdown(socket.SHUT_RDWR)
+            self.cond.notify_all()
+
+    def _connection(self, conn: socket.socket) -> None:
+        try:
+            worker = self._hello(conn)
+            inbox = torch.empty_like(self.grad)
+            outbox = torch.empty_like(self.flat)
+            while True:
+                header = wire.recv_header(conn)
+                wire.expect(conn, header, Op.PUSH, Op.DONE)
+                if header.op == Op.DONE:
+                    with self.cond:
+                        self.done.add(worker)
+                        self.cond.notify_all()
+                    wire.send(conn, Op.DONE, worker, self.clock[worker])
+                    return
+                wire.recv_tensor_into(conn, header, inbox)
+                reply = self._push(worker, header.step, inbox, outbox)
+                wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply))
+        except (PeerLost, ValueError) as e:
+            self._fail(f"shard {self.shard}: {e}")
+
+    def _hello(self, conn: socket.socket) -> int:
+        header = wire.recv_header(conn)
+        wire.expect(conn, header, Op.HELLO)
+        info = wire.recv_json(conn, header)
+        worker = header.worker
+        problem = None
+        if worker >= self.num_workers:
+            problem = f"worker index {worker} is out of range for {self.num_workers} workers"
+        elif info.get("shard") != self.shard:
+            problem = f"this is shard {self.shard}, not shard {info.get('shard')}"
+        elif info.get("numel") != self.flat.numel() or info.get("dtype") != str(self.flat.dtype):
+            problem = (
+                f"shard {self.shard} holds {self.flat.numel()} {self.flat.dtype} values, worker {worker} expects "
+                f"{info.get('numel')} {info.get('dtype')}: do all ranks build the same model?"
+            )
+        elif header.step != self.clock[worker]:
+            problem = f"worker {worker} resumes at step {header.step}, shard {self.shard} at {self.clock[worker]}"
+        if problem:
+            wire.send_error(conn, problem)
+            raise PeerLost(problem)
+        with self.cond:
+            snapshot = self.flat.clone()
+        wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(snapshot))
+        return worker
+
+    def _wait(self, predicate: Callable[[], bool], what: str) -> None:
+        if not self.cond.wait_for(lambda: self.failure is not None or predicate(), timeout=self.timeout):
+            raise PeerLost(f"shard {self.shard}: {what} within {self.timeout:g} s")
+        if self.failure is not None:
+            raise PeerLost(self.failure)
+
+    def _apply(self, grad: torch.Tensor) -> None:
+        self.grad.copy_(grad)
+        self.optimizer.step()
+        self.stats.updates += 1
+
+    def _advance(self, worker: int, clock: int) -> None:
+        before = self.slowest
+        self.clock[worker] = clock
+        after = self.slowest
+        for step in range(before + 1, after + 1):
+            self.on_progress(step)
+
+    def _push(self, worker: int, step: int, grad: torch.Tensor, outbox: torch.Tensor) -> torch.Tensor:
+        """Apply one push per the mode; return the tensor to send back (the live buffer in synchronous mode,
+        where nothing changes it until this worker pushes again; a snapshot otherwise)."""
+        with self.cond:
+            if step != self.clock[worker]:
+                raise PeerLost(f"worker {worker} pushed step {step}, expected {self.clock[worker]}")
+            if self.mode == SYNCHRONOUS:
+                self.pending[worker] = grad
+                if len(self.pending) == self.num_workers:
+                    total = self.pending[0].clone()
+                    for w in range(1, self.num_workers):
+                        total.add_(self.pending[w])
+                    self._apply(total.div_(self.num_workers))
+                    self.pending.clear()
+                    for w in range(self.num_workers):
+                        self._advance(w, step + 1)
+                    self.cond.notify_all()
+                else:
+                    self._wait(lambda: self.clock[worker] > step, f"not every worker pushed step {step}")
+                self._released(worker)
+                return self.flat
+            self._apply(grad.div_(self.num_workers))
+            self._advance(worker, step + 1)
+            self.cond.notify_all()
+            if self.mode == BOUNDED and self.clock[worker] - self.slowest > self.max_staleness:
+                self.stats.waits += 1
+                self._wait(
+                    lambda: self.clock[worker] - self.slowest <= self.max_staleness,
+                    f"the slowest worker did not come within {self.max_staleness} steps of worker {worker}",
+                )
+            self._released(worker)
+            outbox.copy_(self.flat)
+            return outbox
+
+    def _released(self, worker: int) -> None:
+        lead = self.clock[worker] - self.slowest
+        self.stats.max_lead_on_release = max(self.stats.max_lead_on_release, lead)
+
+
+class ShardClient:
+    """A worker's connections to every shard. `push_pull(step)` sends this step's gradients and replaces the
+    model's parameters with the shards' answers."""
+
+    def __init__(
+        self,
+        addrs: Sequence[tuple[str, int]],
+        worker: int,
+        shards: Sequence[Sequence[nn.Parameter]],
+        step: int,
+        connect_timeout: float,
+        timeout: float,
+    ) -> None:
+        self.worker, self.shards = worker, shards
+        self.socks: list[socket.socket] = []
+        self.flats = [torch.empty(sum(p.numel() for p in s), dtype=s[0].dtype if s else torch.float32) for s in shards]
+        self.wait_seconds = 0.0  # time spent waiting for the shards' replies (includes staleness waits)
+        try:
+            for i, (host, port) in enumerate(addrs):
+                sock = wire.connect(host, port, connect_timeout, timeout)
+                self.socks.append(sock)
+                flat = self.flats[i]
+                wire.send_json(
+                    sock, Op.HELLO, worker, step, {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}
+                )
+            self._receive_params(step)
+        except BaseException:
+            self.close()
+            raise
+
+    def _receive_params(self, step: int) -> None:
+        for i, sock in enumerate(self.socks):
+            header = wire.recv_header(sock)
+            wire.expect(sock, header, Op.PARAMS)
+            wire.recv_tensor_into(sock, header, self.flats[i])
+            with torch.no_grad():
+                for p, v in zip(self.shards[i], _flat_views(self.flats[i], self.shards[i]), strict=True):
+                    p.copy_(v)
+
+    def push_pull(self, step: int) -> None:
+        for i, sock in enumerate(self.socks):
+            params = self.shards[i]
+            grads = [
+                p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype) for p in params
+            ]
+            if grads:
+                torch.cat(grads, out=self.flats[i])
+            wire.send(sock, Op.PUSH, self.worker, step, wire.tensor_bytes(self.flats[i]))
+        t0 = time.perf_counter()
+        self._receive_params(step + 1)
+        self.wait_seconds += time.perf_counter() - t0
+
+    def done(self) -> None:
+        for sock in self.socks:
+            wire.send(sock, Op.DONE, self.worker, 0)
+        for sock in self.socks:
+            wire.expect(sock, wire.recv_header(sock), Op.DONE)
+        self.close()
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+        self.socks = []

@@ -1,0 +1,198 @@
+"""The ring's own TCP links: one connection to the right neighbour (send only) and one from the left
+(receive only), set up once per process group and cached.
+
+Why not gloo's `isend`/`irecv`: every gloo point-to-point message is a rendezvous (send-ready and
+recv-ready notices cross the wire before any data moves), and all socket reads and most writes run on the
+process's single gloo device thread, so the two directions of a ring step are copied one after the other
+and each chunk pays a round trip (bench/allreduce_bench.py). Here the receiving side is the caller's thread
+and a sender thread writes, so both directions move at once and a chunk costs only its bytes.
+
+Setup: each rank listens on an ephemeral port and publishes host:port in the default store under a key of the
+group's name and a generation (so a re-created group never reads a stale address), then connects to its right
+neighbour and accepts its left one, checking a hello. On the wire there are only raw tensor bytes and one
+fixed header per call (magic, element count, dtype) that catches ranks calling with different tensors. Every
+socket operation runs under the process group's timeout; a timeout, a closed peer or a mismatch raises
+`RingError` and leaves the link unusable (it is closed, so the neighbours fail fast too).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import socket
+import struct
+import threading
+import weakref
+
+import torch
+import torch.distributed as dist
+
+MAGIC = b"RLRG"
+HELLO = struct.Struct("<4sQQ")  # magic, generation, sender's group rank
+HEADER = struct.Struct("<4sQ16s")  # magic, element count, dtype name
+
+
+class RingError(ConnectionError):
+    """A ring neighbour timed out, closed its connection, or called with a different tensor."""
+
+
+def _group_timeout(group: dist.ProcessGroup) -> float:
+    try:  # not public API; the documented default applies if it moves
+        timeout: datetime.timedelta = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError):
+        timeout = dist.default_pg_timeout
+    return timeout.total_seconds()
+
+
+def _advertised_host() -> str:
+    """The address peers reach this process at: that of the interface routing to MASTER_ADDR, the rendezvous
+    host every rank already reaches (a UDP connect sends nothing), else the hostname's."""
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master, 1))
+            return str(probe.getsockname()[0])
+    return socket.gethostbyname(socket.gethostname())
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    while view:
+        try:
+            n = sock.recv_into(view)
+        except TimeoutError as e:
+            raise RingError(f"no data from left ring neighbour within {sock.gettimeout():g} s") from e
+        except OSError as e:
+            raise RingError(f"receiving from left ring neighbour: {e}") from e
+        if n == 0:
+            raise RingError("left ring neighbour closed the connection")
+        view = view[n:]
+
+
+def _bytes(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy (any dtype, via a uint8 view)."""
+    return t.reshape(-1).view(torch.uint8).numpy().data
+
+
+class RingLink:
+    """Links to one process group's ring neighbours. `send` queues bytes for the sender thread and returns
+    at once; `recv_into` blocks; `flush` waits until everything queued has been handed to the kernel, after
+    which the caller may modify what it sent."""
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        self.timeout = _group_timeout(group)
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        store = dist.distributed_c10d._get_default_store()
+        prefix = f"ringleader/ring/{group.group_name}"
+        generation = (store.add(f"{prefix}/joined", 1) - 1) // world
+        listener = socket.create_server(("", 0), backlog=world)
+        listener.settimeout(self.timeout)
+        with listener:
+            store.set(f"{prefix}/{generation}/{rank}", f"{_advertised_host()}:{listener.getsockname()[1]}")
+            host, port = store.get(f"{prefix}/{generation}/{(rank + 1) % world}").decode().rsplit(":", 1)
+            self._out = socket.create_connection((host, int(port)), timeout=self.timeout)
+            self._out.sendall(HELLO.pack(MAGIC, generation, rank))
+            self._in = self._accept(listener, generation, (rank - 1) % world)
+        for sock in (self._in, self._out):
+            # The small header must not wait for an ACK. Buffer sizes stay with the kernel's autotuning: fixed
+            # 4 MB buffers (the rmem_max here) measured slower.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._queue: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
+        self._error: RingError | None = None
+        self._sender = threading.Thread(target=self._send_loop, name="ring-sender", daemon=True)
+        self._sender.start()
+
+    def _accept(self, listener: socket.socket, generation: int, left: int) -> socket.socket:
+        while True:  # anything but the left neighbour's hello (a port scanner, a stale peer) is dropped
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError as e:
+                raise RingError(
+                    f"left ring neighbour (group rank {left}) did not connect within {self.timeout:g} s"
+                ) from e
+            conn.settimeout(self.timeout)
+            hello = bytearray(HELLO.size)
+            try:
+                _recv_exact(conn, memoryview(hello))
+            except RingError:
+                conn.close()
+                continue
+            if HELLO.unpack(hello) == (MAGIC, generation, left):
+                return conn
+            conn.close()
+
+    def _send_loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()
+            elif self._error is None:  # after an error, drain the queue without sending
+                try:
+                    self._out.sendall(item)
+                except TimeoutError:
+                    self._fail(f"right ring neighbour did not take data within {self.timeout:g} s")
+                except OSError as e:
+                    self._fail(f"sending to right ring neighbour: {e}")
+
+    def _fail(self, message: str) -> RingError:
+        """Record the first error and close the link: its byte streams are out of step now."""
+        if self._error is None:
+            self._error = RingError(message)
+            self.close()
+        return self._error
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise RingError(f"ring link unusable: {self._error}")
+
+    def send(self, t: torch.Tensor) -> None:
+        self._check()
+        self._queue.put(_bytes(t))
+
+    def recv_into(self, t: torch.Tensor) -> None:
+        self._recv(_bytes(t))
+
+    def _recv(self, view: memoryview) -> None:
+        self._check()
+        try:
+            _recv_exact(self._in, view)
+        except RingError as e:
+            raise self._fail(str(e)) from e
+
+    def flush(self) -> None:
+        done = threading.Event()
+        self._queue.put(done)
+        if not done.wait(self.timeout):
+            raise self._fail(f"right ring neighbour did not take data within {self.timeout:g} s")
+        self._check()
+
+    def exchange_header(self, t: torch.Tensor) -> None:
+        """Send this call's header right and check the left neighbour's equals it."""
+        self._check()
+        mine = HEADER.pack(MAGIC, t.numel(), str(t.dtype).removeprefix("torch.").encode())
+        self._queue.put(memoryview(mine))
+        theirs = bytearray(HEADER.size)
+        self._recv(memoryview(theirs))
+        if theirs != mine:
+            _, numel, dtype = HEADER.unpack(theirs)
+            raise self._fail(
+                f"ring allreduce mismatch: left neighbour has {numel} x {dtype.rstrip(bytes(1)).decode()}, "
+                f"this rank {t.numel()} x {t.dtype}"
+            )
+
+    def close(self) -> None:
+        """Close both connections (idempotent); the sender thread exits once it reaches the end of its queue."""
+        self._queue.put(None)
+        for sock in (self._in, self._out):
+            sock.close()
+
+
+_links: weakref.WeakKeyDictionary[dist.ProcessGroup, RingLink] = weakref.WeakKeyDictionary()
+
+
+def link_for(group: dist.ProcessGroup) -> RingLink:
+    """The cached link of `group`, set up on first use: a collective, so every rank of the group must call it."""
+    link = _links.get(group)
+    if link is None:
+        link = _links[group] = RingLink(group)
+        weakref.finalize(group, link.close)
+    return link

@@ -1,0 +1,197 @@
+"""The built-in examples: `python -m ringleader_trainer --example digits-mlp [options]`.
+
+The training loop below uses only the public strategy API, exactly as a user's script would; it is the
+complete example docs/trainer.md walks through. Exit codes: docs/exit-codes.md (`exit_code_for`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ringleader_trainer import data, models
+from ringleader_trainer.checkpoint import CheckpointError
+from ringleader_trainer.data import Split
+from ringleader_trainer.env import EnvError
+from ringleader_trainer.exitcodes import ExitCode
+from ringleader_trainer.strategy import (
+    ALLREDUCE_IMPLEMENTATIONS,
+    RendezvousError,
+    Strategy,
+    StrategyUsageError,
+    from_env,
+    log_json,
+)
+from ringleader_trainer.wire import PeerLost
+
+
+@dataclass(frozen=True)
+class Example:
+    dataset: Callable[[int], Split]
+    model: Callable[[Split], nn.Module]
+    steps: int
+    batch_size: int
+    lr: float
+    weight_decay: float = 0.0
+
+
+EXAMPLES = {
+    "digits-mlp": Example(
+        dataset=lambda seed: data.digits(seed=seed),
+        model=lambda split: models.digits_mlp(split.features, split.classes),
+        steps=600,
+        batch_size=32,
+        lr=0.1,
+        weight_decay=1e-3,  # with lr 0.1: 97.5-98.6% over five seeds (4 workers x 32), vs 96.9-97.5% without
+    ),
+    "wide-mlp": Example(
+        dataset=lambda seed: data.synthetic(seed=seed),
+        model=lambda split: models.wide_mlp(split.features, split.classes),
+        steps=50,
+        batch_size=64,
+        lr=0.01,
+    ),
+}
+
+
+class ConfigError(Exception):
+    """Invalid trainer arguments."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would exit 2, which means BAD_ENVIRONMENT here
+        raise ConfigError(message)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="python -m ringleader_trainer", description="Ringleader's built-in training examples.")
+    p.add_argument("--example", required=True, help=f"one of {', '.join(EXAMPLES)}")
+    p.add_argument("--steps", type=int, help="optimizer steps per worker (default: the example's)")
+    p.add_argument("--batch-size", type=int, help="samples per worker per step")
+    p.add_argument("--lr", type=float, help="learning rate")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, help="L2 penalty (default: the example's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--allreduce", choices=ALLREDUCE_IMPLEMENTATIONS, default="native",
+                   help="native: torch.distributed (gloo/NCCL); ring: Ringleader's own ring")  # fmt: skip
+    p.add_argument("--log-every", type=int, default=20, help="steps between JSON log lines")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds any one exchange may take")
+    p.add_argument("--rendezvous-timeout", type=float, default=300.0, help="seconds to reach every rank")
+    p.add_argument("--save-final", type=Path, help="worker 0 writes the final model's state_dict here")
+    p.add_argument("--straggler", metavar="INDEX:SECONDS",
+                   help="worker INDEX sleeps SECONDS every step (to study staleness)")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.example not in EXAMPLES:
+        raise ConfigError(f"--example {args.example!r} is not one of {', '.join(EXAMPLES)}")
+    example = EXAMPLES[args.example]
+    args.steps = example.steps if args.steps is None else args.steps
+    args.batch_size = args.batch_size or example.batch_size
+    args.lr = args.lr or example.lr
+    args.weight_decay = example.weight_decay if args.weight_decay is None else args.weight_decay
+    for name in ("steps", "batch_size", "log_every"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.straggler:
+        try:
+            index, seconds = args.straggler.split(":")
+            args.straggler = (int(index), float(seconds))
+        except ValueError as e:
+            raise ConfigError(f"--straggler {args.straggler!r} is not INDEX:SECONDS") from e
+    return args
+
+
+def accuracy(model: nn.Module, test: torch.utils.data.TensorDataset) -> float:
+    x, y = test.tensors
+    with torch.no_grad():
+        return float((model(x).argmax(dim=1) == y).float().mean())
+
+
+def train(args: argparse.Namespace, strategy: Strategy) -> None:
+    example = EXAMPLES[args.example]
+    torch.manual_seed(args.seed)  # every rank builds the same initial model
+    split = example.dataset(args.seed)
+    model = example.model(split)
+    optimizer: torch.optim.Optimizer = torch.optim.SGD(
+        model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
+    )
+    if strategy.is_server:
+        strategy.serve(model, optimizer)
+        return
+    model = strategy.distributed_model(model)
+    optimizer = strategy.distributed_optimizer(optimizer, model)
+    checkpoints = strategy.checkpointer(model, optimizer)
+    checkpoints.restore()
+    loss_fn = nn.CrossEntropyLoss()
+    rank, world = strategy.rank, strategy.world_size
+    steps_per_epoch = len(split.train) // (world * args.batch_size)
+    if steps_per_epoch < 1:
+        raise ConfigError(f"--batch-size {args.batch_size} x {world} workers exceeds the {len(split.train)} samples")
+    step = strategy.steps_done
+    while step < args.steps:
+        epoch, offset = divmod(step, steps_per_epoch)
+        loader = data.shard_loader(split.train, rank, world, args.batch_size, args.seed, epoch)
+        for x, y in itertools.islice(loader, offset, None):  # a resumed run continues mid-epoch
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            strategy.report(step, float(loss), args.batch_size, epoch=epoch)
+            checkpoints.maybe_save(step, {"epoch": epoch})
+            if args.straggler and args.straggler[0] == rank:
+                time.sleep(args.straggler[1])
+            if step >= args.steps:
+                break
+    checkpoints.save(step, {"epoch": step // steps_per_epoch})
+    strategy.finish()
+    final = checkpoints.model
+    acc = accuracy(final, split.test)
+    log_json(role="worker", index=rank, event="done", step=step, test_accuracy=round(acc, 4),
+             rounds=strategy.communication_rounds)  # fmt: skip
+    if args.save_final and rank == 0:
+        torch.save(final.state_dict(), args.save_final)
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The documented exit code (docs/exit-codes.md) for an exception that ends the trainer."""
+    if isinstance(exc, EnvError):
+        return ExitCode.BAD_ENVIRONMENT
+    if isinstance(exc, (ConfigError, StrategyUsageError)):
+        return ExitCode.BAD_CONFIG
+    if isinstance(exc, CheckpointError):
+        return ExitCode.CORRUPT_CHECKPOINT
+    if isinstance(exc, RendezvousError):
+        return ExitCode.RENDEZVOUS_TIMEOUT
+    if isinstance(exc, (PeerLost, dist.DistError, ConnectionError, TimeoutError)):
+        return ExitCode.PEER_LOST
+    return ExitCode.CRASH
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    strategy = None
+    try:
+        args = parse_args(argv)
+        strategy = from_env(
+            rendezvous_timeout=args.rendezvous_timeout, timeout=args.timeout, allreduce=args.allreduce,
+            log_every=args.log_every,
+        )  # fmt: skip
+        train(args, strategy)
+        strategy.close()
+        return ExitCode.OK
+    except Exception as e:
+        code = exit_code_for(e)
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"ringleader-trainer: error: {message} (exit {int(code)} {code.name})", file=sys.stderr, flush=True)
+        if code == ExitCode.CRASH:
+            raise  # an unexpected error: keep the traceback
+        return code
