@@ -94,8 +94,10 @@ def launch(
     logdir: Path,
     env_overrides: dict[str, str] | None = None,
     module: str = "ringleader_trainer",
+    only: set[tuple[str, int]] | None = None,
 ) -> LocalJob:
-    """Start every rank of `job` as `python -m <module> <args>`, logs under `logdir`."""
+    """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>`, logs
+    under `logdir`. `env_overrides` set to "" blank a variable out."""
     workers = job.spec.workers.replicas
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
     master_port, metrics_port = free_port(), free_port()
@@ -104,6 +106,8 @@ def launch(
     logdir.mkdir(parents=True, exist_ok=True)
     roles = [(Role.WORKER, i) for i in range(workers)] + [(Role.PS, i) for i in range(ps)]
     for role, index in roles:
+        if only is not None and (role.value, index) not in only:
+            continue
         env = dict(os.environ) | rank_env(job, role, index)
         env |= {
             "MASTER_ADDR": "127.0.0.1",

@@ -146,7 +146,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
             loss.backward()
             optimizer.step()
             step += 1
-            strategy.report(step, float(loss), args.batch_size, epoch=epoch)
+            strategy.report(step, loss.item(), args.batch_size, epoch=epoch)
             checkpoints.maybe_save(step, {"epoch": epoch})
             if args.straggler and args.straggler[0] == rank:
                 time.sleep(args.straggler[1])
@@ -162,6 +162,10 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
         torch.save(final.state_dict(), args.save_final)
 
 
+# Collectives inside autograd (DDP's reducer) surface a backend failure as a plain RuntimeError; these mark it.
+BACKEND_FAILURES = ("gloo/transport", "Connection reset by peer", "Connection closed by peer", "NCCL error")
+
+
 def exit_code_for(exc: BaseException) -> ExitCode:
     """The documented exit code (docs/exit-codes.md) for an exception that ends the trainer."""
     if isinstance(exc, EnvError):
@@ -173,6 +177,8 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     if isinstance(exc, RendezvousError):
         return ExitCode.RENDEZVOUS_TIMEOUT
     if isinstance(exc, (PeerLost, dist.DistError, ConnectionError, TimeoutError)):
+        return ExitCode.PEER_LOST
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in BACKEND_FAILURES):
         return ExitCode.PEER_LOST
     return ExitCode.CRASH
 

@@ -74,10 +74,10 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
 
 def _peer(sock: socket.socket) -> str:
     try:
-        host, port = sock.getpeername()[:2]
-        return f"{host}:{port}"
+        name = sock.getpeername()
     except OSError:
         return "the peer"
+    return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else "the peer"  # a Unix socket has no address
 
 
 def send(sock: socket.socket, op: Op, worker: int, step: int, payload: bytes | memoryview = b"") -> None:

@@ -1,0 +1,147 @@
+"""Parameter-server pieces in one process: shard assignment, the raw-bytes wire format, one shard's modes."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+from ringleader_trainer import wire
+from ringleader_trainer.ps import ASYNCHRONOUS, SYNCHRONOUS, ShardClient, ShardServer, assign_shards, shard_parameters
+from ringleader_trainer.wire import Op, PeerLost
+from torch import nn
+
+
+@pytest.mark.parametrize(
+    ("sizes", "shards", "expected"),
+    [
+        ([10], 1, [0]),
+        ([10, 10], 2, [0, 1]),
+        ([1, 100, 50, 49], 2, [1, 0, 1, 1]),  # 100 alone; 50 + 49 + 1 on the other
+        ([5, 5, 5], 4, [0, 1, 2]),  # more shards than tensors: some stay empty
+        ([3, 3, 3, 3], 2, [0, 1, 0, 1]),  # ties go to the lower index
+    ],
+)
+def test_shards_are_balanced_by_size_and_deterministic(sizes: list[int], shards: int, expected: list[int]) -> None:
+    assert assign_shards(sizes, shards) == expected
+
+
+def test_wide_model_shards_within_one_tensor_of_balance() -> None:
+    model = nn.Sequential(nn.Linear(1000, 300), nn.Linear(300, 300), nn.Linear(300, 10))
+    loads = [sum(p.numel() for p in s) for s in shard_parameters(model, 2)]
+    assert sum(loads) == sum(p.numel() for p in model.parameters())
+    assert abs(loads[0] - loads[1]) <= max(p.numel() for p in model.parameters())
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    a.settimeout(2)
+    b.settimeout(2)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_tensor_round_trip_is_raw_bytes(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    t = torch.arange(7, dtype=torch.float32)
+    wire.send(a, Op.PUSH, 3, 42, wire.tensor_bytes(t))
+    header = wire.recv_header(b)
+    assert (header.op, header.worker, header.step, header.length) == (Op.PUSH, 3, 42, 28)
+    out = torch.empty(7)
+    wire.recv_tensor_into(b, header, out)
+    assert torch.equal(out, t)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"XXXX" + bytes(24), "does not speak"),
+        (wire.HEADER.pack(wire.MAGIC, wire.VERSION, 99, 0, 0, 0, 0), "unknown op 99"),
+    ],
+)
+def test_foreign_headers_are_rejected(pair: tuple[socket.socket, socket.socket], raw: bytes, message: str) -> None:
+    a, b = pair
+    a.sendall(raw)
+    with pytest.raises(PeerLost, match=message):
+        wire.recv_header(b)
+
+
+def test_wrong_payload_size_and_silence_and_close_raise(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    wire.send(a, Op.PUSH, 0, 0, b"abcd")
+    with pytest.raises(PeerLost, match="sent 4 bytes where 28 were expected"):
+        wire.recv_tensor_into(b, wire.recv_header(b), torch.empty(7))
+    b.settimeout(0.2)
+    with pytest.raises(PeerLost, match=r"within 0\.2 s"):
+        wire.recv_header(b)
+    a.close()
+    with pytest.raises(PeerLost, match="closed"):
+        wire.recv_header(b)
+
+
+def test_error_message_becomes_the_exception(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    wire.send_error(a, "shard 0 holds 10 values")
+    with pytest.raises(PeerLost, match="shard 0 holds 10 values"):
+        wire.expect(b, wire.recv_header(b), Op.PARAMS)
+
+
+def serve_one_shard(
+    mode: str, workers: int, model: nn.Module, lr: float = 0.5
+) -> tuple[ShardServer, socket.socket, threading.Thread]:
+    server = ShardServer(
+        0, list(model.parameters()), torch.optim.SGD(model.parameters(), lr=lr), workers, mode, None, 5
+    )
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        with contextlib.suppress(PeerLost):  # the test reads server.failure
+            server.serve(listener, 5)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return server, listener, thread
+
+
+def client_for(listener: socket.socket, worker: int, model: nn.Module) -> ShardClient:
+    port = listener.getsockname()[1]
+    return ShardClient([("127.0.0.1", port)], worker, shard_parameters(model, 1), 0, 5, 5)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [(SYNCHRONOUS, -0.5 * 2.0), (ASYNCHRONOUS, -0.5 * 2.0)])
+def test_one_step_from_two_workers(mode: str, expected: float) -> None:
+    """Gradients 1 and 3: synchronous applies their mean once; asynchronous applies each scaled by 1/2. Either
+    way the parameter moves by lr * 2 from 0."""
+    server_model = nn.Linear(1, 1, bias=False)
+    nn.init.zeros_(server_model.weight)
+    server, listener, thread = serve_one_shard(mode, 2, server_model)
+    models = [nn.Linear(1, 1, bias=False) for _ in range(2)]
+    clients = [client_for(listener, w, m) for w, m in enumerate(models)]
+    assert all(m.weight.item() == 0.0 for m in models)  # pulled the server's parameters at HELLO
+    for m, g in zip(models, (1.0, 3.0), strict=True):
+        m.weight.grad = torch.full_like(m.weight, g)
+    pushes = [threading.Thread(target=c.push_pull, args=(0,)) for c in clients]
+    for t in pushes:
+        t.start()
+    for t in pushes:
+        t.join(10)
+    for c in clients:
+        c.done()
+    thread.join(10)
+    assert float(server.flat[0]) == pytest.approx(expected)
+    assert server.stats.updates == (1 if mode == SYNCHRONOUS else 2)
+    if mode == SYNCHRONOUS:  # both were released after the one update
+        assert [m.weight.item() for m in models] == pytest.approx([expected, expected])
+
+
+def test_a_worker_with_another_model_is_refused() -> None:
+    server, listener, thread = serve_one_shard(SYNCHRONOUS, 1, nn.Linear(4, 4))
+    with pytest.raises(PeerLost, match="do all ranks build the same model"):
+        client_for(listener, 0, nn.Linear(4, 5))
+    thread.join(10)
+    assert server.failure and "do all ranks build the same model" in server.failure
