@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer import models
 from ringleader_trainer.exitcodes import ExitCode
 
 from tests.trainer.launch import LocalJob, job_spec, launch
@@ -29,14 +30,20 @@ def final_params(path: Path) -> dict[str, torch.Tensor]:
     return dict(torch.load(path, weights_only=True))
 
 
-def test_synchronous_ps_equals_allreduce_sgd_after_k_steps(tmp_path: Path) -> None:
+def test_synchronous_ps_and_our_ring_equal_allreduce_sgd_after_k_steps(tmp_path: Path) -> None:
     args = ["--steps", "25", "--log-every", "5"]
     run(tmp_path / "ar", "allreduce", 3, [*args, "--save-final", str(tmp_path / "ar.pt")])
+    run(tmp_path / "ring", "allreduce", 3, [*args, "--allreduce", "ring", "--save-final", str(tmp_path / "ring.pt")])
     run(tmp_path / "ps", "parameter-server", 3, [*args, "--save-final", str(tmp_path / "ps.pt")], ps=2, **PS_SYNC)
-    ar, ps = final_params(tmp_path / "ar.pt"), final_params(tmp_path / "ps.pt")
-    assert ar.keys() == ps.keys()
-    for name in ar:
-        torch.testing.assert_close(ps[name], ar[name], rtol=1e-5, atol=1e-6, msg=f"parameter {name} differs")
+    ar = final_params(tmp_path / "ar.pt")
+    torch.manual_seed(0)  # the example's seed: the model every rank started from
+    initial = models.digits_mlp().state_dict()
+    assert all(not torch.allclose(initial[n], ar[n]) for n in ar)  # 25 steps moved every tensor
+    for other in ("ring", "ps"):
+        params = final_params(tmp_path / f"{other}.pt")
+        assert params.keys() == ar.keys()
+        for name in ar:
+            torch.testing.assert_close(params[name], ar[name], rtol=1e-5, atol=1e-6, msg=f"{other}: {name} differs")
 
 
 def staleness_run(tmp_path: Path, mode: str) -> list[dict[str, Any]]:

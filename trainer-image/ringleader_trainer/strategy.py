@@ -203,7 +203,8 @@ class AllreduceStrategy(Strategy):
         ids = [self.env.local_rank] if self.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.workers_group)
         if self.options.allreduce == "ring":
-            ddp.register_comm_hook(self, _ring_hook)
+            # A lambda: DDP checks a hook's annotations against real types, and ours are strings here.
+            ddp.register_comm_hook(self, lambda state, bucket: _ring_hook(state, bucket))
         return ddp
 
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
