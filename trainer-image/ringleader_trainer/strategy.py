@@ -204,7 +204,7 @@ class AllreduceStrategy(Strategy):
         ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.workers_group)
         if self.options.allreduce == "ring":
             # A lambda: DDP checks a hook's annotations against real types, and ours are strings here.
-            ddp.register_comm_hook(self, lambda state, bucket: _ring_hook(state, bucket))
+            ddp.register_comm_hook(self, lambda state, bucket: _ring_hook(state, bucket))  # noqa: PLW0108
         return ddp
 
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
