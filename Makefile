@@ -61,8 +61,8 @@ dev-cluster-status: venv
 	@$(PY) -m ringleader_devcluster status
 
 lint: venv
-	@$(VENV)/bin/ruff check devcluster operator trainer-image tests bench
-	@$(VENV)/bin/ruff format --check devcluster operator trainer-image tests bench
+	@$(VENV)/bin/ruff check devcluster operator trainer-image tests bench examples
+	@$(VENV)/bin/ruff format --check devcluster operator trainer-image tests bench examples
 	@$(VENV)/bin/mypy
 
 unit: venv

@@ -95,9 +95,11 @@ def launch(
     env_overrides: dict[str, str] | None = None,
     module: str = "ringleader_trainer",
     only: set[tuple[str, int]] | None = None,
+    script: Path | None = None,
 ) -> LocalJob:
-    """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>`, logs
-    under `logdir`. `env_overrides` set to "" blank a variable out."""
+    """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>` (or
+    `python <script> <args>`), logs under `logdir`. `env_overrides` set to "" blank a variable out."""
+    program = [str(script)] if script else ["-m", module]
     workers = job.spec.workers.replicas
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
     master_port, metrics_port = free_port(), free_port()
@@ -119,6 +121,6 @@ def launch(
         env |= {"OMP_NUM_THREADS": "1"} | (env_overrides or {})  # many ranks share few cores
         out, err = logdir / f"{role.value}-{index}.out", logdir / f"{role.value}-{index}.err"
         with out.open("wb") as o, err.open("wb") as e:
-            proc = subprocess.Popen([sys.executable, "-m", module, *args], env=env, stdout=o, stderr=e)
+            proc = subprocess.Popen([sys.executable, *program, *args], env=env, stdout=o, stderr=e)
         local.ranks.append(Rank(role.value, index, proc, out, err))
     return local
