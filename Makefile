@@ -15,7 +15,7 @@ export RINGLEADER_DEV_DIR := $(DEV_DIR)
 export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/operator:$(CURDIR)/trainer-image
 
 .PHONY: operator-up operator-down
-.PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench clean-cache
+.PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-trainer clean-cache
 
 help:
 	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler and the process node"
@@ -24,7 +24,9 @@ help:
 	@echo "make test                        lint, unit tests, integration tests on the dev cluster"
 	@echo "make lint                        ruff and mypy"
 	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
-	@echo "make bench                       dev-cluster start time and pod start latency (bench/results/)"
+	@echo "make bench                       all benchmarks below, figures in bench/results/"
+	@echo "make bench-cluster               dev-cluster start time, pod start latency, operator job start"
+	@echo "make bench-trainer               our ring vs gloo allreduce; step time per strategy (no cluster)"
 
 # The venv is rebuilt only when the requirements or the package metadata change.
 VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/*.txt | sha256sum | cut -c1-12)
@@ -73,5 +75,12 @@ integration: dev-cluster
 
 test: lint unit integration
 
-bench: dev-cluster
+bench: bench-cluster bench-trainer
+
+bench-cluster: dev-cluster
 	@$(PY) bench/devcluster_bench.py
+	@$(PY) -m bench.operator_bench
+
+bench-trainer: venv
+	@$(PY) -m bench.allreduce_bench
+	@$(PY) -m bench.strategy_bench
