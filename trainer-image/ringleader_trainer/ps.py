@@ -326,8 +326,10 @@ class ShardClient:
     def push_pull(self, step: int) -> None:
         for i, sock in enumerate(self.socks):
             params = self.shards[i]
+            # The wire carries host memory: .cpu() is free on CPU and one copy on GPU.
             grads = [
-                p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype) for p in params
+                p.grad.reshape(-1).cpu() if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
+                for p in params
             ]
             if grads:
                 torch.cat(grads, out=self.flats[i])

@@ -116,7 +116,7 @@ class Strategy:
 
     # ---- the calls a script makes -------------------------------------------------------------------
     def distributed_model(self, model: nn.Module) -> nn.Module:
-        return model
+        return model.to(self.device)
 
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         """The same optimizer object, its `step()` now doing this strategy's exchange."""

@@ -142,7 +142,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
         loader = data.shard_loader(split.train, rank, world, args.batch_size, args.seed, epoch)
         for x, y in itertools.islice(loader, offset, None):  # a resumed run continues mid-epoch
             optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(model(x.to(strategy.device)), y.to(strategy.device))
             loss.backward()
             optimizer.step()
             step += 1
@@ -154,7 +154,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
                 break
     checkpoints.save(step, {"epoch": step // steps_per_epoch})
     strategy.finish()
-    final = checkpoints.model
+    final = checkpoints.model.cpu()
     acc = accuracy(final, split.test)
     log_json(role="worker", index=rank, event="done", step=step, test_accuracy=round(acc, 4),
              rounds=strategy.communication_rounds)  # fmt: skip
