@@ -1,11 +1,12 @@
 """The ring's own TCP links: one connection to the right neighbour (send only) and one from the left
 (receive only), set up once per process group and cached.
 
-Why not gloo's `isend`/`irecv`: every gloo point-to-point message is a rendezvous (send-ready and
-recv-ready notices cross the wire before any data moves), and all socket reads and most writes run on the
-process's single gloo device thread, so the two directions of a ring step are copied one after the other
-and each chunk pays a round trip (bench/allreduce_bench.py). Here the receiving side is the caller's thread
-and a sender thread writes, so both directions move at once and a chunk costs only its bytes.
+Why not gloo's `isend`/`irecv`: each gloo point-to-point message is a rendezvous (send-ready and
+recv-ready notices cross the wire before its data moves), driven by the process's single gloo device thread,
+which also does all the socket reads. Over these links the receiver is the caller's thread and a sender
+thread writes, so a chunk costs only its bytes. Measured on 2 cores at 16-64 MB, 2 and 4 ranks, the same ring
+(single-threaded adds, reused scratch) ran at 0.8-1.1x gloo's all_reduce over gloo point-to-point and at
+1.1-1.6x over these links.
 
 Setup: each rank listens on an ephemeral port and publishes host:port in the default store under a key of the
 group's name and a generation (so a re-created group never reads a stale address), then connects to its right
@@ -17,6 +18,7 @@ socket operation runs under the process group's timeout; a timeout, a closed pee
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import queue
@@ -28,7 +30,10 @@ import weakref
 import torch
 import torch.distributed as dist
 
+from ringleader_trainer.wire import recv_exact, tensor_bytes
+
 MAGIC = b"RLRG"
+LEFT = "left ring neighbour"
 HELLO = struct.Struct("<4sQQ")  # magic, generation, sender's group rank
 HEADER = struct.Struct("<4sQ16s")  # magic, element count, dtype name
 
@@ -56,24 +61,6 @@ def _advertised_host() -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
-    while view:
-        try:
-            n = sock.recv_into(view)
-        except TimeoutError as e:
-            raise RingError(f"no data from left ring neighbour within {sock.gettimeout():g} s") from e
-        except OSError as e:
-            raise RingError(f"receiving from left ring neighbour: {e}") from e
-        if n == 0:
-            raise RingError("left ring neighbour closed the connection")
-        view = view[n:]
-
-
-def _bytes(t: torch.Tensor) -> memoryview:
-    """The bytes of a contiguous CPU tensor, without a copy (any dtype, via a uint8 view)."""
-    return t.reshape(-1).view(torch.uint8).numpy().data
-
-
 class RingLink:
     """Links to one process group's ring neighbours. `send` queues bytes for the sender thread and returns
     at once; `recv_into` blocks; `flush` waits until everything queued has been handed to the kernel, after
@@ -90,8 +77,11 @@ class RingLink:
         with listener:
             store.set(f"{prefix}/{generation}/{rank}", f"{_advertised_host()}:{listener.getsockname()[1]}")
             host, port = store.get(f"{prefix}/{generation}/{(rank + 1) % world}").decode().rsplit(":", 1)
-            self._out = socket.create_connection((host, int(port)), timeout=self.timeout)
-            self._out.sendall(HELLO.pack(MAGIC, generation, rank))
+            try:
+                self._out = socket.create_connection((host, int(port)), timeout=self.timeout)
+                self._out.sendall(HELLO.pack(MAGIC, generation, rank))
+            except OSError as e:  # TimeoutError included
+                raise RingError(f"cannot reach right ring neighbour at {host}:{port}: {e}") from e
             self._in = self._accept(listener, generation, (rank - 1) % world)
         for sock in (self._in, self._out):
             # The small header must not wait for an ACK. Buffer sizes stay with the kernel's autotuning: fixed
@@ -113,7 +103,7 @@ class RingLink:
             conn.settimeout(self.timeout)
             hello = bytearray(HELLO.size)
             try:
-                _recv_exact(conn, memoryview(hello))
+                recv_exact(conn, memoryview(hello), RingError, LEFT)
             except RingError:
                 conn.close()
                 continue
@@ -134,11 +124,19 @@ class RingLink:
                     self._fail(f"sending to right ring neighbour: {e}")
 
     def _fail(self, message: str) -> RingError:
-        """Record the first error and close the link: its byte streams are out of step now."""
+        """Record the first error and shut both connections: their byte streams are out of step now, and the
+        neighbours should fail at once rather than time out. The sender thread keeps draining its queue (so a
+        pending `flush` returns) until `close`."""
         if self._error is None:
             self._error = RingError(message)
-            self.close()
+            self._shutdown()
         return self._error
+
+    def _shutdown(self) -> None:
+        for sock in (self._in, self._out):
+            # Unlike close, shutdown also wakes a thread blocked on the socket. OSError: already shut, or gone.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _check(self) -> None:
         if self._error is not None:
@@ -146,19 +144,20 @@ class RingLink:
 
     def send(self, t: torch.Tensor) -> None:
         self._check()
-        self._queue.put(_bytes(t))
+        self._queue.put(tensor_bytes(t))
 
     def recv_into(self, t: torch.Tensor) -> None:
-        self._recv(_bytes(t))
+        self._recv(tensor_bytes(t))
 
     def _recv(self, view: memoryview) -> None:
         self._check()
         try:
-            _recv_exact(self._in, view)
+            recv_exact(self._in, view, RingError, LEFT)
         except RingError as e:
             raise self._fail(str(e)) from e
 
     def flush(self) -> None:
+        self._check()
         done = threading.Event()
         self._queue.put(done)
         if not done.wait(self.timeout):
@@ -166,10 +165,15 @@ class RingLink:
         self._check()
 
     def exchange_header(self, t: torch.Tensor) -> None:
-        """Send this call's header right and check the left neighbour's equals it."""
+        """Send this call's header right and check the left neighbour's equals it. Sent from the caller's
+        thread, which may write here: the previous call's `flush` emptied the queue. So every rank's header
+        goes out before it can fail, and a mismatch is reported as such on both sides of it."""
         self._check()
         mine = HEADER.pack(MAGIC, t.numel(), str(t.dtype).removeprefix("torch.").encode())
-        self._queue.put(memoryview(mine))
+        try:
+            self._out.sendall(mine)
+        except OSError as e:
+            raise self._fail(f"sending to right ring neighbour: {e}") from e
         theirs = bytearray(HEADER.size)
         self._recv(memoryview(theirs))
         if theirs != mine:
@@ -180,8 +184,9 @@ class RingLink:
             )
 
     def close(self) -> None:
-        """Close both connections (idempotent); the sender thread exits once it reaches the end of its queue."""
+        """Close both connections and stop the sender thread once it has drained its queue."""
         self._queue.put(None)
+        self._shutdown()
         for sock in (self._in, self._out):
             sock.close()
 

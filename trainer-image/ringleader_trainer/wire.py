@@ -58,18 +58,20 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     return t.view(-1).view(torch.uint8).numpy().data
 
 
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
+def recv_exact(
+    sock: socket.socket, view: memoryview, error: type[ConnectionError] = PeerLost, peer: str | None = None
+) -> None:
+    """Fill `view` from `sock`; `error` (naming `peer`, else the socket's address) on timeout, reset or EOF."""
+    while view:
         try:
-            n = sock.recv_into(view[got:])
+            n = sock.recv_into(view)
         except TimeoutError as e:
-            raise PeerLost(f"no data from {_peer(sock)} within {sock.gettimeout()} s") from e
+            raise error(f"no data from {peer or _peer(sock)} within {sock.gettimeout():g} s") from e
         except OSError as e:
-            raise PeerLost(f"connection to {_peer(sock)} failed: {e}") from e
+            raise error(f"receiving from {peer or _peer(sock)}: {e}") from e
         if n == 0:
-            raise PeerLost(f"{_peer(sock)} closed the connection")
-        got += n
+            raise error(f"{peer or _peer(sock)} closed the connection")
+        view = view[n:]
 
 
 def _peer(sock: socket.socket) -> str:
@@ -103,7 +105,7 @@ def send_error(sock: socket.socket, message: str) -> None:
 
 def recv_header(sock: socket.socket) -> Header:
     raw = bytearray(HEADER.size)
-    _recv_exact(sock, memoryview(raw))
+    recv_exact(sock, memoryview(raw))
     magic, version, op, _, worker, step, length = HEADER.unpack(raw)
     if magic != MAGIC or version != VERSION:
         raise PeerLost(f"{_peer(sock)} does not speak the parameter-server protocol v{VERSION}")
@@ -118,7 +120,7 @@ def recv_small(sock: socket.socket, header: Header) -> bytes:
     if header.length > MAX_JSON_BYTES:
         raise PeerLost(f"{_peer(sock)} sent a {header.length}-byte {header.op.name} message")
     buf = bytearray(header.length)
-    _recv_exact(sock, memoryview(buf))
+    recv_exact(sock, memoryview(buf))
     return bytes(buf)
 
 
@@ -137,7 +139,7 @@ def recv_tensor_into(sock: socket.socket, header: Header, out: torch.Tensor) -> 
     view = tensor_bytes(out)
     if header.length != len(view):
         raise PeerLost(f"{_peer(sock)} sent {header.length} bytes where {len(view)} were expected")
-    _recv_exact(sock, view)
+    recv_exact(sock, view)
 
 
 def expect(sock: socket.socket, header: Header, *ops: Op) -> None:
