@@ -176,14 +176,16 @@ def test_an_unloadable_checkpoint_is_a_permanent_failure(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("victim", "spec", "ps"), [(("worker", 1), {}, 0), (("ps", 0), PS_SYNC, 1)], ids=["worker", "ps"]
+    ("victim", "spec", "ps", "extra"),
+    [(("worker", 1), {}, 0, []), (("worker", 1), {}, 0, ["--allreduce", "ring"]), (("ps", 0), PS_SYNC, 1, [])],
+    ids=["worker", "worker-ring", "ps"],
 )
 def test_a_lost_peer_ends_the_others_with_a_retryable_code(
-    tmp_path: Path, victim: tuple[str, int], spec: dict[str, Any], ps: int
+    tmp_path: Path, victim: tuple[str, int], spec: dict[str, Any], ps: int, extra: list[str]
 ) -> None:
     strategy = "parameter-server" if ps else "allreduce"
     job = launch(job_spec("lost", strategy, 2, ps, **spec),
-                 [*EXAMPLE, "--steps", "100000", "--log-every", "5", "--timeout", "20"], tmp_path)  # fmt: skip
+                 [*EXAMPLE, "--steps", "100000", "--log-every", "5", "--timeout", "20", *extra], tmp_path)  # fmt: skip
     deadline = time.monotonic() + 120
     while not job.workers[0].events():
         assert time.monotonic() < deadline, job.logs()

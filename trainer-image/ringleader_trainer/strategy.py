@@ -33,6 +33,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,8 +204,9 @@ class AllreduceStrategy(Strategy):
         ids = [self.env.local_rank] if self.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.workers_group)
         if self.options.allreduce == "ring":
+            hook = RingHook(self)
             # A lambda: DDP checks a hook's annotations against real types, and ours are strings here.
-            ddp.register_comm_hook(self, lambda state, bucket: _ring_hook(state, bucket))  # noqa: PLW0108
+            ddp.register_comm_hook(None, lambda state, bucket: hook(bucket))
         return ddp
 
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
@@ -218,13 +220,29 @@ class AllreduceStrategy(Strategy):
         return _patch_step(optimizer, exchange, local=True, after=self._advance)
 
 
-def _ring_hook(strategy: Strategy, bucket: Any) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: average one gradient bucket with our ring."""
-    buf = bucket.buffer()
-    ring_allreduce(buf, group=strategy.workers_group).div_(strategy.world_size)
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
+class RingHook:
+    """DDP communication hook: average each gradient bucket with our ring, on one background thread, so the
+    exchange of a ready bucket overlaps the backward pass computing the next (as gloo's own allreduce does).
+    One thread keeps the buckets in DDP's order, which is the same on every rank, as the ring's links need."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring-hook")
+
+    def __call__(self, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        buf: torch.Tensor = bucket.buffer()
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+        def run() -> None:
+            try:
+                ring_allreduce(buf, group=self.strategy.workers_group).div_(self.strategy.world_size)
+            except BaseException as e:  # DDP raises it from backward()
+                fut.set_exception(e)  # type: ignore[arg-type]  # torch's stub says T
+            else:
+                fut.set_result(buf)
+
+        self.pool.submit(run)
+        return fut
 
 
 class LocalSGDStrategy(Strategy):

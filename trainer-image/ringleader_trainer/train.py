@@ -163,7 +163,13 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
 
 
 # Collectives inside autograd (DDP's reducer) surface a backend failure as a plain RuntimeError; these mark it.
-BACKEND_FAILURES = ("gloo/transport", "Connection reset by peer", "Connection closed by peer", "NCCL error")
+BACKEND_FAILURES = (
+    "gloo/transport",
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "NCCL error",
+    "ring neighbour",
+)
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:
