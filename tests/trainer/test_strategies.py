@@ -31,7 +31,7 @@ def final_params(path: Path) -> dict[str, torch.Tensor]:
 
 
 def test_synchronous_ps_and_our_ring_equal_allreduce_sgd_after_k_steps(tmp_path: Path) -> None:
-    args = ["--steps", "25", "--log-every", "5"]
+    args = ["--steps", "25", "--log-every", "5", "--momentum", "0", "--weight-decay", "0"]  # plain SGD
     run(tmp_path / "ar", "allreduce", 3, [*args, "--save-final", str(tmp_path / "ar.pt")])
     run(tmp_path / "ring", "allreduce", 3, [*args, "--allreduce", "ring", "--save-final", str(tmp_path / "ring.pt")])
     run(tmp_path / "ps", "parameter-server", 3, [*args, "--save-final", str(tmp_path / "ps.pt")], ps=2, **PS_SYNC)
