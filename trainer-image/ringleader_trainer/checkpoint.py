@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from ringleader_trainer.exitcodes import one_line
+
 FORMAT = 1
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
 NO_CHECKPOINT = -1  # proposals: nothing complete yet
@@ -83,8 +85,7 @@ def load(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated or foreign files
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"checkpoint {path} cannot be loaded: {reason}") from e
+        raise CheckpointError(f"checkpoint {path} cannot be loaded: {one_line(e)}") from e
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a ringleader checkpoint (format {FORMAT})")
     return state

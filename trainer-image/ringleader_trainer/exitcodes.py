@@ -24,3 +24,9 @@ class ExitCode(IntEnum):
     @property
     def retryable(self) -> bool:
         return self >= 128
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as the one line an error message quotes: its first line, or its type if it has no text."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

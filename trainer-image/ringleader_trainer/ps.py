@@ -54,7 +54,8 @@ def shard_parameters(model: nn.Module, num_shards: int) -> list[list[nn.Paramete
     return [[p for p, o in zip(params, owner, strict=True) if o == s] for s in range(num_shards)]
 
 
-def _flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Views into `flat`, one shaped like each of `like`, laid end to end."""
     out, offset = [], 0
     for t in like:
         out.append(flat[offset : offset + t.numel()].view_as(t))
@@ -113,8 +114,8 @@ class ShardServer:
         self.flat = torch.cat([p.detach().reshape(-1) for p in model_params]) if model_params else torch.empty(0)
         self.flat = self.flat.to(dtype).contiguous()
         self.grad = torch.zeros(numel, dtype=dtype)
-        self.params = [nn.Parameter(v) for v in _flat_views(self.flat, model_params)]
-        for p, g in zip(self.params, _flat_views(self.grad, model_params), strict=True):
+        self.params = [nn.Parameter(v) for v in flat_views(self.flat, model_params)]
+        for p, g in zip(self.params, flat_views(self.grad, model_params), strict=True):
             p.grad = g
         self.optimizer = shard_optimizer(optimizer, model_params, self.params)
         self.cond = threading.Condition()
@@ -320,7 +321,7 @@ class ShardClient:
             wire.expect(sock, header, Op.PARAMS)
             wire.recv_tensor_into(sock, header, self.flats[i])
             with torch.no_grad():
-                for p, v in zip(self.shards[i], _flat_views(self.flats[i], self.shards[i]), strict=True):
+                for p, v in zip(self.shards[i], flat_views(self.flats[i], self.shards[i]), strict=True):
                     p.copy_(v)
 
     def push_pull(self, step: int) -> None:

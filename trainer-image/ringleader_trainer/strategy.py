@@ -32,7 +32,7 @@ import random
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +46,9 @@ from torch.nn.parallel import DistributedDataParallel
 from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.env import from_env as read_env
+from ringleader_trainer.exitcodes import one_line
 from ringleader_trainer.metrics import TrainerMetrics
-from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, shard_parameters
+from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, flat_views, shard_parameters
 from ringleader_trainer.ring import ring_allreduce
 
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
@@ -143,6 +144,16 @@ class Strategy:
             samples_per_second=round(rate, 1), rounds=self.communication_rounds, **extra,
         )  # fmt: skip
 
+    def average_(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Replace each tensor by its mean over the workers, in one allreduce of their concatenation."""
+        if not tensors:
+            return
+        with torch.no_grad():
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+            self.allreduce_(flat).div_(self.world_size)
+            for t, mean in zip(tensors, flat_views(flat, tensors), strict=True):
+                t.copy_(mean)
+
     def allreduce_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over the workers in place, with the configured implementation."""
         if self.options.allreduce == "ring":
@@ -162,18 +173,6 @@ class Strategy:
     # ---- shared helpers -----------------------------------------------------------------------------
     def _advance(self) -> None:
         self.steps_done += 1
-
-
-def _average_gradients(strategy: Strategy, params: list[nn.Parameter]) -> None:
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    strategy.allreduce_(flat).div_(strategy.world_size)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
 
 
 def _patch_step(
@@ -214,7 +213,7 @@ class AllreduceStrategy(Strategy):
 
         def exchange() -> None:
             if not isinstance(model, DistributedDataParallel):  # DDP has averaged them during backward
-                _average_gradients(self, params)
+                self.average_([p.grad for p in params if p.grad is not None])
             self.communication_rounds += 1
 
         return _patch_step(optimizer, exchange, local=True, after=self._advance)
@@ -268,13 +267,7 @@ class LocalSGDStrategy(Strategy):
         return _patch_step(optimizer, lambda: None, local=True, after=after)
 
     def _average_parameters(self, count: bool = True) -> None:
-        with torch.no_grad():
-            flat = torch.cat([p.detach().reshape(-1) for p in self._params])
-            self.allreduce_(flat).div_(self.world_size)
-            offset = 0
-            for p in self._params:
-                p.copy_(flat[offset : offset + p.numel()].view_as(p))
-                offset += p.numel()
+        self.average_(self._params)
         if count:
             self.communication_rounds += 1
 
@@ -428,7 +421,7 @@ def _rendezvous(env: RankEnv, options: Options) -> None:
             timeout=datetime.timedelta(seconds=options.timeout),
         )  # fmt: skip
     except (dist.DistError, RuntimeError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = one_line(e)
         raise RendezvousError(
             f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of "
             f"{env.global_world_size} failed within {options.rendezvous_timeout:g} s: {first}"

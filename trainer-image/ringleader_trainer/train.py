@@ -23,7 +23,7 @@ from ringleader_trainer import data, models
 from ringleader_trainer.checkpoint import CheckpointError
 from ringleader_trainer.data import Split
 from ringleader_trainer.env import EnvError
-from ringleader_trainer.exitcodes import ExitCode
+from ringleader_trainer.exitcodes import ExitCode, one_line
 from ringleader_trainer.strategy import (
     ALLREDUCE_IMPLEMENTATIONS,
     RendezvousError,
@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     except Exception as e:
         code = exit_code_for(e)
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        message = one_line(e)
         print(f"ringleader-trainer: error: {message} (exit {int(code)} {code.name})", file=sys.stderr, flush=True)
         if code == ExitCode.CRASH:
             raise  # an unexpected error: keep the traceback
