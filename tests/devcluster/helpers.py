@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client import ApiException
+from ringleader_devcluster.layout import Layout
 
 T = TypeVar("T")
 
@@ -79,3 +82,11 @@ def gone(read: Callable[[], Any]) -> bool:
 
 def logs(core: client.CoreV1Api, ns: str, name: str, container: str = "main", **kw: Any) -> str:
     return str(core.read_namespaced_pod_log(name, ns, container=container, **kw))
+
+
+def kubectl(
+    layout: Layout, kubeconfig: Path, *args: str, timeout: float = 30, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the dev cluster's kubectl against `kubeconfig`, exactly as a user would; output captured as text."""
+    command = [str(layout.binary("kubectl")), "--kubeconfig", str(kubeconfig), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=check)

@@ -4,7 +4,6 @@ unsupported features, graceful deletion."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -13,17 +12,11 @@ from typing import Any
 from kubernetes import client
 from ringleader_devcluster.layout import Layout
 
-from .helpers import gone, logs, python_pod, wait_for, wait_phase
+from .helpers import gone, kubectl, logs, python_pod, wait_for, wait_phase
 
 
 def test_kubectl_get_nodes_shows_process_node_ready(layout: Layout, kubeconfig: Path) -> None:
-    out = subprocess.run(
-        [str(layout.binary("kubectl")), "--kubeconfig", str(kubeconfig), "get", "nodes", "--no-headers"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    out = kubectl(layout, kubeconfig, "get", "nodes", "--no-headers").stdout
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()}
     assert rows.get("process-node") == "Ready"
 
@@ -38,13 +31,7 @@ def test_pod_prints_42_succeeds_and_kubectl_logs_reads_it(
     assert (term.exit_code, term.reason) == (0, "Completed")
     assert pod.status.pod_ip.startswith("198.18.")
     # Through the API server's proxy to the node's kubelet endpoint, exactly as a user would.
-    out = subprocess.run(
-        [str(layout.binary("kubectl")), "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", "p42"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    out = kubectl(layout, kubeconfig, "-n", namespace, "logs", "p42").stdout
     assert out == "42\n"
 
 

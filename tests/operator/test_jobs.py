@@ -3,7 +3,6 @@ admission and operator-level validation, restarts, garbage collection, operator 
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from kubernetes.client import ApiException
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
-from tests.devcluster.helpers import logs, wait_for
+from tests.devcluster.helpers import kubectl, logs, wait_for
 
 from .helpers import GROUP, PLURAL, VERSION, condition, create, get, pods_of, training_job, wait_condition
 
@@ -95,23 +94,10 @@ def test_rank_dns_names_resolve_and_kubectl_wait_returns_on_succeeded(
     body = training_job("dns", RESOLVE, workers=3)
     body["spec"]["workers"]["restartPolicy"] = "Never"  # a resolution failure shows at once, not as retries
     create(custom, namespace, body)
-    res = subprocess.run(
-        [
-            str(layout.binary("kubectl")),
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            namespace,
-            "wait",
-            "--for=condition=Succeeded",
-            "tj/dns",
-            "--timeout=90s",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    res = kubectl(
+        layout, kubeconfig, "-n", namespace, "wait", "--for=condition=Succeeded", "tj/dns", "--timeout=90s",
+        timeout=120, check=False,
+    )  # fmt: skip
     assert res.returncode == 0, (res.stderr, get(custom, namespace, "dns").get("status"))
     ips = {p.metadata.name: p.status.pod_ip for p in pods_of(core, namespace, "dns")}
     expected = " ".join([ips["dns-worker-0"]] + [ips[f"dns-worker-{i}"] for i in range(3)])
@@ -259,22 +245,6 @@ def test_status_progress_follows_rank_zero_metrics(
     assert steps[1] > steps[0] > 0
     job = get(custom, namespace, "prog")
     assert 0 < job["status"]["progress"]["loss"] <= 2.0 and job["status"]["progress"]["samplesPerSecond"] > 100
-    row = subprocess.run(
-        [
-            str(layout.binary("kubectl")),
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            namespace,
-            "get",
-            "tj",
-            "prog",
-            "--no-headers",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.split()
+    row = kubectl(layout, kubeconfig, "-n", namespace, "get", "tj", "prog", "--no-headers").stdout.split()
     assert row[1] == "allreduce" and row[3] == "Running" and int(row[4]) >= steps[1]
     wait_condition(custom, namespace, "prog", "Succeeded", timeout=60)
