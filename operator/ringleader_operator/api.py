@@ -79,7 +79,8 @@ class ReplicaSpec(Model):
     restart_policy: RestartPolicy = Field(
         RestartPolicy.ON_FAILURE,
         description="What happens when a pod of this role fails: Never fails the job; OnFailure and Always "
-        "recreate the rank; ExitCode retries infrastructure and signal exits (128-255) and fails on 1-127.",
+        "recreate the rank; ExitCode retries signal and infrastructure exits (128-255, which include the "
+        "trainer's retryable codes) and fails on 1-127. Evictions and node loss are retried under every policy.",
     )
     template: dict[str, Any] = Field(
         default_factory=dict,
@@ -99,8 +100,16 @@ class CheckpointSpec(Model):
     keep: int = Field(3, ge=1, description="Newest checkpoints kept.")
 
 
+class RestartBackoff(Model):
+    base_seconds: float = Field(1.0, ge=0, description="Wait before a rank's first restart; doubled for each next.")
+    cap_seconds: float = Field(60.0, ge=0, description="Longest wait between two restarts of the same rank.")
+
+
 class RunPolicy(Model):
     backoff_limit: int = Field(3, ge=0, description="Restarts allowed across the job before it fails.")
+    restart_backoff: RestartBackoff = Field(
+        default_factory=RestartBackoff, description="Exponential back-off between restarts of the same rank."
+    )
     active_deadline_seconds: int | None = Field(None, ge=1, description="Fail a job running longer than this.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete a finished job after this.")
     clean_pod_policy: CleanPodPolicy = Field(
@@ -145,6 +154,17 @@ class ReplicaStatus(Model):
     restarts: int = 0
 
 
+class RankStatus(Model):
+    """One rank's restart history; the operator's memory of it lives here, not in the operator process."""
+
+    restarts: int = Field(0, description="Times this rank was restarted; also the attempt number of its pod.")
+    pod_seen: bool = Field(False, description="The pod of the current attempt was observed running or done.")
+    last_reason: str = Field("", description="Why the rank was last restarted (a condition reason).")
+    last_message: str = ""
+    last_exit_code: int | None = None
+    restart_after: str | None = Field(None, description="The replacement pod is created no earlier than this.")
+
+
 class Progress(Model):
     step: int = 0
     loss: float | None = None
@@ -156,6 +176,9 @@ class TrainingJobStatus(Model):
     phase: str = Field("", description="Pending, Running, Restarting, Succeeded, Failed or Suspended.")
     conditions: list[Condition] = Field(default_factory=list)
     replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, description="Per role: worker, ps.")
+    ranks: dict[str, RankStatus] = Field(
+        default_factory=dict, description="Per rank, by pod name suffix (worker-1, ps-0): restarts and why."
+    )
     workers: str = Field("", description="ready/desired workers, for kubectl get.")
     start_time: str | None = None
     completion_time: str | None = None

@@ -16,6 +16,7 @@ from .api import API_VERSION, KIND, Role, Strategy, TrainingJob
 LABEL_JOB = "ringleader.dev/job-name"
 LABEL_ROLE = "ringleader.dev/replica-type"
 LABEL_INDEX = "ringleader.dev/replica-index"
+ANNOTATION_ATTEMPT = "ringleader.dev/attempt"  # the rank's restart count when this pod was made
 
 TRAINER_CONTAINER = "trainer"
 MASTER_PORT = 29500  # torch.distributed rendezvous (c10d TCPStore) on worker 0
@@ -24,14 +25,23 @@ METRICS_PORT = 9090  # rank 0 serves Prometheus metrics here
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
 CHECKPOINT_VOLUME = "ringleader-checkpoints"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Kubernetes keeps a pod bound to an unreachable or not-ready node for 300 s before evicting it; a training job
+# stands still all that time, so ranks leave a lost node sooner (a template's own tolerations win).
+NODE_LOSS_TOLERATION_SECONDS = 30
+NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
 class InvalidTemplate(ValueError):
     """The pod template cannot make a pod; the message names the field."""
 
 
+def rank_key(role: Role, index: int) -> str:
+    """`worker-1`, `ps-0`: the rank's key in status.ranks and the end of its pod's name."""
+    return f"{role.value}-{index}"
+
+
 def pod_name(job: str, role: Role, index: int) -> str:
-    return f"{job}-{role.value}-{index}"
+    return f"{job}-{rank_key(role, index)}"
 
 
 def job_labels(job: str) -> dict[str, str]:
@@ -131,8 +141,9 @@ def _add_port(container: dict[str, Any], name: str, port: int) -> None:
         ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
 
 
-def build_pod(job: TrainingJob, role: Role, index: int) -> dict[str, Any]:
-    """The desired pod of rank (role, index). Raises InvalidTemplate for a template that cannot make a pod."""
+def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict[str, Any]:
+    """The desired pod of rank (role, index) for its `attempt`-th restart (0: the first pod). Raises
+    InvalidTemplate for a template that cannot make a pod."""
     replica = job.replicas(role)
     if replica is None:
         raise InvalidTemplate(f"the job has no {role.value} replicas")
@@ -166,6 +177,17 @@ def build_pod(job: TrainingJob, role: Role, index: int) -> dict[str, Any]:
     # The operator restarts ranks itself (it counts restarts against backoffLimit and re-forms the job), so
     # the kubelet must never restart a container in place.
     spec["restartPolicy"] = "Never"
+    tolerations = spec.setdefault("tolerations", [])
+    for key in NODE_LOSS_TAINTS:
+        if not any(t.get("key") == key for t in tolerations):
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS,
+                }
+            )
     spec["hostname"] = name
     spec["subdomain"] = job.name
     return {
@@ -175,7 +197,7 @@ def build_pod(job: TrainingJob, role: Role, index: int) -> dict[str, Any]:
             "name": name,
             "namespace": job.namespace,
             "labels": {**(meta.get("labels") or {}), **rank_labels(job.name, role, index)},
-            "annotations": dict(meta.get("annotations") or {}),
+            "annotations": {**(meta.get("annotations") or {}), ANNOTATION_ATTEMPT: str(attempt)},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": spec,

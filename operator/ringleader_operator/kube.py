@@ -27,6 +27,10 @@ class ApiUnavailable(Exception):
     """A request failed in a way worth retrying (network, 5xx, 429, timeouts)."""
 
 
+class Conflict(Exception):
+    """A write based on an outdated read: read again and decide again."""
+
+
 class RejectedObject(Exception):
     """The API server refused an object as invalid or forbidden; retrying the same object cannot help."""
 
@@ -66,6 +70,8 @@ class Kube:
             raise self._wrap(e, what) from e
 
     def _wrap(self, e: Exception, what: str) -> Exception:
+        if isinstance(e, ApiException) and e.status == 409:
+            return Conflict(f"{what}: {_message(e)}")
         if isinstance(e, ApiException) and e.status in (400, 403, 422):
             return RejectedObject(f"{what}: {_message(e)}")
         if isinstance(e, ApiException):
@@ -136,19 +142,29 @@ class Kube:
             raise next((e for e in errors if isinstance(e, RejectedObject)), errors[0])
         return created
 
-    async def delete_pods(self, namespace: str, names: list[str]) -> None:
+    async def delete_pods(self, namespace: str, names: list[str], grace_seconds: int | None = None) -> None:
+        """Delete the pods (gone already is fine); `grace_seconds=0` removes them without waiting for a kubelet."""
         await asyncio.gather(
             *(
                 self._call(
                     f"deleting pod {name}",
-                    self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT),
+                    self.core.delete_namespaced_pod(
+                        name, namespace, grace_period_seconds=grace_seconds, _request_timeout=API_TIMEOUT
+                    ),
                     absent=404,
                 )
                 for name in names
             )
         )
 
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> None:
+        """Merge `status` into the job's. With `resource_version` the write happens only if the job has not
+        changed since it was read (else Conflict): a decision made on an old reading is never written."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         await self._call(
             f"updating status of {namespace}/{name}",
             self.custom.patch_namespaced_custom_object_status(
@@ -157,7 +173,7 @@ class Kube:
                 namespace,
                 PLURAL,
                 name,
-                {"status": status},
+                body,
                 _request_timeout=API_TIMEOUT,
                 _content_type="application/merge-patch+json",
             ),

@@ -2,47 +2,53 @@
 what the status is. The I/O layer applies the plan; running it twice on the same input gives the same plan.
 
 Pods are bucketed by their rank labels; a pod being deleted still occupies its name, so its replacement is
-created only once it is gone. Restart decisions per restartPolicy, bounded by runPolicy.backoffLimit:
-Never fails the job; OnFailure and Always recreate the rank; ExitCode recreates on 128-255 (signals,
-OOM kills, infrastructure) and fails on 1-127 (the program's own error).
+created only once it is gone. Each pod carries the attempt it was created for (the rank's restart count at
+the time); status.ranks remembers every rank's restarts, so a failure is counted exactly once however often
+the operator stops between writing the count and deleting the pod. Restart decisions are in `failures`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from enum import StrEnum
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .api import (
     CleanPodPolicy,
     ConditionType,
+    RankStatus,
     ReplicaStatus,
     RestartPolicy,
     Role,
     TrainingJob,
     TrainingJobStatus,
 )
-from .builders import LABEL_INDEX, LABEL_ROLE, InvalidTemplate, build_pod, desired_ranks, validate
+from .builders import (
+    ANNOTATION_ATTEMPT,
+    LABEL_INDEX,
+    LABEL_ROLE,
+    InvalidTemplate,
+    build_pod,
+    desired_ranks,
+    pod_name,
+    rank_key,
+    validate,
+)
 from .conditions import Reason, finished, set_condition
+from .failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, classify, decide_restart
+
+# A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
+# live kubelet would have confirmed the deletion): remove it so the rank's name is free for its replacement.
+FORCE_DELETE_AFTER_SECONDS = 30.0
 
 
-class Decision(StrEnum):
-    RESTART = "Restart"
-    FAIL = "Fail"
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
 
 
-def decide_restart(
-    policy: RestartPolicy, exit_code: int | None, restarts: int, backoff_limit: int
-) -> tuple[Decision, Reason | None]:
-    """What to do with a rank whose pod failed, and why it fails if it does. `restarts` counts the job's
-    restarts so far; a pod that failed without an exit code (evicted, lost) counts as infrastructure."""
-    if policy == RestartPolicy.NEVER:
-        return Decision.FAIL, Reason.FAILED
-    if policy == RestartPolicy.EXIT_CODE and exit_code is not None and not 128 <= exit_code <= 255:
-        return Decision.FAIL, Reason.FAILED
-    if restarts >= backoff_limit:
-        return Decision.FAIL, Reason.BACKOFF_LIMIT
-    return Decision.RESTART, None
+def format_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,10 @@ class ObservedPod:
     ready: bool
     deleting: bool
     exit_code: int | None
-    message: str
+    reason: str  # pod.status.reason, else the failing container's terminated reason
+    disruption: str  # the DisruptionTarget condition's reason, when Kubernetes set one
+    attempt: int | None  # None for a pod made before attempts were recorded: taken as the current one
+    deletion_deadline: str | None
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -66,18 +75,28 @@ class ObservedPod:
             index = int(labels.get(LABEL_INDEX, ""))
         except ValueError:
             return None
+        try:
+            attempt: int | None = int((meta.get("annotations") or {})[ANNOTATION_ATTEMPT])
+        except (KeyError, ValueError):
+            attempt = None
         status = pod.get("status") or {}
-        statuses = status.get("containerStatuses") or []
-        exit_code, message = None, ""
-        for cs in statuses:
+        exit_code, reason = None, ""
+        for cs in status.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated")
             if term and term.get("exitCode", 0) != 0:
                 exit_code = int(term["exitCode"])
-                message = term.get("reason") or ""
+                reason = term.get("reason") or ""
                 break
-        if exit_code is None and status.get("phase") == "Failed":
-            message = status.get("reason") or status.get("message") or ""
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        conditions = status.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        disruption = next(
+            (
+                c.get("reason") or ""
+                for c in conditions
+                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            ),
+            "",
+        )
         return cls(
             name=meta.get("name", ""),
             role=role,
@@ -86,8 +105,14 @@ class ObservedPod:
             ready=ready,
             deleting=bool(meta.get("deletionTimestamp")),
             exit_code=exit_code,
-            message=message,
+            reason=status.get("reason") or reason,
+            disruption=disruption,
+            attempt=attempt,
+            deletion_deadline=meta.get("deletionTimestamp"),
         )
+
+    def failure(self) -> Failure:
+        return classify(self.exit_code, self.reason, self.disruption)
 
 
 @dataclass
@@ -97,6 +122,8 @@ class Plan:
     create_service: bool = False
     status: TrainingJobStatus = field(default_factory=TrainingJobStatus)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on a lost node
+    requeue_after: float | None = None  # seconds until a rank's restart back-off ends
 
 
 ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}
@@ -126,7 +153,8 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
     def set_cond(kind: ConditionType, ok: bool, reason: str, message: str) -> None:
         before = st.conditions
         st.conditions = set_condition(st.conditions, kind, ok, reason, message, now, gen)
-        if ok and st.conditions != before:
+        # A restart has its own event per rank (see count), so the Restarting condition adds none.
+        if ok and st.conditions != before and kind != ConditionType.RESTARTING:
             out.events.append(("Warning" if kind == ConditionType.FAILED else "Normal", reason, message))
 
     def fail(reason: str, message: str) -> None:
@@ -168,6 +196,8 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
 
     if job.spec.run_policy.suspend:
         out.delete_pods = [p.name for p in observed if not p.deleting]
+        for rank in st.ranks.values():  # the operator deletes these pods: their going is no failure
+            rank.pod_seen = False
         set_cond(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "the job is suspended; its pods are deleted")
         set_cond(ConditionType.RUNNING, False, Reason.SUSPENDED, "the job is suspended")
         st.phase = "Suspended"
@@ -182,32 +212,90 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
     wanted = set(desired)
     out.delete_pods += [p.name for p in observed if (p.role, p.index) not in wanted and not p.deleting]
 
-    restarting: list[str] = []
-    for role, index in desired:
-        present = [p for p in by_rank.get((role, index), []) if not p.deleting]
-        if not present:
-            if not by_rank.get((role, index)):  # a terminating pod still holds the name: wait for it
-                out.create_pods.append(build_pod(job, role, index))
-            continue
-        pod = present[0]
+    now_t = parse_time(now)
+    backoff = job.spec.run_policy.restart_backoff
+    limit = job.spec.run_policy.backoff_limit
+    restarting: list[tuple[str, str]] = []  # (condition reason, message) of the restarts decided now
+
+    def wait_for(moment: datetime) -> None:
+        seconds = (moment - now_t).total_seconds()
+        out.requeue_after = seconds if out.requeue_after is None else min(out.requeue_after, seconds)
+
+    def count(role: Role, index: int, rank: RankStatus, pod_name: str, failure: Failure) -> bool:
+        """Count the failure of the rank's current attempt; True when the rank is to be restarted."""
         spec = job.replicas(role)
         assert spec is not None
-        if pod.phase == "Failed":
-            what = f"{ROLE_NAMES[role]} {index} (pod {pod.name}) failed"
-            what += f" with exit code {pod.exit_code}" if pod.exit_code is not None else f": {pod.message or 'unknown'}"
-            limit = job.spec.run_policy.backoff_limit
-            decision, reason = decide_restart(spec.restart_policy, pod.exit_code, sum(restarts.values()), limit)
-            if decision == Decision.FAIL:
-                detail = f"; backoffLimit {limit} reached" if reason == Reason.BACKOFF_LIMIT else ""
-                fail(reason or Reason.FAILED, what + detail)
+        what = f"{ROLE_NAMES[role]} {index} (pod {pod_name}) {failure.describe()}"
+        total = sum(restarts.values())
+        decision, reason = decide_restart(spec.restart_policy, failure, total, limit)
+        if decision == Decision.FAIL:
+            fail(
+                reason or Reason.FAILED,
+                what + (f"; backoffLimit {limit} reached" if reason == Reason.BACKOFF_LIMIT else ""),
+            )
+            return False
+        restarts[role] += 1
+        rank.restarts += 1
+        delay = backoff_seconds(rank.restarts, backoff.base_seconds, backoff.cap_seconds)
+        after = now_t + timedelta(seconds=math.ceil(delay))
+        rank.pod_seen = False
+        rank.restart_after = format_time(after)
+        rank.last_reason = RESTART_REASONS[failure.kind]
+        rank.last_message = what
+        rank.last_exit_code = failure.exit_code
+        note = (
+            f"{what}; restarting it in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
+            f"{total + 1} of backoffLimit {limit})"
+        )
+        restarting.append((rank.last_reason, note))
+        out.events.append(("Warning", rank.last_reason, note))
+        wait_for(after)
+        return True
+
+    for role, index in desired:
+        spec = job.replicas(role)
+        assert spec is not None
+        rank = st.ranks.setdefault(rank_key(role, index), RankStatus())
+        mine = by_rank.get((role, index), [])
+        live = [p for p in mine if not p.deleting]
+        if live:
+            pod = live[0]
+            if pod.attempt is not None and pod.attempt < rank.restarts:
+                out.delete_pods.append(pod.name)  # counted already; the operator stopped before deleting it
+                continue
+            rank.pod_seen = True
+            if pod.phase == "Failed":
+                failure = pod.failure()
+            elif pod.phase == "Succeeded" and role == Role.PS and spec.restart_policy == RestartPolicy.ALWAYS:
+                failure = Failure(Kind.EXITED)
             else:
-                restarts[role] += 1
+                continue
+            if count(role, index, rank, pod.name, failure):
                 out.delete_pods.append(pod.name)
-                restarting.append(f"{what}; restarting it (restart {sum(restarts.values())})")
-        elif pod.phase == "Succeeded" and spec.restart_policy == RestartPolicy.ALWAYS and role == Role.PS:
-            restarts[role] += 1
-            out.delete_pods.append(pod.name)
-            restarting.append(f"{ROLE_NAMES[role]} {index} exited; restartPolicy Always restarts it")
+        elif mine:  # only a terminating pod holds the name
+            pod = mine[0]
+            if rank.pod_seen and (pod.attempt is None or pod.attempt >= rank.restarts):
+                # Deleted by someone else (eviction, node loss, a person): count it now, while its reason shows.
+                f = pod.failure()
+                count(
+                    role,
+                    index,
+                    rank,
+                    pod.name,
+                    f if f.kind != Kind.EXIT else Failure(Kind.DELETED, f.exit_code, f.detail),
+                )
+            if pod.deletion_deadline:
+                stuck = parse_time(pod.deletion_deadline) + timedelta(seconds=FORCE_DELETE_AFTER_SECONDS)
+                if now_t >= stuck:
+                    out.force_delete_pods.append(pod.name)
+                else:
+                    wait_for(stuck)
+        elif rank.pod_seen:  # the pod vanished while the operator was not looking
+            count(role, index, rank, pod_name(job.name, role, index), Failure(Kind.DELETED, None, "pod disappeared"))
+        elif rank.restart_after and parse_time(rank.restart_after) > now_t:
+            wait_for(parse_time(rank.restart_after))
+        else:
+            out.create_pods.append(build_pod(job, role, index, attempt=rank.restarts))
 
     if st.phase == "Failed":
         clean_pods()
@@ -224,7 +312,7 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
         clean_pods()
         return finish_counts()
     if restarting:
-        set_cond(ConditionType.RESTARTING, True, Reason.RESTARTING, "; ".join(restarting))
+        set_cond(ConditionType.RESTARTING, True, restarting[0][0], "; ".join(note for _, note in restarting))
         st.phase = "Restarting"
         return finish_counts()
     all_running = all(

@@ -3,7 +3,10 @@
 Rounds for the same job never overlap: triggers that arrive during a round (pod events, the timer, spec
 updates) collapse into one more round after it, so a burst of 64 pod events costs two rounds, not 64.
 Order of writes: status first (it records restart counts before a failed pod is deleted), then the
-Service, deletions and creations.
+Service, deletions and creations. The status write is conditional on the job's resourceVersion as read at
+the start of the round, so a round that decided on an outdated reading (another writer, a second operator
+replica during a leader hand-over) writes nothing and runs again. A rank waiting out its restart back-off
+gets a round when the wait ends; the periodic resync covers an operator restart in between.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from . import metrics, progress
 from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
-from .kube import Kube, RejectedObject
+from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .reconcile import plan
 
 log = logging.getLogger("ringleader.reconciler")
@@ -64,6 +67,8 @@ class Reconciler:
         self.slots: dict[tuple[str, str], _Slot] = {}
         self.phases: dict[tuple[str, str], str] = {}
         self.session: aiohttp.ClientSession | None = None
+        self.wakeups: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
 
     def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
@@ -83,7 +88,11 @@ class Reconciler:
         async with slot.lock:
             while True:
                 slot.again = False
-                await self.round(namespace, name)
+                try:
+                    await self.round(namespace, name)
+                except Conflict as e:
+                    log.debug("[%s/%s] %s; reconciling again", namespace, name, e)
+                    slot.again = True
                 if not slot.again:
                     break
         if not slot.again:
@@ -95,6 +104,26 @@ class Reconciler:
             await self._round(namespace, name)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    def wake_after(self, namespace: str, name: str, seconds: float) -> None:
+        """Reconcile the job again in `seconds` (one pending wake-up per job: the newest wins)."""
+        key = (namespace, name)
+        if key in self.wakeups:
+            self.wakeups.pop(key).cancel()
+
+        def fire() -> None:
+            self.wakeups.pop(key, None)
+            task = asyncio.ensure_future(self._woken(namespace, name))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+        self.wakeups[key] = asyncio.get_running_loop().call_later(max(0.0, seconds), fire)
+
+    async def _woken(self, namespace: str, name: str) -> None:
+        try:
+            await self.trigger(namespace, name)
+        except ApiUnavailable as e:  # the periodic resync tries again
+            log.warning("[%s/%s] %s", namespace, name, e)
 
     async def _round(self, namespace: str, name: str) -> None:
         obj = await self.kube.get_job(namespace, name)
@@ -122,7 +151,8 @@ class Reconciler:
         self._record_phase((namespace, name), p.status.phase)
         new_status = status_json(p.status)
         if new_status != status_json(job.status):
-            await self.kube.patch_status(namespace, name, new_status)
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            await self.kube.patch_status(namespace, name, new_status, resource_version=version)
         for kind, reason, message in p.events:
             self.emit(obj, kind, reason, message)
         metrics.RESTARTS.inc(
@@ -133,6 +163,13 @@ class Reconciler:
             await self.kube.create_service(build_service(job))
         if p.delete_pods:
             await self.kube.delete_pods(namespace, p.delete_pods)
+        if p.force_delete_pods:
+            log.warning(
+                "[%s/%s] removing pods stuck on a lost node: %s", namespace, name, ", ".join(p.force_delete_pods)
+            )
+            await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
+        if p.requeue_after is not None:
+            self.wake_after(namespace, name, p.requeue_after)
         if p.create_pods:
             try:
                 created = await self.kube.create_pods(p.create_pods)
@@ -165,6 +202,8 @@ class Reconciler:
         await self.kube.patch_status(namespace, name, {"progress": now.model_dump(by_alias=True, mode="json")})
 
     async def close(self) -> None:
+        for handle in self.wakeups.values():
+            handle.cancel()
         if self.session is not None:
             await self.session.close()
         await self.kube.api.close()

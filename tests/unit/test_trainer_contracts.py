@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ringleader_operator import progress
 from ringleader_operator.api import RestartPolicy
-from ringleader_operator.reconcile import Decision, decide_restart
+from ringleader_operator.failures import Decision, Failure, Kind, decide_restart
 from ringleader_trainer.exitcodes import ExitCode
 from ringleader_trainer.metrics import TrainerMetrics
 
@@ -27,7 +27,7 @@ def test_operator_reads_the_trainers_metrics_page() -> None:
 def test_exit_codes_agree_with_the_exit_code_restart_policy(code: ExitCode) -> None:
     if code == ExitCode.OK:
         return
-    decision, _ = decide_restart(RestartPolicy.EXIT_CODE, int(code), restarts=0, backoff_limit=3)
+    decision, _ = decide_restart(RestartPolicy.EXIT_CODE, Failure(Kind.EXIT, int(code)), restarts=0, backoff_limit=3)
     assert (decision == Decision.RESTART) == code.retryable
 
 

@@ -60,7 +60,7 @@ def test_worker_zero_pod_whole_object() -> None:
                 "ringleader.dev/replica-type": "worker",
                 "ringleader.dev/replica-index": "0",
             },
-            "annotations": {},
+            "annotations": {"ringleader.dev/attempt": "0"},
             "ownerReferences": [OWNER],
         },
         "spec": {
@@ -94,6 +94,10 @@ def test_worker_zero_pod_whole_object() -> None:
                 }
             ],
             "restartPolicy": "Never",
+            "tolerations": [
+                {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+                for k in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+            ],
             "hostname": "mnist-worker-0",
             "subdomain": "mnist",
         },
@@ -200,7 +204,10 @@ def test_user_settings_are_kept_and_only_missing_env_added() -> None:
         env=[{"name": "RANK", "value": "user"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
         resources={"limits": {"nvidia.com/gpu": 4, "memory": "8Gi"}},
     )
-    t["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    t["spec"]["tolerations"] = [
+        {"key": "gpu", "operator": "Exists"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},  # stay forever
+    ]
     t["spec"]["nodeSelector"] = {"pool": "a100"}
     t["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
     j = job(workers={"replicas": 1, "gpus": 2, "template": t})
@@ -209,7 +216,8 @@ def test_user_settings_are_kept_and_only_missing_env_added() -> None:
     assert env["RANK"] == "user" and env["NCCL_DEBUG"] == "INFO" and env["WORLD_SIZE"] == "1"
     c = pod["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": 4, "memory": "8Gi"}  # the user's own limit wins
-    assert pod["spec"]["tolerations"] == t["spec"]["tolerations"]
+    not_ready = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    assert pod["spec"]["tolerations"] == [*t["spec"]["tolerations"], not_ready | {"tolerationSeconds": 30}]
     assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
     assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
     assert j.spec.workers.template["spec"]["containers"][0]["env"][0] == {"name": "RANK", "value": "user"}
