@@ -3,6 +3,7 @@ evictions are retried as infrastructure, and restarts of one rank back off expon
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from tests.devcluster.helpers import wait_for
-from tests.operator.helpers import condition, create, pods_of, training_job, wait_condition
+from tests.operator.helpers import condition, create, training_job, wait_condition
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_an_evicted_rank_is_retried_as_infrastructure_even_under_never(
     body = training_job("evicted", failing_once(marker, "time.sleep(120)"))
     body["spec"]["workers"]["restartPolicy"] = "Never"
     create(custom, namespace, body)
-    wait_for("rank 1 running its first attempt", lambda: marker.exists(), timeout=60)
+    wait_for("rank 1 running its first attempt", marker.exists, timeout=60)
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evicted-worker-1", namespace=namespace))
     core.create_namespaced_pod_eviction("evicted-worker-1", namespace, eviction)
     job = wait_condition(custom, namespace, "evicted", "Succeeded", timeout=120)
@@ -103,6 +104,6 @@ def test_restarts_of_one_rank_back_off_exponentially(
     job = wait_condition(custom, namespace, "backoff", "Succeeded", timeout=120)
     assert job["status"]["ranks"]["worker-1"]["restarts"] == 2
     starts = [float(t) for t in marker.read_text().split()]
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     # The first restart waits at least 3 s, the second at least 6 s (each attempt exits at once).
     assert len(gaps) == 2 and gaps[0] >= 3 and gaps[1] >= 6, gaps
