@@ -28,6 +28,16 @@ class Rank:
     proc: subprocess.Popen[bytes]
     out: Path
     err: Path
+    command: list[str]
+    env: dict[str, str]
+
+    def restart(self) -> None:
+        """Start the rank again as its pod's replacement would (same command and environment); its logs go
+        on in the same files."""
+        if self.proc.poll() is None:
+            raise RuntimeError(f"{self.role}-{self.index} is still running")
+        with self.out.open("ab") as o, self.err.open("ab") as e:
+            self.proc = subprocess.Popen(self.command, env=self.env, stdout=o, stderr=e)
 
     @property
     def stdout(self) -> str:
@@ -120,7 +130,8 @@ def launch(
             env["RINGLEADER_PS_ADDRS"] = ps_addrs
         env |= {"OMP_NUM_THREADS": "1"} | (env_overrides or {})  # many ranks share few cores
         out, err = logdir / f"{role.value}-{index}.out", logdir / f"{role.value}-{index}.err"
+        command = [sys.executable, *program, *args]
         with out.open("wb") as o, err.open("wb") as e:
-            proc = subprocess.Popen([sys.executable, *program, *args], env=env, stdout=o, stderr=e)
-        local.ranks.append(Rank(role.value, index, proc, out, err))
+            proc = subprocess.Popen(command, env=env, stdout=o, stderr=e)
+        local.ranks.append(Rank(role.value, index, proc, out, err, command, env))
     return local

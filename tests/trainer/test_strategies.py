@@ -185,7 +185,8 @@ def test_a_lost_peer_ends_the_others_with_a_retryable_code(
 ) -> None:
     strategy = "parameter-server" if ps else "allreduce"
     job = launch(job_spec("lost", strategy, 2, ps, **spec),
-                 [*EXAMPLE, "--steps", "100000", "--log-every", "5", "--timeout", "20", *extra], tmp_path)  # fmt: skip
+                 [*EXAMPLE, "--steps", "100000", "--log-every", "5", "--timeout", "20",
+                  "--max-recoveries", "0", *extra], tmp_path)  # fmt: skip
     deadline = time.monotonic() + 120
     while not job.workers[0].events():
         assert time.monotonic() < deadline, job.logs()

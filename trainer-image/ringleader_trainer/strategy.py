@@ -32,6 +32,7 @@ import random
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -409,23 +410,67 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
+INCARNATION_KEY = "ringleader/incarnation"
+
+
+def _formed_key(incarnation: str) -> str:
+    return f"ringleader/{incarnation}/formed"
+
+
 def _rendezvous(env: RankEnv, options: Options) -> None:
+    """Join the process group of every rank within `rendezvous_timeout`.
+
+    Worker 0 hosts the store and names the group it forms with a fresh id, once per process; every rank
+    builds the group under that prefix, and worker 0 marks it formed once all have joined. A rank joins
+    only a group that is not formed yet and that it has not tried before: after a recovery (`recovery`:
+    survivors re-execute themselves, the dead rank's pod is replaced) a rank that reaches the previous
+    worker 0's store before that process has gone sees a formed group and waits for the store to go away,
+    then reconnects to the new worker 0 and joins its group. Worker 0 does not retry: its failure to form
+    the group is a rendezvous timeout (exit 200), and the others wait for its replacement."""
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    try:
-        store = dist.TCPStore(  # type: ignore[attr-defined]
-            env.master_addr, env.master_port, env.global_world_size, is_master=env.global_rank == 0,
-            timeout=datetime.timedelta(seconds=options.rendezvous_timeout), wait_for_workers=False,
-        )  # fmt: skip
-        dist.init_process_group(
-            backend, store=store, rank=env.global_rank, world_size=env.global_world_size,
-            timeout=datetime.timedelta(seconds=options.timeout),
-        )  # fmt: skip
-    except (dist.DistError, RuntimeError, OSError) as e:
-        first = one_line(e)
-        raise RendezvousError(
-            f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of "
-            f"{env.global_world_size} failed within {options.rendezvous_timeout:g} s: {first}"
-        ) from e
+    deadline = time.monotonic() + options.rendezvous_timeout
+    is_host = env.global_rank == 0
+    where = f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of {env.global_world_size}"
+    tried: set[str] = set()
+    store: Any = None
+    waiting_since = 0.0
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise TimeoutError(f"no group to join in {options.rendezvous_timeout:g} s")
+            if store is None:
+                store = dist.TCPStore(  # type: ignore[attr-defined]
+                    env.master_addr, env.master_port, env.global_world_size, is_master=is_host,
+                    timeout=datetime.timedelta(seconds=remaining), wait_for_workers=False,
+                )  # fmt: skip
+                if is_host:
+                    store.set(INCARNATION_KEY, uuid.uuid4().hex)
+            incarnation = store.get(INCARNATION_KEY).decode()
+            if incarnation in tried or store.check([_formed_key(incarnation)]):
+                if not waiting_since:
+                    waiting_since = time.monotonic()
+                    log_json(role=env.role, index=env.index, event="rendezvous-wait", group=incarnation)
+                time.sleep(0.5)  # the store's host is going away (or gone): the next call fails, then reconnect
+                continue
+            tried.add(incarnation)
+            dist.init_process_group(
+                backend, store=dist.PrefixStore(f"ringleader/{incarnation}/", store),  # type: ignore[attr-defined]
+                rank=env.global_rank, world_size=env.global_world_size,
+                timeout=datetime.timedelta(seconds=options.timeout),
+            )  # fmt: skip
+            if is_host:  # gloo connected worker 0 to every rank: the group takes no one new from now on
+                store.set(_formed_key(incarnation), "1")
+            return
+        except (dist.DistError, RuntimeError, OSError, TimeoutError) as e:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            if is_host or time.monotonic() >= deadline:
+                raise RendezvousError(f"{where} failed within {options.rendezvous_timeout:g} s: {one_line(e)}") from e
+            log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
+            store = None  # reconnect: worker 0 may be a new process by now
+            waiting_since = 0.0
+            time.sleep(0.5)
 
 
 def _agree_on_resume(strategy: Strategy) -> None:

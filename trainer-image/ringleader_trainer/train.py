@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ringleader_trainer import data, models
+from ringleader_trainer import data, models, recovery
 from ringleader_trainer.checkpoint import CheckpointError
 from ringleader_trainer.data import Split
 from ringleader_trainer.env import EnvError
@@ -87,6 +87,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=20, help="steps between JSON log lines")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one exchange may take")
     p.add_argument("--rendezvous-timeout", type=float, default=300.0, help="seconds to reach every rank")
+    p.add_argument("--max-recoveries", type=int, default=10,
+                   help="times a rank re-joins in place after losing a peer before it exits 201")  # fmt: skip
     p.add_argument("--save-final", type=Path, help="worker 0 writes the final model's state_dict here")
     p.add_argument("--straggler", metavar="INDEX:SECONDS",
                    help="worker INDEX sleeps SECONDS every step (to study staleness)")  # fmt: skip
@@ -191,8 +193,10 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 
 def main(argv: Sequence[str] | None = None) -> int:
     strategy = None
+    max_recoveries = 0
     try:
         args = parse_args(argv)
+        max_recoveries = args.max_recoveries
         strategy = from_env(
             rendezvous_timeout=args.rendezvous_timeout, timeout=args.timeout, allreduce=args.allreduce,
             log_every=args.log_every,
@@ -203,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         code = exit_code_for(e)
         message = one_line(e)
+        if code == ExitCode.PEER_LOST:
+            recovery.reexec(message, max_recoveries)  # returns only when the recoveries are used up
         print(f"ringleader-trainer: error: {message} (exit {int(code)} {code.name})", file=sys.stderr, flush=True)
         if code == ExitCode.CRASH:
             raise  # an unexpected error: keep the traceback
