@@ -3,15 +3,12 @@ only, the survivors re-join in place, and the job finishes with one restart coun
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster.node.network import netns_name
+from ringleader_devcluster.processes import kill_pod_processes
 from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import logs, wait_for
@@ -21,20 +18,8 @@ from .helpers import condition, create, get, pods_of, training_job
 pytestmark = pytest.mark.usefixtures("operator")
 
 
-def trainer_pids(pod: Any) -> list[int]:
-    """The trainer processes of a pod on the process node (found through the pod's network namespace)."""
-    out = subprocess.run(
-        ["ip", "netns", "pids", netns_name(pod.metadata.uid)], check=False, capture_output=True, text=True
-    )
-    pids = [int(p) for p in out.stdout.split()]
-    return [p for p in pids if "ringleader_trainer" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
-
-
 def kill_trainer(pod: Any) -> None:
-    pids = trainer_pids(pod)
-    assert pids, f"no trainer process in pod {pod.metadata.name}"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+    assert kill_pod_processes(pod.metadata.uid, "ringleader_trainer"), f"no trainer process in pod {pod.metadata.name}"
 
 
 PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}

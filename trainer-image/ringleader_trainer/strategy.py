@@ -383,6 +383,7 @@ class TrainingCheckpointer:
         checkpoints = self.strategy.checkpoints
         if checkpoints is None or step == self.last_step:
             return
+        started = time.perf_counter()
         state: dict[str, Any] = {
             "progress": dict(progress),
             "rounds": self.strategy.communication_rounds,
@@ -394,8 +395,9 @@ class TrainingCheckpointer:
         self.last_step = step
         self.strategy.metrics.last_checkpoint_step.set(step)
         log_json(
-            role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path)
-        )
+            role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path),
+            seconds=round(time.perf_counter() - started, 4),
+        )  # fmt: skip
 
 
 def _python_rng(saved: Any) -> tuple[Any, ...]:
@@ -411,6 +413,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 
 
 INCARNATION_KEY = "ringleader/incarnation"
+CONNECT_SECONDS = 5.0
 
 
 def _formed_key(incarnation: str) -> str:
@@ -440,10 +443,15 @@ def _rendezvous(env: RankEnv, options: Options) -> None:
             if remaining <= 0:
                 raise TimeoutError(f"no group to join in {options.rendezvous_timeout:g} s")
             if store is None:
+                # A client gives each connection attempt a few seconds and then resolves worker 0's name
+                # again: while worker 0's pod is replaced its name still points at the old address for a
+                # while, where a connect would otherwise sit out the kernel's SYN retries (about 2 min).
                 store = dist.TCPStore(  # type: ignore[attr-defined]
                     env.master_addr, env.master_port, env.global_world_size, is_master=is_host,
-                    timeout=datetime.timedelta(seconds=remaining), wait_for_workers=False,
+                    timeout=datetime.timedelta(seconds=remaining if is_host else min(CONNECT_SECONDS, remaining)),
+                    wait_for_workers=False,
                 )  # fmt: skip
+                store.set_timeout(datetime.timedelta(seconds=remaining))
                 if is_host:
                     store.set(INCARNATION_KEY, uuid.uuid4().hex)
             incarnation = store.get(INCARNATION_KEY).decode()
