@@ -25,8 +25,8 @@ help:
 	@echo "make lint                        ruff and mypy"
 	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
 	@echo "make bench                       all benchmarks below, figures in bench/results/"
-	@echo "make bench-cluster               dev-cluster start time, pod start latency, operator job start"
-	@echo "make bench-trainer               our ring vs gloo allreduce; step time per strategy (no cluster)"
+	@echo "make bench-cluster               dev-cluster start time, pod start latency, operator job start, recovery time"
+	@echo "make bench-trainer               ring vs gloo; step time per strategy; checkpoint overhead (no cluster)"
 
 # The venv is rebuilt only when the requirements or the package metadata change.
 VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/*.txt | sha256sum | cut -c1-12)
@@ -80,7 +80,10 @@ bench: bench-cluster bench-trainer
 bench-cluster: dev-cluster
 	@$(PY) bench/devcluster_bench.py
 	@$(PY) -m bench.operator_bench
+	@$(PY) -m bench.recovery_bench --victim 1
+	@$(PY) -m bench.recovery_bench --victim 0
 
 bench-trainer: venv
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
+	@$(PY) -m bench.checkpoint_bench

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, Layout
+from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, PACKAGE_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
 
@@ -155,7 +155,7 @@ def start_control_plane(layout: Layout) -> None:
     kwokctl = str(layout.binary("kwokctl"))
     env = _kwok_env(layout)
     pids = _component_pids(layout)
-    if pids and all(_alive(p) for p in pids) and api_ready(layout):
+    if pids and all(is_running(p) for p in pids) and api_ready(layout):
         say("control plane already running")
         return
     if (layout.cluster_dir / "kwok.yaml").exists():
@@ -322,7 +322,7 @@ def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True) -> Non
     say(f"ready: export KUBECONFIG={layout.kubeconfig}", t0)
 
 
-def _alive(pid: int) -> bool:
+def is_running(pid: int) -> bool:
     """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone, and our own child is reaped."""
     with contextlib.suppress(ChildProcessError):
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
@@ -341,7 +341,7 @@ def _stop_pid(pid: int, timeout: float) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not is_running(pid):
             return
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
@@ -401,10 +401,13 @@ def operator_up() -> None:
     layout = Layout.from_env()
     if not api_ready(layout):
         raise ClusterError("the dev cluster is not running: run 'make dev-cluster' first")
-    kubectl(layout, "apply", "-f", str(DEVCLUSTER_DIR.parent / "crds" / "trainingjob.yaml"))
+    crds = DEVCLUSTER_DIR.parent / "crds"
+    kubectl(layout, "apply", "-f", str(crds / "trainingjob.yaml"), "-f", str(crds / "kopf-peering.yaml"))
     kubectl(
-        layout, "wait", "--for=condition=Established", "crd/trainingjobs.ringleader.dev", "--timeout=30s", timeout=40
-    )
+        layout, "wait", "--for=condition=Established", "crd/trainingjobs.ringleader.dev",
+        "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s", timeout=40,
+    )  # fmt: skip
+    kubectl(layout, "apply", "-f", str(PACKAGE_DIR / "peering.yaml"))
     pidfile = layout.operator_dir / "operator.pid"
     if _pid_from(pidfile):
         say("operator already running")
@@ -431,7 +434,7 @@ def operator_up() -> None:
     pidfile.write_text(str(proc.pid))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if not _alive(proc.pid):
+        if not is_running(proc.pid):
             tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
             raise ClusterError(f"the operator exited: {tail[0] if tail else 'no log'} (log: {log})")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", OPERATOR_HEALTH_PORT), timeout=1):
@@ -450,12 +453,26 @@ def operator_down() -> None:
     (layout.operator_dir / "operator.pid").unlink(missing_ok=True)
 
 
+def operator_pid() -> int | None:
+    """The dev cluster's operator process, if it runs."""
+    return _pid_from(Layout.from_env().operator_dir / "operator.pid")
+
+
+def kill_operator(pid: int) -> None:
+    """SIGKILL the operator (no clean shutdown, as a crash would be) and wait until it is gone."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while is_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (Layout.from_env().operator_dir / "operator.pid").unlink(missing_ok=True)
+
+
 def _pid_from(pidfile: Path) -> int | None:
     try:
         pid = int(pidfile.read_text())
     except (FileNotFoundError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    return pid if is_running(pid) else None
 
 
 def status() -> int:

@@ -19,6 +19,8 @@ from .reconciler import Reconciler
 RESYNC_SECONDS = 30.0  # the timer heals whatever a missed event left behind
 PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
 RETRY_DELAY = 5.0
+PEERING_NAME = "ringleader"
+PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
 
 
 def _emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
@@ -36,6 +38,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
+    settings.peering.lifetime = PEERING_LIFETIME
     memo.reconciler = Reconciler(Kube(await load_config()), _emit)
 
 

@@ -1,20 +1,29 @@
 """`ringleader-operator`: run the operator against the current kubeconfig or in-cluster credentials.
 
-    ringleader-operator [--namespace NS ...] [--metrics-port 8080] [--health-port 8081]
+    ringleader-operator [--namespace NS ...] [--metrics-port 8080] [--health-port 8081] [--standalone]
 
 Without --namespace it watches all namespaces. /metrics serves Prometheus metrics; /healthz is kopf's
 liveness endpoint (it fails when the operator stops processing events).
+
+Leader election: replicas meet in kopf's peering object `ringleader` (a ClusterKopfPeering, or a
+KopfPeering in each watched namespace; crds/kopf-peering.yaml) and only the live replica with the highest
+priority acts; the others stay paused. The priority is the negated start time in milliseconds, so the
+oldest replica leads and a newly started one never takes over from a healthy leader. A leader that stops
+cleanly leaves at once; one that is killed is taken over from when its keep-alive expires (PEERING_LIFETIME
+seconds). --standalone runs without peering (one replica only).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import time
 
 import kopf
 from prometheus_client import start_http_server
 
 from . import handlers  # noqa: F401  (registers the handlers)
+from .handlers import PEERING_NAME
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--namespace", action="append", default=[], help="watch only this namespace (repeatable)")
     p.add_argument("--metrics-port", type=int, default=8080)
     p.add_argument("--health-port", type=int, default=8081)
+    p.add_argument("--standalone", action="store_true", help="no leader election: run exactly one replica")
+    p.add_argument("--peering", default=PEERING_NAME, help="the kopf peering object replicas elect a leader in")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -35,7 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
-        standalone=True,
+        standalone=True if args.standalone else None,
+        peering_name=None if args.standalone else args.peering,
+        priority=-int(time.time() * 1000),  # the oldest replica leads
         liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
     )
 

@@ -382,6 +382,7 @@ class TrainingCheckpointer:
         checkpoints = self.strategy.checkpoints
         if checkpoints is None or step == self.last_step:
             return
+        started = time.perf_counter()
         state: dict[str, Any] = {
             "progress": dict(progress),
             "rounds": self.strategy.communication_rounds,
@@ -393,8 +394,9 @@ class TrainingCheckpointer:
         self.last_step = step
         self.strategy.metrics.last_checkpoint_step.set(step)
         log_json(
-            role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path)
-        )
+            role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path),
+            seconds=round(time.perf_counter() - started, 4),
+        )  # fmt: skip
 
 
 def _python_rng(saved: Any) -> tuple[Any, ...]:

@@ -1,0 +1,138 @@
+"""Recovery time on the dev cluster: from a worker's SIGKILL to the next completed training step.
+
+    python -m bench.recovery_bench [--kills 5] [--victim 1]
+
+One allreduce TrainingJob (3 workers, the built-in digits MLP paced at ~20 steps/s by a 50 ms sleep on
+worker 0, a step logged every step, checkpoints every 20 steps, restartPolicy ExitCode). Each repetition
+waits for a fresh checkpoint, SIGKILLs the trainer process of worker `--victim` and measures from just before
+the kill to the first step that worker 0 logs after it resumed (the survivors re-join in place; the operator
+replaces the killed pod). Results go to bench/results/recovery.json with every repetition; nothing is
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from ringleader_devcluster import cluster
+from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_devcluster.processes import kill_pod_processes
+
+from bench.devcluster_bench import machine, new_namespace
+
+GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
+GOAL_S = 15.0
+COMMAND = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "1000000",
+           "--log-every", "1", "--straggler", "0:0.05", "--timeout", "60"]  # fmt: skip
+
+
+def job(checkpoints: Path, kills: int) -> dict[str, Any]:
+    template = {
+        "spec": {
+            "nodeSelector": {"ringleader.dev/process-node": "true"},
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "trainer", "image": "ringleader/trainer:dev", "command": COMMAND}],
+        }
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "metadata": {"name": "recovery"},
+        "spec": {
+            "workers": {"replicas": 3, "restartPolicy": "ExitCode", "template": template},
+            "checkpoint": {"directory": str(checkpoints), "intervalSteps": 20},
+            "runPolicy": {"backoffLimit": kills + 1},
+        },
+    }
+
+
+def events(core: client.CoreV1Api, ns: str, pod: str) -> list[dict[str, Any]]:
+    text = core.read_namespaced_pod_log(pod, ns, container="trainer", _request_timeout=10)
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def wait(what: str, fn: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise SystemExit(f"[bench] timed out after {timeout:.0f} s waiting for {what}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kills", type=int, default=5)
+    p.add_argument("--victim", type=int, default=1, help="index of the worker to kill (0 hosts the store)")
+    args = p.parse_args()
+    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+    cluster.operator_up()
+    config.load_kube_config(str(Layout.from_env().kubeconfig))
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    ns = new_namespace(core)
+    leader = "recovery-worker-0" if args.victim != 0 else "recovery-worker-1"
+    victim = f"recovery-worker-{args.victim}"
+    times: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(Path(d), args.kills))
+            for rep in range(args.kills):
+                saved = len([e for e in events(core, ns, leader) if e.get("event") == "checkpoint"]) if rep else 0
+                wait("a fresh checkpoint",
+                     lambda s=saved: len([e for e in events(core, ns, leader) if e.get("event") == "checkpoint"]) > s,
+                     timeout=300)  # fmt: skip
+                pod = core.read_namespaced_pod(victim, ns)
+                t0 = time.time()
+                if not kill_pod_processes(pod.metadata.uid, "ringleader_trainer"):
+                    raise SystemExit(f"[bench] no trainer process in {victim}")
+
+                def resumed_step(t0: float = t0) -> float | None:
+                    after = [e for e in events(core, ns, leader) if e.get("ts", 0) > t0]
+                    resume = next((i for i, e in enumerate(after) if e.get("event") == "resume"), None)
+                    if resume is None:
+                        return None
+                    step = next((e for e in after[resume:] if "loss" in e), None)
+                    return None if step is None else float(step["ts"])
+
+                took = wait("the next step after the kill", resumed_step, timeout=300) - t0
+                times.append(took)
+                print(f"[bench] kill {rep + 1}/{args.kills}: next step {took:.2f} s after SIGKILL", flush=True)
+            status = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "recovery").get("status", {})
+    finally:
+        core.delete_namespace(ns)
+    restarts = sum(r.get("restarts", 0) for r in status.get("replicaStatuses", {}).values())
+    result = {
+        "machine": machine(),
+        "goal_s": GOAL_S,
+        "victim": victim,
+        "kills": args.kills,
+        "recovery_s": times,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "restarts_in_status": restarts,
+    }
+    print(f"[bench] recovery from SIGKILL of {victim}: median {result['median_s']:.2f} s, "
+          f"max {result['max_s']:.2f} s over {len(times)} kills (goal <= {GOAL_S:g} s); "
+          f"restarts in status {restarts}")  # fmt: skip
+    out = REPO_ROOT / "bench" / "results" / f"recovery-worker-{args.victim}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"[bench] wrote {out.relative_to(REPO_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
