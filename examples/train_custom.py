@@ -10,6 +10,7 @@ import argparse
 
 import ringleader_trainer
 import torch
+from ringleader_trainer.exitcodes import exit_now
 from torch import nn
 
 
@@ -56,3 +57,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now(0)  # skip the interpreter's teardown, where torch's leftover threads can abort it (docs/trainer.md)

@@ -51,5 +51,5 @@ def test_each_strategy_trains_to_succeeded_with_rising_progress(
         return job if done else None
 
     job = wait_for("the digits job to finish", finished, timeout=300)
-    assert condition(job, "Succeeded"), job.get("status")
+    assert condition(job, "Succeeded"), (condition(job, "Failed"), (job.get("status") or {}).get("ranks"))
     assert len(steps) >= 2 and steps == sorted(steps) and steps[0] < steps[-1], steps

@@ -1,5 +1,6 @@
 """`python -m ringleader_trainer --example digits-mlp`: the built-in examples (ringleader_trainer.train)."""
 
+from ringleader_trainer.exitcodes import exit_now
 from ringleader_trainer.train import main
 
-raise SystemExit(main())
+exit_now(main())

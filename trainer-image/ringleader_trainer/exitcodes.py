@@ -7,7 +7,10 @@ codes below, chosen above the signal range so they cannot be mistaken for one). 
 
 from __future__ import annotations
 
+import os
+import sys
 from enum import IntEnum
+from typing import NoReturn
 
 
 class ExitCode(IntEnum):
@@ -30,3 +33,16 @@ def one_line(exc: BaseException) -> str:
     """An exception as the one line an error message quotes: its first line, or its type if it has no text."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` right away, after flushing stdout and stderr.
+
+    torch keeps gloo's loop threads and the rendezvous store's server thread alive after
+    destroy_process_group(); in the normal interpreter teardown, static destructors can then meet a
+    thread that is still joinable and abort the process ("terminate called without an active exception",
+    exit -6) after the work is done and saved. Leaving with os._exit skips that teardown; everything the
+    trainer writes (checkpoints, the final model) is closed and fsynced before this point."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
