@@ -50,7 +50,11 @@ def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
         tails = {}
         for p in pods_of(core, namespace, "rec"):
             try:
-                tails[p.metadata.name] = logs(core, namespace, p.metadata.name, container="trainer", tail_lines=15)
+                whole = logs(core, namespace, p.metadata.name, container="trainer")
+                (tmp_path / f"{p.metadata.name}.log").write_text(whole)  # the whole log, for a post-mortem
+                tails[p.metadata.name] = "\n".join(
+                    line for line in whole.splitlines() if not line.startswith("frame #")
+                )[-2500:]
             except client.ApiException as e:  # gone meanwhile
                 tails[p.metadata.name] = f"(no logs: {e.reason})"
         return f"{get(custom, namespace, 'rec').get('status')}\n" + "\n".join(f"--- {k}\n{v}" for k, v in tails.items())
