@@ -14,6 +14,7 @@ repetition; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
@@ -27,31 +28,21 @@ from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_devcluster.processes import kill_pod_processes
 
 from bench.devcluster_bench import machine, new_namespace
+from tests.devcluster.helpers import wait_for
+from tests.operator.helpers import GROUP, PLURAL, VERSION, training_job
 
-GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 GOAL_S = 15.0
 COMMAND = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "1000000",
            "--log-every", "1", "--straggler", "0:0.05", "--timeout", "60"]  # fmt: skip
 
 
 def job(name: str, checkpoints: Path) -> dict[str, Any]:
-    template = {
-        "spec": {
-            "nodeSelector": {"ringleader.dev/process-node": "true"},
-            "terminationGracePeriodSeconds": 2,
-            "containers": [{"name": "trainer", "image": "ringleader/trainer:dev", "command": COMMAND}],
-        }
-    }
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "workers": {"replicas": 3, "restartPolicy": "ExitCode", "template": template},
-            "checkpoint": {"directory": str(checkpoints), "intervalSteps": 20},
-            "runPolicy": {"backoffLimit": 2},
-        },
-    }
+    body = training_job(name, "", workers=3)
+    body["spec"]["workers"]["restartPolicy"] = "ExitCode"
+    body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] = COMMAND
+    body["spec"]["checkpoint"] = {"directory": str(checkpoints), "intervalSteps": 20}
+    body["spec"]["runPolicy"] = {"backoffLimit": 2}
+    return body
 
 
 def events(core: client.CoreV1Api, ns: str, pod: str) -> list[dict[str, Any]]:
@@ -74,16 +65,6 @@ def saved(core: client.CoreV1Api, ns: str, pod: str) -> bool:
     return any(e.get("event") == "checkpoint" for e in events(core, ns, pod))
 
 
-def wait(what: str, fn: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise SystemExit(f"[bench] timed out after {timeout:.0f} s waiting for {what}")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kills", type=int, default=5)
@@ -102,7 +83,7 @@ def main() -> None:
             leader, victim = f"{name}-worker-{0 if args.victim else 1}", f"{name}-worker-{args.victim}"
             with tempfile.TemporaryDirectory() as d:
                 custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(name, Path(d)))
-                wait("the first checkpoint", lambda w=leader: saved(core, ns, w), timeout=300)
+                wait_for("the first checkpoint", functools.partial(saved, core, ns, leader), timeout=300)
                 pod = core.read_namespaced_pod(victim, ns)
                 t0 = time.time()
                 if not kill_pod_processes(pod.metadata.uid, "ringleader_trainer"):
@@ -116,7 +97,7 @@ def main() -> None:
                     step = next((e for e in after[resume:] if "loss" in e), None)
                     return None if step is None else float(step["ts"])
 
-                took = wait("the next step after the kill", resumed_step, timeout=300) - t0
+                took = wait_for("the next step after the kill", resumed_step, timeout=300) - t0
                 times.append(took)
                 status = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status", {})
                 restarts += sum(r.get("restarts", 0) for r in status.get("replicaStatuses", {}).values())

@@ -339,13 +339,20 @@ def _stop_pid(pid: int, timeout: float) -> None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_running(pid):
-            return
-        time.sleep(0.1)
+    if _wait_gone(pid, timeout):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `pid` to exit; True once it has."""
+    deadline = time.monotonic() + timeout
+    while is_running(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 async def _sweep_network() -> None:
@@ -408,7 +415,7 @@ def operator_up() -> None:
         "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s", timeout=40,
     )  # fmt: skip
     kubectl(layout, "apply", "-f", str(PACKAGE_DIR / "peering.yaml"))
-    pidfile = layout.operator_dir / "operator.pid"
+    pidfile = _operator_pidfile(layout)
     if _pid_from(pidfile):
         say("operator already running")
         return
@@ -446,25 +453,27 @@ def operator_up() -> None:
 
 def operator_down() -> None:
     layout = Layout.from_env()
-    pid = _pid_from(layout.operator_dir / "operator.pid")
+    pid = _pid_from(_operator_pidfile(layout))
     if pid:
         _stop_pid(pid, timeout=20)
         say("operator stopped")
-    (layout.operator_dir / "operator.pid").unlink(missing_ok=True)
+    _operator_pidfile(layout).unlink(missing_ok=True)
+
+
+def _operator_pidfile(layout: Layout) -> Path:
+    return layout.operator_dir / "operator.pid"
 
 
 def operator_pid() -> int | None:
     """The dev cluster's operator process, if it runs."""
-    return _pid_from(Layout.from_env().operator_dir / "operator.pid")
+    return _pid_from(_operator_pidfile(Layout.from_env()))
 
 
 def kill_operator(pid: int) -> None:
     """SIGKILL the operator (no clean shutdown, as a crash would be) and wait until it is gone."""
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while is_running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    (Layout.from_env().operator_dir / "operator.pid").unlink(missing_ok=True)
+    _wait_gone(pid, timeout=10)
+    _operator_pidfile(Layout.from_env()).unlink(missing_ok=True)
 
 
 def _pid_from(pidfile: Path) -> int | None:

@@ -33,8 +33,13 @@ _DISRUPTIONS = {
     "DeletionByTaintManager": Kind.NODE_LOST,
     "DeletionByPodGC": Kind.NODE_LOST,
 }
-_POD_REASONS = {"Evicted": Kind.EVICTED, "Preempting": Kind.EVICTED, "NodeLost": Kind.NODE_LOST}
-NODE_LOST_POD_REASONS = ("NodeRestarted", "NodeShutdown")
+_POD_REASONS = {
+    "Evicted": Kind.EVICTED,
+    "Preempting": Kind.EVICTED,
+    "NodeLost": Kind.NODE_LOST,
+    "NodeRestarted": Kind.NODE_LOST,
+    "NodeShutdown": Kind.NODE_LOST,
+}
 
 RESTART_REASONS = {
     Kind.EXIT: Reason.RESTARTING,
@@ -73,8 +78,6 @@ def classify(exit_code: int | None, pod_reason: str, disruption: str) -> Failure
         return Failure(_DISRUPTIONS[disruption], exit_code, disruption)
     if pod_reason in _POD_REASONS:
         return Failure(_POD_REASONS[pod_reason], exit_code, pod_reason)
-    if pod_reason in NODE_LOST_POD_REASONS:
-        return Failure(Kind.NODE_LOST, exit_code, pod_reason)
     if exit_code is not None:
         return Failure(Kind.EXIT, exit_code, pod_reason)
     # Failed with neither an exit code nor a known reason (admission rejected, image never ran, ...): the

@@ -58,12 +58,11 @@ class ObservedPod:
     index: int
     phase: str
     ready: bool
-    deleting: bool
     exit_code: int | None
     reason: str  # pod.status.reason, else the failing container's terminated reason
     disruption: str  # the DisruptionTarget condition's reason, when Kubernetes set one
     attempt: int | None  # None for a pod made before attempts were recorded: taken as the current one
-    deletion_deadline: str | None
+    deletion_deadline: str | None  # metadata.deletionTimestamp: set once the pod is being deleted
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -103,13 +102,16 @@ class ObservedPod:
             index=index,
             phase=status.get("phase") or "Pending",
             ready=ready,
-            deleting=bool(meta.get("deletionTimestamp")),
             exit_code=exit_code,
             reason=status.get("reason") or reason,
             disruption=disruption,
             attempt=attempt,
             deletion_deadline=meta.get("deletionTimestamp"),
         )
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_deadline is not None
 
     def failure(self) -> Failure:
         return classify(self.exit_code, self.reason, self.disruption)
@@ -292,8 +294,8 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
                     wait_for(stuck)
         elif rank.pod_seen:  # the pod vanished while the operator was not looking
             count(role, index, rank, pod_name(job.name, role, index), Failure(Kind.DELETED, None, "pod disappeared"))
-        elif rank.restart_after and parse_time(rank.restart_after) > now_t:
-            wait_for(parse_time(rank.restart_after))
+        elif rank.restart_after and (after := parse_time(rank.restart_after)) > now_t:
+            wait_for(after)
         else:
             out.create_pods.append(build_pod(job, role, index, attempt=rank.restarts))
 

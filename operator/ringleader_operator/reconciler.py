@@ -27,7 +27,7 @@ from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
-from .reconcile import plan
+from .reconcile import format_time, plan
 
 log = logging.getLogger("ringleader.reconciler")
 
@@ -35,7 +35,7 @@ EventSink = Callable[[dict[str, Any], str, str, str], None]
 
 
 def utcnow() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC))
 
 
 def status_json(status: TrainingJobStatus) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from kubernetes import client
 from tests.devcluster.helpers import wait_for
 from tests.operator.helpers import condition, create, training_job, wait_condition
 
+pytestmark = pytest.mark.usefixtures("operator")
+
 
 @pytest.fixture
 def marker() -> Iterator[Path]:
