@@ -14,13 +14,16 @@ from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, net
 from ringleader_devcluster.node.podworker import GPUPool, _referenced
 
 
-def test_ip_pool_skips_network_and_gateway_and_reuses_released() -> None:
-    pool = IPPool(ipaddress.IPv4Network("198.18.1.0/30"))
-    assert pool.allocate() == "198.18.1.2"
+def test_ip_pool_skips_network_and_gateway_and_reuses_released_addresses_last() -> None:
+    pool = IPPool(ipaddress.IPv4Network("198.18.1.0/29"))  # hands out .2 to .6
+    assert [pool.allocate() for _ in range(2)] == ["198.18.1.2", "198.18.1.3"]
+    pool.release("198.18.1.2")
+    assert pool.allocate() == "198.18.1.4"  # not the address just released
+    assert [pool.allocate() for _ in range(3)] == ["198.18.1.5", "198.18.1.6", "198.18.1.2"]  # wraps around
     with pytest.raises(NetworkError, match="exhausted"):
         pool.allocate()
-    pool.release("198.18.1.2")
-    assert pool.allocate() == "198.18.1.2"
+    pool.release("198.18.1.5")
+    assert pool.allocate() == "198.18.1.5"
 
 
 def test_bridge_layout() -> None:

@@ -55,17 +55,26 @@ async def run_ip(*args: str, stdin: str | None = None) -> str:
 
 @dataclass
 class IPPool:
-    """Addresses of one node's pod CIDR; .0, .1 and the broadcast address are never handed out."""
+    """Addresses of one node's pod CIDR; .0, .1 and the broadcast address are never handed out.
+
+    Addresses are handed out in turn, wrapping around, like the host-local IPAM plugin: a released
+    address comes back only after every other one. Handing it straight to the next pod would let that pod
+    share it with the namespace just deleted, which the kernel tears down some time later, and let
+    neighbours keep the old interface's MAC in their ARP caches: the new pod's connections would be reset
+    or time out for tens of seconds (seen when a replaced rank got its predecessor's address)."""
 
     cidr: ipaddress.IPv4Network
     used: set[ipaddress.IPv4Address] = field(default_factory=set)
+    last: ipaddress.IPv4Address | None = None
 
     def allocate(self) -> str:
-        for ip in self.cidr.hosts():
-            if int(ip) - int(self.cidr.network_address) < 2 or ip in self.used:
-                continue
-            self.used.add(ip)
-            return str(ip)
+        hosts = [ip for ip in self.cidr.hosts() if int(ip) - int(self.cidr.network_address) >= 2]
+        start = hosts.index(self.last) + 1 if self.last in hosts else 0
+        for ip in hosts[start:] + hosts[:start]:
+            if ip not in self.used:
+                self.used.add(ip)
+                self.last = ip
+                return str(ip)
         raise NetworkError(f"pod CIDR {self.cidr} is exhausted")
 
     def release(self, ip: str) -> None:
