@@ -128,6 +128,10 @@ def _kwokctl_config(layout: Layout) -> Path:
         {"key": "manage-all-nodes", "value": "false", "override": True},
         {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
     ]
+    node_monitoring = [
+        {"key": "node-monitor-period", "value": "5s", "override": True},
+        {"key": "node-monitor-grace-period", "value": "40s", "override": True},
+    ]
     cfg = {
         "kind": "KwokctlConfiguration",
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -141,10 +145,12 @@ def _kwokctl_config(layout: Layout) -> Path:
                 "kubernetes.default.svc.cluster.local",
             ],
             "kubectlBinary": str(layout.binary("kubectl")),
-            "kubeControllerManagerNodeMonitorPeriodMilliseconds": 5000,
-            "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": 40000,
         },
-        "componentsPatches": [{"name": "kwok-controller", "extraArgs": override}],
+        "componentsPatches": [
+            {"name": "kwok-controller", "extraArgs": override},
+            # kwokctl's own options for these are overridden by its defaults for fake nodes (25 s, 3m20s).
+            {"name": "kube-controller-manager", "extraArgs": node_monitoring},
+        ],
     }
     path = layout.state / "kwokctl.yaml"
     path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
@@ -218,14 +224,13 @@ def node_pid(layout: Layout) -> int | None:
     return _pid_from(layout.node_pidfile)
 
 
-def start_node(layout: Layout, gpus: int, nodes: int) -> None:
-    if node_pid(layout):
-        say("process node already running")
-        return
-    layout.node_dir.mkdir(parents=True, exist_ok=True)
-    for port in (KUBELET_PORT,):
-        if not port_free(port, "0.0.0.0"):
-            raise ClusterError(f"port {port} (process node kubelet endpoint) is busy: stop what listens there")
+def _spawn_agent(
+    layout: Layout, state_dir: Path, name: str, nodes: int, gpus: int, kubelet_port: int, *extra: str
+) -> int:
+    """Start a process node agent with its state (pods, agent.log, agent.pid) in `state_dir`; its pid."""
+    if not port_free(kubelet_port, "0.0.0.0"):
+        raise ClusterError(f"port {kubelet_port} (process node kubelet endpoint) is busy: stop what listens there")
+    state_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
         "-m",
@@ -233,34 +238,83 @@ def start_node(layout: Layout, gpus: int, nodes: int) -> None:
         "--kubeconfig",
         str(layout.kubeconfig),
         "--state-dir",
-        str(layout.node_dir),
+        str(state_dir),
         "--name",
-        NODE_NAME,
+        name,
         "--nodes",
         str(nodes),
         "--gpus",
         str(gpus),
         "--kubelet-port",
-        str(KUBELET_PORT),
+        str(kubelet_port),
         "--tls-cert",
         str(layout.pki / "admin.crt"),
         "--tls-key",
         str(layout.pki / "admin.key"),
         "--backoff-base",
         os.environ.get("RINGLEADER_BACKOFF_BASE", "10"),
+        *extra,
     ]
-    with layout.node_log.open("ab") as logf:
+    with (state_dir / "agent.log").open("ab") as logf:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
-    layout.node_pidfile.write_text(str(proc.pid))
-    say(f"process node started (pid {proc.pid}, log {layout.node_log})")
+    (state_dir / "agent.pid").write_text(str(proc.pid))
+    return proc.pid
 
 
-def wait_nodes_ready(layout: Layout, names: list[str], t0: float) -> None:
+def start_node(layout: Layout, gpus: int, nodes: int) -> None:
+    if node_pid(layout):
+        say("process node already running")
+        return
+    pid = _spawn_agent(layout, layout.node_dir, NODE_NAME, nodes, gpus, KUBELET_PORT)
+    say(f"process node started (pid {pid}, log {layout.node_log})")
+
+
+def add_node(name: str, index: int, gpus: int = 8) -> None:
+    """Start one more process node, `name`, in an agent of its own beside the dev cluster's (state under
+    .dev/nodes/<name>, pod CIDR 198.18.<index+1>.0/24, kubelet port KUBELET_PORT + index); return once it is
+    Ready. `index` must not be taken by the main agent's nodes (it holds 0 .. nodes-1)."""
+    layout = Layout.from_env()
+    state_dir = layout.extra_nodes_dir / name
+    if _pid_from(state_dir / "agent.pid"):
+        raise ClusterError(f"node {name} already runs")
+    t0 = time.monotonic()
+    _spawn_agent(layout, state_dir, name, 1, gpus, KUBELET_PORT + index, "--cidr-index", str(index), "--no-api-relay")
+    wait_nodes_ready(layout, [name], t0, pidfile=state_dir / "agent.pid", log=state_dir / "agent.log")
+    say(f"node {name} added", t0)
+
+
+def power_off_node(name: str) -> None:
+    """What losing power does to a machine, done to node `name` (added by `add_node`): its agent and every
+    process of its pods die at once (SIGKILL), and their network namespaces go. The Node object stays and
+    simply stops reporting, as a real one would; the controller-manager's node lifecycle takes over."""
+    layout = Layout.from_env()
+    state_dir = layout.extra_nodes_dir / name
+    pid = _pid_from(state_dir / "agent.pid")
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 10)
+    kill_leftovers(state_dir / "pods")
+    asyncio.run(sweep_sandboxes(state_dir / "pods"))
+
+
+def remove_node(name: str) -> None:
+    """Power node `name` off (if it still runs), delete its Node object and its state."""
+    layout = Layout.from_env()
+    power_off_node(name)
+    kubectl(layout, "delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
+    shutil.rmtree(layout.extra_nodes_dir / name, ignore_errors=True)
+
+
+def wait_nodes_ready(
+    layout: Layout, names: list[str], t0: float, pidfile: Path | None = None, log: Path | None = None
+) -> None:
+    """Wait until nodes `names` are Ready; fail at once if their agent (the main one by default) exits."""
+    pidfile, log = pidfile or layout.node_pidfile, log or layout.node_log
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
-        if node_pid(layout) is None:
-            tail = layout.node_log.read_text().strip().splitlines()[-1:] if layout.node_log.exists() else []
-            raise ClusterError(f"the process node exited: {tail[0] if tail else 'no log'} (log: {layout.node_log})")
+        if _pid_from(pidfile) is None:
+            tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+            raise ClusterError(f"the process node exited: {tail[0] if tail else 'no log'} (log: {log})")
         res = kubectl(layout, "get", "nodes", "-o", "json", check=False)
         if res.returncode == 0:
             ready = {
@@ -272,7 +326,7 @@ def wait_nodes_ready(layout: Layout, names: list[str], t0: float) -> None:
             if ready.issuperset(names):
                 return
         time.sleep(0.5)
-    raise ClusterError(f"nodes {', '.join(names)} not Ready after {READY_TIMEOUT:.0f}s (log: {layout.node_log})")
+    raise ClusterError(f"nodes {', '.join(names)} not Ready after {READY_TIMEOUT:.0f}s (log: {log})")
 
 
 def scale_fake_nodes(layout: Layout, count: int) -> None:
@@ -379,8 +433,12 @@ def down() -> None:
     if pid:
         say("stopping the process node and its pods")
         _stop_pid(pid, timeout=45)
+    for pidfile in layout.extra_nodes_dir.glob("*/agent.pid"):
+        if pid := _pid_from(pidfile):
+            _stop_pid(pid, timeout=45)
     # Whatever a crashed agent left behind: sandboxes (and every process inside them) and the bridge.
-    kill_leftovers(layout.node_dir / "pods")
+    for pods in [layout.node_dir / "pods", *layout.extra_nodes_dir.glob("*/pods")]:
+        kill_leftovers(pods)
     asyncio.run(_sweep_network())
     if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
         say("deleting the control plane")

@@ -84,5 +84,10 @@ class Layout:
         return self.node_dir / "agent.log"
 
     @property
+    def extra_nodes_dir(self) -> Path:
+        """State of process nodes added beside the main one (`cluster.add_node`), one directory each."""
+        return self.state / "nodes"
+
+    @property
     def operator_dir(self) -> Path:
         return self.state / "operator"

@@ -123,13 +123,15 @@ class Agent:
         self.coord = client.CoordinationV1Api(self.api_client)
         self.discovery = client.DiscoveryV1Api(self.api_client)
         swept = kill_leftovers(self.state / "pods")
-        swept += await sweep_sandboxes()
+        swept += await sweep_sandboxes(self.state / "pods")
         if swept:
             log.info("removed %d containers and pod sandboxes left from an earlier run", swept)
         await self.bridge.ensure()
         api = urlparse(str(self.api_client.configuration.host))
-        self.relay = ApiRelay(self.bridge.gateway, RELAY_PORT, str(api.hostname or "127.0.0.1"), api.port or 443)
-        await self.relay.start()
+        self.relay: ApiRelay | None = None
+        if self.args.api_relay:  # one per bridge: a second agent's pods use the first one's
+            self.relay = ApiRelay(self.bridge.gateway, RELAY_PORT, str(api.hostname or "127.0.0.1"), api.port or 443)
+            await self.relay.start()
         base_env = {
             "PATH": f"{Path(sys.executable).parent}:{DEFAULT_PATH}",
             "HOME": "/root",
@@ -146,7 +148,7 @@ class Agent:
                 name=name,
                 api=self.core,
                 bridge=self.bridge,
-                pool=IPPool(self.bridge.node_cidr(i)),
+                pool=IPPool(self.bridge.node_cidr(self.args.cidr_index + i)),
                 gpus=GPUPool(self.args.gpus),
                 pods_dir=self.state / "pods",
                 volumes_dir=self.state / "volumes",
@@ -155,7 +157,7 @@ class Agent:
                 backoff_base=self.args.backoff_base,
                 backoff_cap=self.args.backoff_cap,
             )
-            await self.register(name, i)
+            await self.register(name, self.args.cidr_index + i)
         self.kubelet = await serve_kubelet_api(
             self.resolve_log,
             self.bridge.gateway,
@@ -378,8 +380,9 @@ class Agent:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await sweep_sandboxes()
-        await self.relay.close()
+        await sweep_sandboxes(self.state / "pods")
+        if self.relay is not None:
+            await self.relay.close()
         await self.kubelet.cleanup()
         await self.api_client.close()
 
@@ -408,6 +411,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tls-cert", required=True, help="serving certificate of the kubelet endpoint")
     p.add_argument("--tls-key", required=True)
     p.add_argument("--bridge", default="rl0")
+    p.add_argument("--cidr-index", type=int, default=0,
+                   help="first node's pod CIDR is 198.18.<index+1>.0/24")  # fmt: skip
+    p.add_argument("--api-relay", action=argparse.BooleanOptionalAction, default=True,
+                   help="relay the API server on the bridge (only the first agent on a bridge does)")  # fmt: skip
     p.add_argument("--backoff-base", type=float, default=10.0, help="CrashLoopBackOff base, seconds (kubelet: 10)")
     p.add_argument("--backoff-cap", type=float, default=300.0, help="CrashLoopBackOff cap, seconds (kubelet: 300)")
     return p.parse_args(argv)

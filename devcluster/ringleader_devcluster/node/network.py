@@ -181,10 +181,16 @@ async def delete_sandbox(netns: str) -> None:
     shutil.rmtree(NETNS_ETC_DIR / netns, ignore_errors=True)
 
 
-async def sweep_sandboxes() -> int:
-    """Delete every namespace this node ever created (left by a crash or a previous run)."""
-    names = [p.name for p in NETNS_RUN_DIR.glob(NETNS_PREFIX + "*")] if NETNS_RUN_DIR.exists() else []
-    names += [p.name for p in NETNS_ETC_DIR.glob(NETNS_PREFIX + "*")] if NETNS_ETC_DIR.exists() else []
-    for name in sorted(set(names)):
+async def sweep_sandboxes(pods_dir: Path | None = None) -> int:
+    """Delete the namespaces of the pods recorded under `pods_dir` (left by a crash or a previous run of
+    this agent), or, without it, every namespace any process node created. Another agent serving other
+    nodes on the same bridge keeps its pods' namespaces."""
+    if pods_dir is not None:
+        names = [netns_name(d.name.rsplit("_", 1)[-1]) for d in pods_dir.iterdir()] if pods_dir.exists() else []
+    else:
+        names = [p.name for p in NETNS_RUN_DIR.glob(NETNS_PREFIX + "*")] if NETNS_RUN_DIR.exists() else []
+        names += [p.name for p in NETNS_ETC_DIR.glob(NETNS_PREFIX + "*")] if NETNS_ETC_DIR.exists() else []
+    present = {n for n in names if (NETNS_RUN_DIR / n).exists() or (NETNS_ETC_DIR / n).exists()}
+    for name in sorted(present):
         await delete_sandbox(name)
-    return len(set(names))
+    return len(present)
