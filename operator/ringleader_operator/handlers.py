@@ -21,6 +21,10 @@ PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.prog
 RETRY_DELAY = 5.0
 PEERING_NAME = "ringleader"
 PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
+# Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
+# gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
+# outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
+API_RETRY_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, *([30] * 18))
 
 
 def _emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
@@ -38,6 +42,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
+    settings.networking.error_backoffs = API_RETRY_BACKOFFS
     settings.peering.lifetime = PEERING_LIFETIME
     memo.reconciler = Reconciler(Kube(await load_config()), _emit)
 
