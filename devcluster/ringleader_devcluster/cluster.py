@@ -102,6 +102,13 @@ def kubectl(layout: Layout, *args: str, timeout: float = 30, check: bool = True)
     )
 
 
+def helm(layout: Layout, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the cached helm against the dev cluster."""
+    return _run(
+        [str(layout.binary("helm")), "--kubeconfig", str(layout.kubeconfig), *args], timeout=timeout, check=check
+    )
+
+
 def api_ready(layout: Layout) -> bool:
     if not layout.kubeconfig.exists():
         return False

@@ -1,0 +1,168 @@
+"""`make demo`: the operator installed with helm into the dev cluster, one example job followed to the end.
+
+    python -m ringleader_devcluster.demo [--example examples/digits-allreduce.yaml] [--timeout 900]
+
+Expects the dev cluster to run (`make demo` starts it first). Installs the chart in helm/ringleader as the
+release `ringleader` in namespace `ringleader-system` (the operator's Deployment pod runs on the process
+node), applies the example in the `default` namespace (deleting an earlier run of the same job first),
+prints the job's phase, step, each rank's loss and a progress bar until it ends, then the final accuracy
+and what to look at next. Exits 1 if the job fails or does not finish within --timeout seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+
+from . import cluster
+from .cluster import ClusterError, say
+from .layout import REPO_ROOT, Layout
+
+RELEASE = "ringleader"
+RELEASE_NAMESPACE = "ringleader-system"
+CHART = REPO_ROOT / "helm" / "ringleader"
+GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
+DEV_VALUES = ["--set", "image.tag=dev"]  # the process node records the image; it runs the checkout's code
+BAR = 30
+
+
+def install_operator(layout: Layout) -> None:
+    """helm upgrade --install the chart and wait until the operator's pod is ready."""
+    if cluster.operator_pid():
+        say("stopping the operator started by 'make operator-up' (the chart's takes over)")
+        cluster.operator_down()
+    t0 = time.monotonic()
+    say(f"installing the operator with helm (release {RELEASE}, namespace {RELEASE_NAMESPACE})")
+    cluster.helm(
+        layout, "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
+        "--create-namespace", "--wait", "--timeout", "180s", *DEV_VALUES, timeout=200,
+    )  # fmt: skip
+    say("operator ready", t0)
+
+
+def rank_losses(core: client.CoreV1Api, namespace: str, job: str) -> dict[str, float]:
+    """Each running rank's latest logged loss (from its JSON log lines), by pod name."""
+    out = {}
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"ringleader.dev/job-name={job}").items:
+        try:
+            text = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=20, _request_timeout=5)
+        except client.ApiException:
+            continue
+        for line in reversed((text or "").splitlines()):
+            if line.startswith("{") and '"loss"' in line:
+                try:
+                    out[pod.metadata.name] = float(json.loads(line)["loss"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                break
+    return out
+
+
+def bar(done: int, total: int) -> str:
+    filled = BAR * min(done, total) // total if total else 0
+    return "[" + "#" * filled + "." * (BAR - filled) + f"] {done}/{total}"
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, total: int, timeout: float) -> bool:
+    """Print a status line every 2 s until the job ends; True if it succeeded."""
+    deadline = time.monotonic() + timeout
+    tty = sys.stdout.isatty()
+    last = ""
+    while time.monotonic() < deadline:
+        job = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+        status = job.get("status") or {}
+        step = int((status.get("progress") or {}).get("step") or 0)
+        losses = " ".join(f"{pod.rsplit('-', 2)[-2]}-{pod.rsplit('-', 1)[-1]}={loss:.3f}"
+                          for pod, loss in sorted(rank_losses(core, "default", name).items()))  # fmt: skip
+        line = f"[demo] {status.get('phase', 'Pending'):<10} step {bar(step, total)}  loss {losses or '-'}"
+        if line != last:
+            print(("\r\033[K" if tty else "") + line, end="" if tty else "\n", flush=True)
+            last = line
+        for kind in ("Succeeded", "Failed"):
+            c = condition(job, kind)
+            if c and c.get("status") == "True":
+                if tty:
+                    print()
+                if kind == "Failed":
+                    print(f"[demo] the job failed: {c.get('reason')}: {c.get('message')}", flush=True)
+                return kind == "Succeeded"
+        time.sleep(2)
+    print(f"\n[demo] the job did not finish within {timeout:.0f} s", flush=True)
+    return False
+
+
+def final_accuracy(core: client.CoreV1Api, name: str) -> float | None:
+    text = core.read_namespaced_pod_log(f"{name}-worker-0", "default", container="trainer", _request_timeout=10)
+    done = [json.loads(x) for x in (text or "").splitlines() if x.startswith("{") and '"event": "done"' in x]
+    return float(done[-1]["test_accuracy"]) if done and "test_accuracy" in done[-1] else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="ringleader-demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--example", type=Path, default=REPO_ROOT / "examples" / "digits-allreduce.yaml")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds the job may take")
+    args = p.parse_args(argv)
+    layout = Layout.from_env()
+    t0 = time.monotonic()
+    try:
+        if not cluster.api_ready(layout):
+            raise ClusterError("the dev cluster is not running: run 'make dev-cluster' (make demo does)")
+        body = yaml.safe_load(args.example.read_text())
+        name = body["metadata"]["name"]
+        total = _steps(body)
+        install_operator(layout)
+        config.load_kube_config(str(layout.kubeconfig))
+        core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+        if cluster.kubectl(layout, "get", "tj", name, "-n", "default", check=False).returncode == 0:
+            say(f"deleting the previous run of {name}")
+            cluster.kubectl(layout, "delete", "tj", name, "-n", "default", "--wait=true", timeout=120)
+        cluster.kubectl(layout, "apply", "-n", "default", "-f", str(args.example))
+        say(f"applied {args.example.relative_to(REPO_ROOT)}: TrainingJob {name}")
+        ok = follow(core, custom, name, total, args.timeout)
+    except (ClusterError, OSError, KeyError, yaml.YAMLError) as e:
+        sys.exit(f"demo: {e}")
+    except KeyboardInterrupt:
+        sys.exit("demo: interrupted (the job keeps running; 'make dev-cluster-down' stops everything)")
+    if not ok:
+        print(f"[demo] look at: kubectl describe tj {name}; kubectl logs {name}-worker-0", flush=True)
+        sys.exit(1)
+    accuracy = final_accuracy(core, name)
+    shown = f"{accuracy:.4f}" if accuracy is not None else "unknown"
+    say(f"TrainingJob {name} Succeeded: test accuracy {shown}", t0)
+    print(
+        f"""
+Look around (kubectl from the cache, pointed at the dev cluster):
+  export KUBECONFIG={layout.kubeconfig}
+  alias kubectl={layout.binary("kubectl")}
+  kubectl get tj                          # every TrainingJob: phase, workers, step, age
+  kubectl describe tj {name}         # conditions, ranks, events
+  kubectl logs {name}-worker-0       # the trainer's JSON lines
+  kubectl -n {RELEASE_NAMESPACE} logs deploy/{RELEASE}   # the operator
+Run another: kubectl apply -f examples/digits-parameter-server.yaml
+Tear down:   make dev-cluster-down       (everything: cluster, operator, jobs)""",
+        flush=True,
+    )
+
+
+def _steps(body: dict[str, Any]) -> int:
+    """The step count in the example's trainer command (--steps N), else the built-in examples' 600."""
+    command = body["spec"]["workers"]["template"]["spec"]["containers"][0].get("command") or []
+    if "--steps" in command:
+        return int(command[command.index("--steps") + 1])
+    return 600
+
+
+if __name__ == "__main__":
+    main()
