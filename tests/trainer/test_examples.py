@@ -44,9 +44,16 @@ def test_strategy_api_example_learns_under_every_strategy(
     assert len(losses) == 10 and sum(losses[-3:]) / 3 < 0.2, losses
 
 
+def training_jobs(path: Path) -> list[dict[str, Any]]:
+    """The TrainingJob documents of an example file (some carry a ConfigMap or a volume beside the job)."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TrainingJob"]
+
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_example_jobs_are_valid_training_jobs(path: Path) -> None:
-    body = yaml.safe_load(path.read_text())
+    bodies = training_jobs(path)
+    assert len(bodies) == 1, f"{path.name}: one TrainingJob per example"
+    body = bodies[0]
     job = TrainingJob.model_validate(body)
     for role in ("workers", "parameterServers"):
         template = (body["spec"].get(role) or {}).get("template")
@@ -55,3 +62,9 @@ def test_example_jobs_are_valid_training_jobs(path: Path) -> None:
             if "--example" in command:
                 assert command[command.index("--example") + 1] in BUILT_IN
     assert job.name and job.spec.workers.replicas >= 1
+
+
+def test_the_torchrun_example_carries_the_plain_ddp_script_unchanged() -> None:
+    docs = list(yaml.safe_load_all((EXAMPLES / "torchrun-script.yaml").read_text()))
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert config_map["data"]["plain_ddp.py"] == (EXAMPLES / "plain_ddp.py").read_text()
