@@ -55,7 +55,8 @@ $(VENV_STAMP):
 # The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.
 crds: venv
 	@$(PY) -m ringleader_operator.crd > crds/trainingjob.yaml
-	@echo "wrote crds/trainingjob.yaml"
+	@cp crds/*.yaml helm/ringleader/crds/
+	@echo "wrote crds/trainingjob.yaml and the chart's copy"
 
 binaries:
 	@bash devcluster/check-system.sh
