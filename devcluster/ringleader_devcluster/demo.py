@@ -150,7 +150,7 @@ Look around (kubectl from the cache, pointed at the dev cluster):
   kubectl describe tj {name}         # conditions, ranks, events
   kubectl logs {name}-worker-0       # the trainer's JSON lines
   kubectl -n {RELEASE_NAMESPACE} logs deploy/{RELEASE}   # the operator
-Run another: kubectl apply -f examples/digits-parameter-server.yaml
+Run another: kubectl apply -f examples/digits-ps-sync.yaml
 Tear down:   make dev-cluster-down       (everything: cluster, operator, jobs)""",
         flush=True,
     )
