@@ -56,7 +56,8 @@ $(VENV_STAMP):
 crds: venv
 	@$(PY) -m ringleader_operator.crd > crds/trainingjob.yaml
 	@cp crds/*.yaml helm/ringleader/crds/
-	@echo "wrote crds/trainingjob.yaml and the chart's copy"
+	@$(PY) -m ringleader_operator.reference > docs/trainingjob.md
+	@echo "wrote crds/trainingjob.yaml, the chart's copy and docs/trainingjob.md"
 
 binaries:
 	@bash devcluster/check-system.sh

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ringleader_operator import reference
 from ringleader_operator.crd import crd, render
 
 REPO = Path(__file__).resolve().parents[3]
@@ -15,6 +16,18 @@ REPO = Path(__file__).resolve().parents[3]
 def test_checked_in_crd_matches_the_models() -> None:
     checked_in = (REPO / "crds" / "trainingjob.yaml").read_text()
     assert checked_in == render(), "crds/trainingjob.yaml is stale: run `make crds`"
+
+
+def test_checked_in_reference_matches_the_models() -> None:
+    checked_in = (REPO / "docs" / "trainingjob.md").read_text()
+    assert checked_in == reference.render(), "docs/trainingjob.md is stale: run `make crds`"
+
+
+def test_the_reference_lists_every_spec_field() -> None:
+    text = reference.render()
+    spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert all(f"`spec.{name}`" in text for name in spec)
+    assert "`spec.runPolicy.restartBackoff.capSeconds` | number | `60.0` | >= 0" in text
 
 
 def _walk(node: Any, path: str = "") -> list[str]:
