@@ -107,8 +107,10 @@ bench-trainer: venv
 	@$(PY) -m bench.checkpoint_bench
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
-# to Succeeded. A cold first run on a fresh machine takes about 15 minutes (Go builds, torch); later ones ~2.
-demo: dev-cluster
+# to Succeeded.
+demo:
+	@echo "[demo] a cold first run on a fresh machine takes about 15 minutes (Go builds of Kubernetes, torch); later runs about 2"
+	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
 
 # ---- for users with Docker and kind (the standard kind workflow; not exercised where no Docker engine runs) ----
