@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import pwd
 import time
 
 import kopf
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if not args.verbose:  # kopf logs every handler run at INFO; our own log lines say what matters
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a probe every few seconds
+    _name_the_user()
     start_http_server(args.metrics_port)
     kopf.run(
         clusterwide=not args.namespace,
@@ -51,6 +55,17 @@ def main(argv: list[str] | None = None) -> None:
         priority=-int(time.time() * 1000),  # the oldest replica leads
         liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
     )
+
+
+def _name_the_user() -> None:
+    """kopf names a replica user@host for peering and asks the password database for the user; a container run
+    under an arbitrary uid without an entry (OpenShift does this, and so may a securityContext's runAsUser)
+    would crash it at start. Give such a uid a name through $USER, which is asked first."""
+    if not any(os.environ.get(v) for v in ("LOGNAME", "USER", "LNAME", "USERNAME")):
+        try:
+            pwd.getpwuid(os.getuid())
+        except KeyError:
+            os.environ["USER"] = f"uid-{os.getuid()}"
 
 
 if __name__ == "__main__":

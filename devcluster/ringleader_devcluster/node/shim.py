@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -55,18 +56,33 @@ def launch(spec: dict[str, Any]) -> None:
         os.chdir(workdir)
     except OSError as e:
         raise StartError(f"working directory {workdir}: {e.strerror}") from e
-    gid, uid = spec.get("runAsGroup"), spec.get("runAsUser")
-    if gid is not None or uid is not None:
-        os.setgroups([])
-        os.setgid(int(gid if gid is not None else uid or 0))
-    if uid is not None:
-        os.setuid(int(uid))
     argv = spec["argv"]
     env = spec["env"]
+    gid, uid = spec.get("runAsGroup"), spec.get("runAsUser")
+    if uid is not None and int(uid) != 0:
+        argv = _as_user(argv, env, int(uid), int(gid if gid is not None else uid))
+    elif gid is not None or uid is not None:
+        os.setgroups([])
+        os.setgid(int(gid if gid is not None else uid or 0))
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as e:
         raise StartError(f'exec: "{argv[0]}": {e.strerror}') from e
+
+
+def _as_user(argv: list[str], env: dict[str, str], uid: int, gid: int) -> list[str]:
+    """The command line that runs `argv` as uid:gid. A container's image is readable by any user; here the
+    "image" is the project's Python environment, often under root's home (mode 0700), so the process keeps
+    one capability, CAP_DAC_READ_SEARCH (read and search any file, as an ambient capability that survives
+    exec), and nothing else: it still writes only where uid:gid may, as in a real pod. `setpriv` (util-linux)
+    sets the ids and the capability and execs the command, so the process stays the container's main one."""
+    exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if exe is None or not os.access(exe, os.X_OK):
+        raise StartError(f'exec: "{argv[0]}": executable file not found in $PATH')
+    return [
+        "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--", exe, *argv[1:],
+    ]  # fmt: skip
 
 
 def main() -> None:
