@@ -485,6 +485,7 @@ def down() -> None:
 
 
 OPERATOR_METRICS_PORT = 18080
+CHART_RELEASE, CHART_NAMESPACE = "ringleader", "ringleader-system"  # where `make demo` installs the chart
 OPERATOR_HEALTH_PORT = 18081
 
 
@@ -505,6 +506,9 @@ def operator_up() -> None:
     if _pid_from(pidfile):
         say("operator already running")
         return
+    if helm(layout, "status", CHART_RELEASE, "--namespace", CHART_NAMESPACE, check=False).returncode == 0:
+        say(f"uninstalling the helm release {CHART_RELEASE} ('make demo'): one operator acts on the jobs at a time")
+        helm(layout, "uninstall", CHART_RELEASE, "--namespace", CHART_NAMESPACE, "--wait", timeout=180)
     for port in (OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT):
         if not port_free(port, "0.0.0.0"):
             raise ClusterError(f"port {port} (operator metrics/health) is busy: stop what listens there")

@@ -22,15 +22,18 @@ import yaml
 from kubernetes import client, config
 
 from . import cluster
-from .cluster import ClusterError, say
+from .cluster import ClusterError
 from .layout import REPO_ROOT, Layout
 
-RELEASE = "ringleader"
-RELEASE_NAMESPACE = "ringleader-system"
+RELEASE, RELEASE_NAMESPACE = cluster.CHART_RELEASE, cluster.CHART_NAMESPACE
 CHART = REPO_ROOT / "helm" / "ringleader"
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 DEV_VALUES = ["--set", "image.tag=dev"]  # the process node records the image; it runs the checkout's code
 BAR = 30
+
+
+def say(msg: str, t0: float | None = None) -> None:
+    print(f"[demo] {msg}" + (f" ({time.monotonic() - t0:.1f}s)" if t0 is not None else ""), flush=True)
 
 
 def install_operator(layout: Layout) -> None:
@@ -92,7 +95,9 @@ def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, t
         for kind in ("Succeeded", "Failed"):
             c = condition(job, kind)
             if c and c.get("status") == "True":
-                if tty:
+                if kind == "Succeeded" and step < total:  # progress is sampled; the job did every step
+                    print(("\r\033[K" if tty else "") + line.replace(bar(step, total), bar(total, total)), flush=True)
+                elif tty:
                     print()
                 if kind == "Failed":
                     print(f"[demo] the job failed: {c.get('reason')}: {c.get('message')}", flush=True)

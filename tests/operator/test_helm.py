@@ -124,6 +124,7 @@ def chart_operator(layout: Layout) -> Iterator[str]:
     """The chart installed as a fresh release instead of the dev operator (restored afterwards: the two would
     both act on every job)."""
     release = f"rl-{uuid.uuid4().hex[:6]}"
+    cluster.operator_up()  # removes the release `make demo` may have left: no other chart's operator runs
     cluster.operator_down()
     try:
         helm(layout, "install", release, str(CHART), "--namespace", "ringleader-system", "--create-namespace",
