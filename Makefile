@@ -109,7 +109,7 @@ bench-trainer: venv
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.
 demo:
-	@echo "[demo] a cold first run on a fresh machine takes about 15 minutes (Go builds of Kubernetes, torch); later runs about 2"
+	@echo "[demo] a cold first run on a fresh machine takes about 14 minutes (Go builds of Kubernetes, torch); later runs about 70 s"
 	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
 
