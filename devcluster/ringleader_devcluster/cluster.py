@@ -438,19 +438,25 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 def restart_component(component: str, down_seconds: float = 0.0) -> None:
     """Crash one control-plane component (SIGKILL), leave it down for `down_seconds`, start it again and
     return once the API server answers: what clients of the cluster see when it fails over."""
+    t0 = time.monotonic()
+    stop_component(component)
+    time.sleep(down_seconds)
+    start_control_plane(Layout.from_env())
+    say(f"{component} running again", t0)
+
+
+def stop_component(component: str) -> None:
+    """SIGKILL one control-plane component and wait until it is gone; `make dev-cluster` (or
+    `restart_component`) starts it again."""
     if component not in CONTROL_PLANE:
         raise ClusterError(f"unknown control-plane component {component!r}: one of {', '.join(CONTROL_PLANE)}")
     layout = Layout.from_env()
-    t0 = time.monotonic()
     pid = _pid_from(layout.cluster_dir / "pids" / f"{component}.pid")
     if pid is None:
         raise ClusterError(f"{component} does not run: start the dev cluster first ('make dev-cluster')")
     os.kill(pid, signal.SIGKILL)
     _wait_gone(pid, 10)
     say(f"{component} killed")
-    time.sleep(down_seconds)
-    start_control_plane(layout)
-    say(f"{component} running again", t0)
 
 
 def down() -> None:

@@ -85,23 +85,22 @@ def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, t
     while time.monotonic() < deadline:
         job = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
         status = job.get("status") or {}
-        step = int((status.get("progress") or {}).get("step") or 0)
+        ended = next((k for k in ("Succeeded", "Failed") if (condition(job, k) or {}).get("status") == "True"), None)
+        # Progress is sampled every few seconds; a job that succeeded did every step.
+        step = total if ended == "Succeeded" else int((status.get("progress") or {}).get("step") or 0)
         losses = " ".join(f"{pod.rsplit('-', 2)[-2]}-{pod.rsplit('-', 1)[-1]}={loss:.3f}"
                           for pod, loss in sorted(rank_losses(core, "default", name).items()))  # fmt: skip
         line = f"[demo] {status.get('phase', 'Pending'):<10} step {bar(step, total)}  loss {losses or '-'}"
         if line != last:
             print(("\r\033[K" if tty else "") + line, end="" if tty else "\n", flush=True)
             last = line
-        for kind in ("Succeeded", "Failed"):
-            c = condition(job, kind)
-            if c and c.get("status") == "True":
-                if kind == "Succeeded" and step < total:  # progress is sampled; the job did every step
-                    print(("\r\033[K" if tty else "") + line.replace(bar(step, total), bar(total, total)), flush=True)
-                elif tty:
-                    print()
-                if kind == "Failed":
-                    print(f"[demo] the job failed: {c.get('reason')}: {c.get('message')}", flush=True)
-                return kind == "Succeeded"
+        if ended:
+            if tty:
+                print()
+            if ended == "Failed":
+                c = condition(job, "Failed") or {}
+                print(f"[demo] the job failed: {c.get('reason')}: {c.get('message')}", flush=True)
+            return ended == "Succeeded"
         time.sleep(2)
     print(f"\n[demo] the job did not finish within {timeout:.0f} s", flush=True)
     return False

@@ -103,13 +103,13 @@ class Kube:
         )
         return str(pod.status.pod_ip) if pod and pod.status and pod.status.pod_ip else None
 
-    async def service_exists(self, namespace: str, name: str) -> bool:
+    async def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         svc = await self._call(
             f"reading service {namespace}/{name}",
             self.core.read_namespaced_service(name, namespace, _request_timeout=API_TIMEOUT),
             absent=404,
         )
-        return svc is not None
+        return None if svc is None else dict(self.api.sanitize_for_serialization(svc))
 
     async def create_service(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .api import (
+    KIND,
     CleanPodPolicy,
     ConditionType,
     RankStatus,
@@ -139,6 +140,21 @@ def _counts(pods: list[ObservedPod], role: Role) -> ReplicaStatus:
         succeeded=sum(p.phase == "Succeeded" for p in mine),
         failed=sum(p.phase == "Failed" for p in mine),
     )
+
+
+def earlier_job_leftovers(job_uid: str, objects: list[dict[str, Any]]) -> list[str]:
+    """Names of the pods and Service among `objects` that a deleted TrainingJob of the same name still owns.
+
+    Deleting a job leaves its pods and Service to the garbage collector, which removes them shortly after;
+    a job created again under the same name meanwhile would take the old, finished pods for its own (and be
+    Succeeded at once) and find every name it creates taken. Its round waits until these are gone."""
+    out = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND]
+        if owners and all(o.get("uid") != job_uid for o in owners):
+            out.append(str(meta.get("name", "")))
+    return out
 
 
 def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now: str) -> Plan:

@@ -27,9 +27,10 @@ from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
-from .reconcile import format_time, plan
+from .reconcile import earlier_job_leftovers, format_time, plan
 
 log = logging.getLogger("ringleader.reconciler")
+LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
 
 EventSink = Callable[[dict[str, Any], str, str, str], None]
 
@@ -146,8 +147,20 @@ class Reconciler:
             self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
             return
         pods = await self.kube.list_pods(namespace, name)
-        has_service = await self.kube.service_exists(namespace, name)
-        p = plan(job, pods, has_service, utcnow())
+        service = await self.kube.read_service(namespace, name)
+        leftovers = earlier_job_leftovers(
+            str((obj.get("metadata") or {}).get("uid", "")), [*pods, *([service] if service else [])]
+        )
+        if leftovers:
+            log.info(
+                "[%s/%s] waiting for an earlier job of this name to be cleaned up: %s",
+                namespace,
+                name,
+                ", ".join(leftovers),
+            )
+            self.wake_after(namespace, name, LEFTOVERS_RETRY_SECONDS)
+            return
+        p = plan(job, pods, service is not None, utcnow())
         self._record_phase((namespace, name), p.status.phase)
         new_status = status_json(p.status)
         if new_status != status_json(job.status):

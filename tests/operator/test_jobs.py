@@ -3,6 +3,7 @@ admission and operator-level validation, restarts, garbage collection, operator 
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,33 @@ def test_deleting_the_job_deletes_its_pods(
     wait_for("pods", lambda: len(pods_of(core, namespace, "gc")) == 2)
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gc")
     wait_for("pods garbage-collected", lambda: not pods_of(core, namespace, "gc"), timeout=60)
+
+
+def test_a_job_created_again_under_the_same_name_runs_its_own_pods(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, layout: Layout
+) -> None:
+    create(custom, namespace, training_job("again", "print('first')"))
+    wait_condition(custom, namespace, "again", "Succeeded")
+    first = {p.metadata.uid for p in pods_of(core, namespace, "again")}
+    # With the garbage collector (in the controller-manager) down, the first job's finished pods outlive it, as
+    # they do for a moment whenever a job is deleted and created again at once.
+    cluster.stop_component("kube-controller-manager")
+    try:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "again")
+        wait_for("the first job gone", lambda: not custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL)["items"] or None)  # fmt: skip
+        body = training_job("again", "import sys; sys.exit(3)")
+        body["spec"]["workers"]["restartPolicy"] = "Never"
+        create(custom, namespace, body)
+        time.sleep(5)  # several rounds of the new job while the old pods are still there
+        job = get(custom, namespace, "again")
+        assert not condition(job, "Succeeded"), job.get("status")  # it did not take the old pods for its own
+        assert {p.metadata.uid for p in pods_of(core, namespace, "again")} == first
+    finally:
+        cluster.start_control_plane(layout)
+    job = wait_condition(custom, namespace, "again", "Failed", timeout=90)
+    assert not condition(job, "Succeeded")
+    assert not first & {p.metadata.uid for p in pods_of(core, namespace, "again")}
 
 
 def test_restarting_the_operator_mid_job_creates_no_duplicate_pod(

@@ -9,7 +9,7 @@ from ringleader_operator.api import RestartPolicy, Role, TrainingJob
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.conditions import Reason
 from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
-from ringleader_operator.reconcile import plan
+from ringleader_operator.reconcile import earlier_job_leftovers, plan
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -320,3 +320,24 @@ def test_suspend_deletes_pods_and_resume_recreates() -> None:
     assert resumed.events == [] and resumed.status.ranks["worker-0"].restarts == 0
     assert [x["metadata"]["name"] for x in resumed.create_pods] == ["j-worker-1"]
     assert len(again(resumed, []).create_pods) == 2 and conds(resumed)["Suspended"] == "False"
+
+
+def _owned(name: str, kind: str, uid: str | None) -> dict[str, Any]:
+    owners = [] if uid is None else [{"kind": kind, "name": "j", "uid": uid, "controller": True}]
+    return {"metadata": {"name": name, "ownerReferences": owners}}
+
+
+@pytest.mark.parametrize(
+    ("objects", "leftovers"),
+    [
+        ([_owned("j-worker-0", "TrainingJob", "new"), _owned("j", "TrainingJob", "new")], []),
+        ([_owned("j-worker-0", "TrainingJob", "old"), _owned("j-worker-1", "TrainingJob", "new")], ["j-worker-0"]),
+        ([_owned("j", "TrainingJob", "old")], ["j"]),  # the earlier job's Service
+        ([_owned("j-worker-0", "ReplicaSet", "other"), _owned("j-worker-1", "TrainingJob", None)], []),  # not a job's
+    ],
+    ids=["ours", "an-earlier-pod", "an-earlier-service", "not-a-jobs"],
+)
+def test_objects_an_earlier_job_of_the_same_name_left_are_waited_for(
+    objects: list[dict[str, Any]], leftovers: list[str]
+) -> None:
+    assert earlier_job_leftovers("new", objects) == leftovers
