@@ -12,6 +12,7 @@ and what to look at next. Exits 1 if the job fails or does not finish within --t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -29,6 +30,17 @@ RELEASE, RELEASE_NAMESPACE = cluster.CHART_RELEASE, cluster.CHART_NAMESPACE
 CHART = REPO_ROOT / "helm" / "ringleader"
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 DEV_VALUES = ["--set", "image.tag=dev"]  # the process node records the image; it runs the checkout's code
+
+
+def code_hash() -> str:
+    """A digest of the operator's source in this checkout: as a pod annotation it rolls the Deployment when
+    the code changed (the image tag, which would do that on a real cluster, never changes here)."""
+    digest = hashlib.sha256()
+    for path in sorted((REPO_ROOT / "operator" / "ringleader_operator").glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 BAR = 30
 
 
@@ -45,7 +57,8 @@ def install_operator(layout: Layout) -> None:
     say(f"installing the operator with helm (release {RELEASE}, namespace {RELEASE_NAMESPACE})")
     cluster.helm(
         layout, "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
-        "--create-namespace", "--wait", "--timeout", "180s", *DEV_VALUES, timeout=200,
+        "--create-namespace", "--wait", "--timeout", "180s", *DEV_VALUES,
+        "--set-string", f"podAnnotations.ringleader\\.dev/code={code_hash()}", timeout=200,
     )  # fmt: skip
     say("operator ready", t0)
 
@@ -78,7 +91,7 @@ def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, total: int, timeout: float) -> bool:
-    """Print a status line every 2 s until the job ends; True if it succeeded."""
+    """Print a status line every second until the job ends; True if it succeeded."""
     deadline = time.monotonic() + timeout
     tty = sys.stdout.isatty()
     last = ""
@@ -101,7 +114,7 @@ def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, t
                 c = condition(job, "Failed") or {}
                 print(f"[demo] the job failed: {c.get('reason')}: {c.get('message')}", flush=True)
             return ended == "Succeeded"
-        time.sleep(2)
+        time.sleep(1)
     print(f"\n[demo] the job did not finish within {timeout:.0f} s", flush=True)
     return False
 
