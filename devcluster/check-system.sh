@@ -3,7 +3,7 @@
 set -euo pipefail
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
-command -v unshare >/dev/null || missing+=(util-linux)
+command -v unshare >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
 command -v mount >/dev/null || missing+=(mount)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then

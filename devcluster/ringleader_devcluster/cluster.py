@@ -70,7 +70,7 @@ def preflight(layout: Layout) -> None:
         raise ClusterError(
             "the process node needs root (network namespaces, bind mounts): run as root, e.g. sudo make dev-cluster"
         )
-    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("mount", "mount")):
+    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("setpriv", "util-linux"), ("mount", "mount")):
         if shutil.which(tool) is None:
             raise ClusterError(f"'{tool}' is missing: install it (apt-get install {pkg}) and run again")
     missing = [

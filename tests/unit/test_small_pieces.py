@@ -12,6 +12,7 @@ from ringleader_devcluster.node.agent import node_status
 from ringleader_devcluster.node.kubeletapi import tail_bytes
 from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
 from ringleader_devcluster.node.podworker import GPUPool, _referenced
+from ringleader_devcluster.node.shim import hides
 
 
 def test_ip_pool_skips_network_and_gateway_and_reuses_released_addresses_last() -> None:
@@ -130,3 +131,11 @@ def test_dev_requirements_pin_the_packages_runtime_dependencies() -> None:
             assert name in pins, f"{package} needs {name}, missing from requirements/dev.txt"
             if "==" in dep:
                 assert dep.split("==")[1] == pins[name], f"{name} pinned differently in {package}/pyproject.toml"
+
+
+@pytest.mark.parametrize(
+    ("target", "hidden"),
+    [("/tmp", True), ("/tmp/ci", True), ("/tmp/ci/operator", True), ("/tmp/other", False), ("/data", False)],
+)
+def test_a_volume_over_the_projects_environment_is_not_mounted(target: str, hidden: bool) -> None:
+    assert hides(Path(target), [Path("/tmp/ci/operator"), Path("/opt/venv")]) is hidden

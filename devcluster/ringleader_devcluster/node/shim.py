@@ -44,11 +44,30 @@ def _bind(source: str, target: str, read_only: bool) -> None:
         raise StartError(f"mount {source} at {target}: {e.stderr.decode().strip()}") from e
 
 
+def _environment_paths(env: dict[str, str]) -> list[Path]:
+    """Where the project's code and Python live: the PYTHONPATH entries and the interpreter's prefix."""
+    paths = [Path(p).resolve() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [*paths, Path(sys.prefix).resolve()]
+
+
+def hides(target: Path, environment: list[Path]) -> bool:
+    """Whether a volume mounted at `target` would hide one of the `environment` paths."""
+    return any(target == p or target in p.parents for p in environment)
+
+
 def launch(spec: dict[str, Any]) -> None:
     """Never returns on success: the process image is replaced by the container's command."""
     if spec.get("hostname"):
         socket.sethostname(spec["hostname"])  # in the pod's own UTS namespace
+    environment = _environment_paths(spec.get("env") or {})
     for m in spec.get("mounts", []):
+        if hides(Path(m["target"]), environment):
+            # The project's environment stands in for the image's files, and an image never keeps its code
+            # under a volume's mount point (a chart's /tmp emptyDir, say): mounted, the volume would hide the
+            # code. The pod keeps the host's directory there instead.
+            print(f"ringleader process node: not mounting {m['target']}: it holds the project's environment",
+                  file=sys.stderr)  # fmt: skip
+            continue
         _bind(m["source"], m["target"], bool(m.get("readOnly")))
     workdir = spec.get("workingDir") or "/"
     try:
