@@ -255,7 +255,9 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
         restarts[role] += 1
         rank.restarts += 1
         delay = backoff_seconds(rank.restarts, backoff.base_seconds, backoff.cap_seconds)
-        after = now_t + timedelta(seconds=math.ceil(delay))
+        # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
+        # `delay` from the moment the failure was seen.
+        after = now_t + timedelta(seconds=math.ceil(delay) + 1)
         rank.pod_seen = False
         rank.restart_after = format_time(after)
         rank.last_reason = RESTART_REASONS[failure.kind]

@@ -199,8 +199,8 @@ def test_on_failure_restarts_the_rank_after_its_backoff_and_counts_it_once() -> 
     assert p.events[1:] == [("Warning", "RankRestarting", restarting.message)]  # after JobCreated
     assert p.status.replica_statuses["worker"].restarts == 1
     rank = p.status.ranks["worker-1"]
-    assert (rank.restarts, rank.last_exit_code, rank.restart_after) == (1, 1, after(1))
-    assert p.requeue_after == 1
+    assert (rank.restarts, rank.last_exit_code, rank.restart_after) == (1, 1, after(2))  # 1 s, seen within a second
+    assert p.requeue_after == 2
     # The operator stopped after writing the count and before deleting: the next round deletes, counts nothing.
     same = again(p, [w0, pod(Role.WORKER, 1, "Failed", exit_code=1)])
     assert same.delete_pods == ["j-worker-1"] and same.status.replica_statuses["worker"].restarts == 1
@@ -210,12 +210,12 @@ def test_on_failure_restarts_the_rank_after_its_backoff_and_counts_it_once() -> 
     assert nxt.create_pods == [] and nxt.status.replica_statuses["worker"].restarts == 1
     # Gone, but the back-off has not ended: wait.
     early = again(nxt, [w0])
-    assert early.create_pods == [] and early.requeue_after == 1 and early.status.phase == "Restarting"
+    assert early.create_pods == [] and early.requeue_after == 2 and early.status.phase == "Restarting"
     # Then the rank is recreated under the same name, for its next attempt; once it runs, the job is Running.
-    gone = again(early, [w0], now=after(1))
+    gone = again(early, [w0], now=after(2))
     assert [x["metadata"]["name"] for x in gone.create_pods] == ["j-worker-1"]
     assert gone.create_pods[0]["metadata"]["annotations"]["ringleader.dev/attempt"] == "1"
-    running = again(gone, [w0, pod(Role.WORKER, 1, "Running", attempt=1)], now=after(2))
+    running = again(gone, [w0, pod(Role.WORKER, 1, "Running", attempt=1)], now=after(3))
     assert running.status.phase == "Running" and conds(running) == {
         "Created": "True",
         "Running": "True",
@@ -227,10 +227,10 @@ def test_on_failure_restarts_the_rank_after_its_backoff_and_counts_it_once() -> 
 def test_backoff_doubles_for_the_same_rank() -> None:
     status = {"ranks": {"worker-1": {"restarts": 2, "podSeen": True}}, "replicaStatuses": {"worker": {"restarts": 2}}}
     p = plan(job(status=status), [pod(Role.WORKER, 1, "Failed", exit_code=137, attempt=2)], True, NOW)
-    assert p.status.ranks["worker-1"].restart_after == after(4) and p.requeue_after == 4
+    assert p.status.ranks["worker-1"].restart_after == after(5) and p.requeue_after == 5
     capped = job(status=status, runPolicy={"restartBackoff": {"baseSeconds": 10, "capSeconds": 15}})
     p = plan(capped, [pod(Role.WORKER, 1, "Failed", exit_code=137, attempt=2)], True, NOW)
-    assert p.status.ranks["worker-1"].restart_after == after(15)
+    assert p.status.ranks["worker-1"].restart_after == after(16)
 
 
 @pytest.mark.parametrize(
