@@ -40,6 +40,11 @@ def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
+def finished(job: dict[str, Any]) -> bool:
+    """Whether the job ended: Succeeded or Failed is True."""
+    return any((c := condition(job, k)) is not None and c["status"] == "True" for k in ("Succeeded", "Failed"))
+
+
 def wait_condition(
     custom: client.CustomObjectsApi, ns: str, name: str, kind: str, timeout: float = 90
 ) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import logs
 
-from .helpers import condition, create, get, pods_of, training_job
+from .helpers import condition, create, finished, get, pods_of, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -51,10 +51,6 @@ def chaos_job(name: str, spec: dict[str, Any], ps: int, directory: Path) -> dict
             body["spec"][role]["restartPolicy"] = "ExitCode"
             body["spec"][role]["template"]["spec"]["containers"][0]["command"] = TRAINER
     return body
-
-
-def finished(job: dict[str, Any]) -> bool:
-    return any((c := condition(job, k)) is not None and c["status"] == "True" for k in ("Succeeded", "Failed"))
 
 
 def run_chaos(

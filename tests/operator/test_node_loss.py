@@ -17,7 +17,7 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import logs, wait_for
 
-from .helpers import condition, create, get, pods_of, training_job
+from .helpers import condition, create, finished, get, pods_of, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -86,11 +86,11 @@ def test_pods_of_a_stopped_node_are_replaced_on_another_node(
 
     cluster.power_off_node(spare_node)
 
-    def finished() -> dict[str, Any] | None:
+    def ended() -> dict[str, Any] | None:
         job = get(custom, namespace, "lost")
-        return job if any((c := condition(job, k)) and c["status"] == "True" for k in ("Succeeded", "Failed")) else None
+        return job if finished(job) else None
 
-    job = wait_for("the job to finish after losing its node", finished, timeout=300, every=1)
+    job = wait_for("the job to finish after losing its node", ended, timeout=300, every=1)
     assert condition(job, "Succeeded"), job.get("status")
     ranks = job["status"]["ranks"]
     assert {k: (r["restarts"], r["lastReason"]) for k, r in ranks.items()} == {

@@ -13,7 +13,7 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import logs, wait_for
 
-from .helpers import condition, create, get, pods_of, training_job
+from .helpers import condition, create, finished, get, pods_of, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -74,12 +74,12 @@ def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
         timeout=60,
     )
 
-    def finished() -> dict[str, Any] | None:
+    def ended() -> dict[str, Any] | None:
         job = get(custom, namespace, "rec")
-        return job if any((c := condition(job, k)) and c["status"] == "True" for k in ("Succeeded", "Failed")) else None
+        return job if finished(job) else None
 
     try:
-        job = wait_for("the job to finish", finished, timeout=300)
+        job = wait_for("the job to finish", ended, timeout=300)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{diagnosis()}") from None
     assert condition(job, "Succeeded"), f"{condition(job, 'Failed')}\n{diagnosis()}"
