@@ -94,8 +94,11 @@ class CheckpointSpec(Model):
     claim_name: str | None = Field(None, description="PersistentVolumeClaim holding checkpoints, mounted in every pod.")
     directory: str | None = Field(
         None,
-        description="Path inside the pods; defaults to /checkpoints. Without claimName a host directory "
-        "on the dev cluster, or whatever the template mounts there.",
+        description="Path inside the pods where the ranks keep checkpoints. Default: "
+        "/checkpoints/<namespace>/<name>/<uid>, this job's own, so a new job never resumes another's; give "
+        "an earlier job's directory to continue from its checkpoints. The claim is mounted here, or at "
+        "/checkpoints by default; without claimName, whatever the template mounts (a host directory on the "
+        "dev cluster).",
     )
     keep: int = Field(3, ge=1, description="Newest checkpoints kept.")
 

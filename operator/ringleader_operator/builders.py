@@ -63,6 +63,17 @@ def owner_reference(job: TrainingJob) -> dict[str, Any]:
     }
 
 
+def checkpoint_directory(job: TrainingJob) -> str:
+    """Where the ranks keep checkpoints: `spec.checkpoint.directory` as given, else a directory of this job
+    object's own under /checkpoints (`<namespace>/<name>/<uid>`), so a new job of the same name, or another job
+    on the same volume, never resumes from checkpoints that are not its own. To continue from an earlier job's
+    checkpoints, give its directory."""
+    checkpoint = job.spec.checkpoint
+    if checkpoint is not None and checkpoint.directory:
+        return checkpoint.directory
+    return f"{DEFAULT_CHECKPOINT_DIR}/{job.namespace}/{job.name}/{job.metadata.get('uid', '')}".rstrip("/")
+
+
 def dns_name(job: str, role: Role, index: int) -> str:
     """The rank's stable name `<pod>.<service>`, resolvable from any pod of the job's namespace."""
     return f"{pod_name(job, role, index)}.{job}"
@@ -122,7 +133,7 @@ def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
     if spec.strategy == Strategy.LOCAL_SGD:
         env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
     if spec.checkpoint is not None:
-        env["RINGLEADER_CHECKPOINT_DIR"] = spec.checkpoint.directory or DEFAULT_CHECKPOINT_DIR
+        env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
         env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)
         env["RINGLEADER_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
     return env

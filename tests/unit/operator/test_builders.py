@@ -182,14 +182,21 @@ PS_JOB = {
             Role.WORKER,
             0,
             {
-                "RINGLEADER_CHECKPOINT_DIR": "/checkpoints",
+                "RINGLEADER_CHECKPOINT_DIR": f"/checkpoints/ml/mnist/{UID}",
                 "RINGLEADER_CHECKPOINT_INTERVAL": "50",
                 "RINGLEADER_CHECKPOINT_KEEP": "3",
             },
             [],
         ),
+        (
+            {"checkpoint": {"directory": "/data/run-7", "keep": 5}},
+            Role.PS,
+            0,
+            {"RINGLEADER_CHECKPOINT_DIR": "/data/run-7", "RINGLEADER_CHECKPOINT_KEEP": "5"},
+            [],
+        ),
     ],
-    ids=["allreduce", "ps-worker", "ps-shard", "local-sgd", "local-sgd-default", "checkpoint"],
+    ids=["allreduce", "ps-worker", "ps-shard", "local-sgd", "local-sgd-default", "checkpoint", "checkpoint-dir"],
 )
 def test_env_contract(
     spec: dict[str, Any], role: Role, index: int, expected: dict[str, str], absent: list[str]
@@ -233,12 +240,22 @@ def test_gpus_become_the_trainer_containers_limit_and_trainer_is_found_by_name()
     assert "env" not in sidecar and "resources" not in sidecar
 
 
-def test_checkpoint_claim_is_mounted_at_the_directory() -> None:
-    pod = build_pod(job(checkpoint={"claimName": "ckpt", "directory": "/ckpt"}), Role.WORKER, 1)
+@pytest.mark.parametrize(
+    ("checkpoint", "mount", "directory"),
+    [
+        ({"claimName": "ckpt", "directory": "/ckpt"}, "/ckpt", "/ckpt"),
+        # The claim's root is mounted; each job keeps its checkpoints in a directory of its own on it.
+        ({"claimName": "ckpt"}, "/checkpoints", f"/checkpoints/ml/mnist/{UID}"),
+    ],
+    ids=["directory", "default"],
+)
+def test_checkpoint_claim_is_mounted(checkpoint: dict[str, Any], mount: str, directory: str) -> None:
+    pod = build_pod(job(checkpoint=checkpoint), Role.WORKER, 1)
     assert pod["spec"]["volumes"] == [
         {"name": "ringleader-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
     ]
-    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ringleader-checkpoints", "mountPath": "/ckpt"}]
+    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ringleader-checkpoints", "mountPath": mount}]
+    assert env_of(pod)["RINGLEADER_CHECKPOINT_DIR"] == directory
 
 
 def test_desired_ranks_parameter_servers_first() -> None:
