@@ -49,7 +49,7 @@ $(VENV_STAMP):
 	@bash devcluster/check-system.sh
 	@echo "[venv] creating $(VENV) (first time about 2 minutes: torch alone is 5 GB)"
 	@rm -rf $(VENV) && python3 -m venv $(VENV)
-	@$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements/dev.txt
+	@$(VENV)/bin/pip install --disable-pip-version-check -r requirements/dev.txt | grep -v '^Requirement already satisfied'; test $${PIPESTATUS[0]} -eq 0
 	@touch $@
 
 # The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.
@@ -109,7 +109,7 @@ bench-trainer: venv
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.
 demo:
-	@echo "[demo] a cold first run on a fresh machine takes about 14 minutes (Go builds of Kubernetes, torch); later runs about 70 s"
+	@echo "[demo] a cold first run on a fresh machine takes about 13 minutes (Go builds of Kubernetes, torch) plus downloading 5 GB of wheels; later runs about 70 s"
 	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
 
