@@ -74,7 +74,18 @@ class LocalSGDSettings(Model):
 
 
 class ReplicaSpec(Model):
-    replicas: int = Field(1, ge=1, description="Number of pods (ranks) of this role.")
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Number of pods (ranks) of this role. Workers of an elastic job (minReplicas or maxReplicas "
+        "set) may change it, also with `kubectl scale`; otherwise it is immutable.",
+    )
+    min_replicas: int | None = Field(
+        None, ge=1, description="Workers only, allreduce and local-sgd: the fewest workers `replicas` may be scaled to."
+    )
+    max_replicas: int | None = Field(
+        None, ge=1, description="Workers only, allreduce and local-sgd: the most workers `replicas` may be scaled to."
+    )
     gpus: int = Field(0, ge=0, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container.")
     restart_policy: RestartPolicy = Field(
         RestartPolicy.ON_FAILURE,
@@ -118,7 +129,20 @@ class RunPolicy(Model):
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.RUNNING, description="Which pods to delete when the job finishes: None, Running or All."
     )
-    suspend: bool = Field(False, description="A suspended job has no pods; unsuspending resumes from a checkpoint.")
+    suspend: bool = Field(
+        False,
+        description="A suspended job has no pods; unsuspending resumes from a checkpoint (the contract Kueue drives: "
+        "a job created suspended waits until something unsuspends it).",
+    )
+    scheduling_timeout_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="Fail the job when its pods have waited this long for room to run all at once (gang admission).",
+    )
+    priority_class_name: str | None = Field(
+        None,
+        description="PriorityClass of every pod (and of the PodGroup under a gang scheduler); a template's own wins.",
+    )
 
 
 class TrainingJobSpec(Model):
@@ -138,6 +162,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    ADMITTED = "Admitted"  # gang admission: False while the pods wait for room to run all at once
 
 
 class Condition(Model):
@@ -183,6 +208,8 @@ class TrainingJobStatus(Model):
         default_factory=dict, description="Per rank, by pod name suffix (worker-1, ps-0): restarts and why."
     )
     workers: str = Field("", description="ready/desired workers, for kubectl get.")
+    replicas: int = Field(0, description="Worker pods of the current world size (the scale subresource reads it).")
+    selector: str = Field("", description="Label selector of the worker pods (for the scale subresource).")
     start_time: str | None = None
     completion_time: str | None = None
     observed_generation: int = 0

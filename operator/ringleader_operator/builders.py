@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from . import admission, gangs
 from .api import API_VERSION, KIND, Role, Strategy, TrainingJob
 
 LABEL_JOB = "ringleader.dev/job-name"
 LABEL_ROLE = "ringleader.dev/replica-type"
 LABEL_INDEX = "ringleader.dev/replica-index"
 ANNOTATION_ATTEMPT = "ringleader.dev/attempt"  # the rank's restart count when this pod was made
+ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this pod was made for
 
 TRAINER_CONTAINER = "trainer"
 MASTER_PORT = 29500  # torch.distributed rendezvous (c10d TCPStore) on worker 0
@@ -98,6 +100,11 @@ def validate(job: TrainingJob) -> None:
         spec = job.replicas(role)
         if spec is not None:
             trainer_container_index(spec.template, where)
+    if len(names := gangs.scheduler_names(job)) > 1:
+        raise InvalidTemplate(
+            "spec.parameterServers.template.spec.schedulerName must equal the workers' (the ranks are scheduled as "
+            f"one gang): {' and '.join(sorted(repr(n) for n in names))}"
+        )
 
 
 def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
@@ -201,17 +208,54 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
             )
     spec["hostname"] = name
     spec["subdomain"] = job.name
-    return {
+    if job.spec.run_policy.priority_class_name:
+        spec.setdefault("priorityClassName", job.spec.run_policy.priority_class_name)
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": job.namespace,
             "labels": {**(meta.get("labels") or {}), **rank_labels(job.name, role, index)},
-            "annotations": {**(meta.get("annotations") or {}), ANNOTATION_ATTEMPT: str(attempt)},
+            "annotations": {
+                **(meta.get("annotations") or {}),
+                ANNOTATION_ATTEMPT: str(attempt),
+                ANNOTATION_WORKERS: str(job.spec.workers.replicas),
+            },
             "ownerReferences": [owner_reference(job)],
         },
         "spec": spec,
+    }
+    scheduler = gangs.gang_scheduler(job)
+    if scheduler is not None:
+        gangs.mark_member(pod, job, scheduler)
+    else:
+        # Held back from the scheduler until the whole gang fits (admission); the operator lifts the gate.
+        spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": admission.GATE}]
+    return pod
+
+
+def build_pod_group(job: TrainingJob) -> dict[str, Any] | None:
+    """The PodGroup `<job>` of the gang scheduler the pods name (None for any other scheduler): all ranks at
+    once, with the summed requests of every pod."""
+    scheduler = gangs.gang_scheduler(job)
+    if scheduler is None:
+        return None
+    total: admission.Resources = {}
+    for role, index in desired_ranks(job):
+        admission.add(total, admission.pod_requests(build_pod(job, role, index)["spec"]))
+    total.pop(admission.PODS, None)
+    resources = {k: admission.format_quantity(v) for k, v in sorted(total.items())}
+    return {
+        "apiVersion": scheduler.api_version,
+        "kind": "PodGroup",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": gangs.pod_group_spec(job, scheduler, resources),
     }
 
 

@@ -31,6 +31,11 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     SUSPENDED = "JobSuspended"
     RESUMED = "JobResumed"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    RESIZED = "Resized"
+    ADMITTED = "GangAdmitted"
+    UNSCHEDULABLE = "Unschedulable"  # the pods could not run together even on the cluster's empty nodes
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # they could, once others free the room
 
 
 def is_true(conditions: list[Condition], kind: ConditionType) -> bool:

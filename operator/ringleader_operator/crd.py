@@ -61,6 +61,57 @@ SPEC_RULES: list[dict[str, str]] = [
     },
 ]
 
+ELASTIC = "has(self.workers.minReplicas) || has(self.workers.maxReplicas)"
+SPEC_RULES += [
+    {
+        "rule": "!has(self.workers.minReplicas) || self.workers.replicas >= self.workers.minReplicas",
+        "message": "spec.workers.replicas must be at least spec.workers.minReplicas",
+        "fieldPath": ".workers.replicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.workers.maxReplicas) || self.workers.replicas <= self.workers.maxReplicas",
+        "message": "spec.workers.replicas must be at most spec.workers.maxReplicas",
+        "fieldPath": ".workers.replicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.workers.minReplicas) || !has(self.workers.maxReplicas) || "
+        "self.workers.minReplicas <= self.workers.maxReplicas",
+        "message": "spec.workers.minReplicas must not exceed spec.workers.maxReplicas",
+        "fieldPath": ".workers.minReplicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": f"self.strategy != 'parameter-server' || !({ELASTIC})",
+        "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the allreduce and local-sgd "
+        "strategies, not parameter-server",
+        "fieldPath": ".workers",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.parameterServers) || "
+        "(!has(self.parameterServers.minReplicas) && !has(self.parameterServers.maxReplicas))",
+        "message": "spec.parameterServers cannot be elastic: minReplicas and maxReplicas are for workers",
+        "fieldPath": ".parameterServers",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"{ELASTIC} || self.workers.replicas == oldSelf.workers.replicas",
+        "message": "spec.workers.replicas is immutable unless the job is elastic (spec.workers.minReplicas or "
+        "maxReplicas set)",
+        "fieldPath": ".workers.replicas",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.parameterServers) || !has(oldSelf.parameterServers) || "
+        "self.parameterServers.replicas == oldSelf.parameterServers.replicas",
+        "message": "spec.parameterServers.replicas is immutable",
+        "fieldPath": ".parameterServers.replicas",
+        "reason": "FieldValueForbidden",
+    },
+]
+
 # Rules on the whole object: the name must make valid pod names, hostnames and a Service name.
 ROOT_RULES: list[dict[str, str]] = [
     {
@@ -177,7 +228,16 @@ def crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": schema},
-                    "subresources": {"status": {}},
+                    # `kubectl scale tj/<name> --replicas=N` sets the workers of an elastic job (the spec's
+                    # rules bound it); HPA-style tools find the worker pods by the selector.
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.workers.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                 }
             ],

@@ -94,6 +94,15 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})
-async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def pod_event(
+    type: str | None,
+    labels: Mapping[str, str],
+    namespace: str | None,
+    status: Mapping[str, Any],
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
+        memo.reconciler.room_freed()  # jobs waiting for gang admission look again
     with contextlib.suppress(kopf.TemporaryError):  # event handlers are not retried; the timer heals
         await _reconcile(memo, namespace, labels.get(LABEL_JOB))

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiException
 
+from .admission import GATE, Cluster
 from .api import GROUP, PLURAL, VERSION
 from .builders import LABEL_JOB
 
@@ -155,6 +156,81 @@ class Kube:
                 )
                 for name in names
             )
+        )
+
+    async def cluster(self) -> Cluster:
+        """Every Node and every pod not yet finished, cluster-wide: what gang admission weighs."""
+        nodes = await self._call("listing nodes", self.core.list_node(_request_timeout=API_TIMEOUT))
+        pods = await self._call(
+            "listing pods of all namespaces",
+            self.core.list_pod_for_all_namespaces(
+                field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=API_TIMEOUT
+            ),
+        )
+        serialize = self.api.sanitize_for_serialization
+        return Cluster(
+            [serialize(n) for n in nodes.items] if nodes else [], [serialize(p) for p in pods.items] if pods else []
+        )
+
+    async def ungate_pods(self, namespace: str, names: list[str]) -> None:
+        """Remove the gang gate from the pods (other gates stay); a pod gone meanwhile is fine."""
+        body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
+        await asyncio.gather(
+            *(
+                self._call(
+                    f"releasing pod {name} to the scheduler",
+                    self.core.patch_namespaced_pod(
+                        name,
+                        namespace,
+                        body,
+                        _request_timeout=API_TIMEOUT,
+                        _content_type="application/strategic-merge-patch+json",
+                    ),
+                    absent=404,
+                )
+                for name in names
+            )
+        )
+
+    async def create_pod_group(self, body: dict[str, Any]) -> None:
+        """Create a gang scheduler's PodGroup (there already is fine). RejectedObject when the cluster does
+        not serve that API (the scheduler is not installed)."""
+        meta = body["metadata"]
+        group, version = body["apiVersion"].split("/")
+        what = f"creating PodGroup {meta['name']}"
+        try:
+            await self.custom.create_namespaced_custom_object(
+                group, version, meta["namespace"], "podgroups", body, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return
+            if e.status == 404:
+                raise RejectedObject(
+                    f"the pods' schedulerName needs PodGroups ({body['apiVersion']}), which this cluster does not "
+                    "serve: install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
+                ) from e
+            raise self._wrap(e, what) from e
+        except (OSError, TimeoutError) as e:
+            raise self._wrap(e, what) from e
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the TrainingJob with this uid (not a newer one of the same name); its pods and Service go
+        with it (background propagation). Gone already is fine."""
+        await self._call(
+            f"deleting TrainingJob {namespace}/{name}",
+            self.custom.delete_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=uid), propagation_policy="Background"
+                ),
+                _request_timeout=API_TIMEOUT,
+            ),
+            absent=404,
         )
 
     async def patch_status(

@@ -10,10 +10,11 @@ the operator stops between writing the count and deleting the pod. Restart decis
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from . import admission, gangs
 from .api import (
     KIND,
     CleanPodPolicy,
@@ -27,18 +28,23 @@ from .api import (
 )
 from .builders import (
     ANNOTATION_ATTEMPT,
+    ANNOTATION_WORKERS,
     LABEL_INDEX,
+    LABEL_JOB,
     LABEL_ROLE,
     InvalidTemplate,
     build_pod,
+    build_pod_group,
     desired_ranks,
     pod_name,
     rank_key,
     validate,
 )
-from .conditions import Reason, finished, set_condition
+from .conditions import TERMINAL, Reason, finished, set_condition
 from .failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, classify, decide_restart
 
+# Gated pods that do not fit are looked at again this often (and at once when a job of this operator frees room).
+ADMISSION_RETRY_SECONDS = 5.0
 # A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
 # live kubelet would have confirmed the deletion): remove it so the rank's name is free for its replacement.
 FORCE_DELETE_AFTER_SECONDS = 30.0
@@ -63,6 +69,7 @@ class ObservedPod:
     reason: str  # pod.status.reason, else the failing container's terminated reason
     disruption: str  # the DisruptionTarget condition's reason, when Kubernetes set one
     attempt: int | None  # None for a pod made before attempts were recorded: taken as the current one
+    workers: int | None  # the world it was made for; None for a pod made before worlds were recorded
     deletion_deadline: str | None  # metadata.deletionTimestamp: set once the pod is being deleted
 
     @classmethod
@@ -75,10 +82,15 @@ class ObservedPod:
             index = int(labels.get(LABEL_INDEX, ""))
         except ValueError:
             return None
+        annotations = meta.get("annotations") or {}
         try:
-            attempt: int | None = int((meta.get("annotations") or {})[ANNOTATION_ATTEMPT])
+            attempt: int | None = int(annotations[ANNOTATION_ATTEMPT])
         except (KeyError, ValueError):
             attempt = None
+        try:
+            workers: int | None = int(annotations[ANNOTATION_WORKERS])
+        except (KeyError, ValueError):
+            workers = None
         status = pod.get("status") or {}
         exit_code, reason = None, ""
         for cs in status.get("containerStatuses") or []:
@@ -107,6 +119,7 @@ class ObservedPod:
             reason=status.get("reason") or reason,
             disruption=disruption,
             attempt=attempt,
+            workers=workers,
             deletion_deadline=meta.get("deletionTimestamp"),
         )
 
@@ -126,7 +139,11 @@ class Plan:
     status: TrainingJobStatus = field(default_factory=TrainingJobStatus)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on a lost node
-    requeue_after: float | None = None  # seconds until a rank's restart back-off ends
+    requeue_after: float | None = None  # seconds until the next timed decision (a back-off, deadline, TTL)
+    delete_job: bool = False  # ttlSecondsAfterFinished has run out: delete the job (its pods go with it)
+    ungate_pods: list[str] = field(default_factory=list)  # gang admitted: lift the gate from these pods
+    waiting_for_room: bool = False  # gated pods wait for room; a round is due when others free some
+    pod_group: dict[str, Any] | None = None  # the gang scheduler's PodGroup, created before the pods
 
 
 ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}
@@ -157,8 +174,15 @@ def earlier_job_leftovers(job_uid: str, objects: list[dict[str, Any]]) -> list[s
     return out
 
 
-def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now: str) -> Plan:
-    """The whole reconcile decision for one job at time `now` (RFC 3339)."""
+def plan(
+    job: TrainingJob,
+    pods: list[dict[str, Any]],
+    service_exists: bool,
+    now: str,
+    cluster: admission.Cluster | None = None,
+) -> Plan:
+    """The whole reconcile decision for one job at time `now` (RFC 3339). `cluster` (every Node and pod) is
+    needed only while some of the job's pods carry the gang gate; without it they stay gated."""
     gen = int(job.metadata.get("generation", 0))
     old = job.status
     out = Plan(status=old.model_copy(deep=True))
@@ -166,6 +190,7 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
     st.observed_generation = gen
     observed = [p for p in (ObservedPod.from_pod(x) for x in pods) if p is not None]
     desired = desired_ranks(job)
+    workers = job.spec.workers.replicas
     restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
 
     def set_cond(kind: ConditionType, ok: bool, reason: str, message: str) -> None:
@@ -178,6 +203,13 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
     def fail(reason: str, message: str) -> None:
         set_cond(ConditionType.FAILED, True, reason, message)
         st.phase = "Failed"
+        st.completion_time = now
+
+    now_t = parse_time(now)
+
+    def wait_for(moment: datetime) -> None:
+        seconds = (moment - now_t).total_seconds()
+        out.requeue_after = seconds if out.requeue_after is None else min(out.requeue_after, seconds)
 
     def finish_counts() -> Plan:
         for role in Role:
@@ -187,6 +219,11 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
                 )
         ready = st.replica_statuses.get("worker", ReplicaStatus()).ready
         st.workers = f"{ready}/{job.spec.workers.replicas}"
+        st.replicas = sum(
+            p.role == Role.WORKER and not p.deleting and p.name not in out.delete_pods and p.workers in (None, workers)
+            for p in observed
+        )
+        st.selector = f"{LABEL_JOB}={job.name},{LABEL_ROLE}={Role.WORKER.value}"
         return out
 
     def clean_pods() -> None:
@@ -199,6 +236,16 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
 
     if finished(st.conditions):
         clean_pods()
+        ttl = job.spec.run_policy.ttl_seconds_after_finished
+        ended = st.completion_time or next(
+            (c.last_transition_time for c in st.conditions if c.status == "True" and c.type in TERMINAL), None
+        )
+        if ttl is not None and ended:
+            expires = parse_time(ended) + timedelta(seconds=ttl)
+            if now_t >= expires:
+                out.delete_job = True
+            else:
+                wait_for(expires)
         return finish_counts()
 
     try:
@@ -209,9 +256,6 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
 
     if not any(c.type == ConditionType.CREATED for c in st.conditions):
         set_cond(ConditionType.CREATED, True, Reason.CREATED, f"TrainingJob {job.name} is created")
-    if not st.start_time:
-        st.start_time = now
-
     if job.spec.run_policy.suspend:
         out.delete_pods = [p.name for p in observed if not p.deleting]
         for rank in st.ranks.values():  # the operator deletes these pods: their going is no failure
@@ -219,25 +263,60 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
         set_cond(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "the job is suspended; its pods are deleted")
         set_cond(ConditionType.RUNNING, False, Reason.SUSPENDED, "the job is suspended")
         st.phase = "Suspended"
+        # As for a batch Job: the start time (and with it the activeDeadlineSeconds clock) begins again on resume.
+        st.start_time = None
         return finish_counts()
     if any(c.type == ConditionType.SUSPENDED and c.status == "True" for c in st.conditions):
         set_cond(ConditionType.SUSPENDED, False, Reason.RESUMED, "the job is resumed")
+        out.events.append(("Normal", Reason.RESUMED, "the job is resumed: its pods are created again"))
+    if not st.start_time:
+        st.start_time = now
+
+    deadline_seconds = job.spec.run_policy.active_deadline_seconds
+    if deadline_seconds is not None:
+        deadline = parse_time(st.start_time) + timedelta(seconds=deadline_seconds)
+        if now_t >= deadline:
+            fail(
+                Reason.DEADLINE_EXCEEDED,
+                f"the job ran longer than runPolicy.activeDeadlineSeconds ({deadline_seconds} s)",
+            )
+            # Stop the ranks whatever cleanPodPolicy says: a job past its deadline must not hold resources.
+            out.delete_pods = [p.name for p in observed if not p.deleting and p.phase in ("Pending", "Running")]
+            clean_pods()
+            return finish_counts()
+        wait_for(deadline)
 
     out.create_service = not service_exists
+    # A resized job (kubectl scale) re-forms: every worker of the old world goes, not counted as a failure, and
+    # the new world starts together from the latest checkpoint (the trainer reads its size from the env).
+    old_world = sorted(
+        {p.workers for p in observed if p.role == Role.WORKER and not p.deleting and p.workers not in (None, workers)}
+    )
+    if old_world:
+        resized = [p for p in observed if p.role == Role.WORKER and not p.deleting]
+        out.delete_pods += [p.name for p in resized]
+        for p in resized:
+            st.ranks.setdefault(rank_key(p.role, p.index), RankStatus()).pod_seen = False
+        message = (
+            f"workers {old_world[-1]} -> {workers}: every worker restarts at the new world size and resumes from "
+            "the latest checkpoint"
+        )
+        set_cond(ConditionType.RESTARTING, True, Reason.RESIZED, message)
+        out.events.append(("Normal", Reason.RESIZED, message))
+        st.phase = "Restarting"
+        # From here on they count as going (as they will be once the deletions land).
+        observed = [replace(p, deletion_deadline=now) if p in resized else p for p in observed]
     by_rank: dict[tuple[Role, int], list[ObservedPod]] = {}
     for p in observed:
         by_rank.setdefault((p.role, p.index), []).append(p)
     wanted = set(desired)
     out.delete_pods += [p.name for p in observed if (p.role, p.index) not in wanted and not p.deleting]
+    for key in [k for k in st.ranks if k not in {rank_key(r, i) for r, i in desired}]:
+        del st.ranks[key]  # a rank the job no longer has (scaled down)
 
-    now_t = parse_time(now)
     backoff = job.spec.run_policy.restart_backoff
     limit = job.spec.run_policy.backoff_limit
     restarting: list[tuple[str, str]] = []  # (condition reason, message) of the restarts decided now
-
-    def wait_for(moment: datetime) -> None:
-        seconds = (moment - now_t).total_seconds()
-        out.requeue_after = seconds if out.requeue_after is None else min(out.requeue_after, seconds)
 
     def count(role: Role, index: int, rank: RankStatus, pod_name: str, failure: Failure) -> bool:
         """Count the failure of the rank's current attempt; True when the rank is to be restarted."""
@@ -271,6 +350,30 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
         out.events.append(("Warning", rank.last_reason, note))
         wait_for(after)
         return True
+
+    def failed_waiting(verdict: admission.Verdict) -> bool:
+        """Record that the gated pods wait for room; True when runPolicy.schedulingTimeoutSeconds ran out and
+        the job failed."""
+        reason = Reason.UNSCHEDULABLE if verdict.never else Reason.WAITING_FOR_CAPACITY
+        before = next((c for c in st.conditions if c.type == ConditionType.ADMITTED), None)
+        set_cond(ConditionType.ADMITTED, False, reason, verdict.message)
+        if before is None or (before.status, before.reason) != ("False", reason):
+            out.events.append(("Warning", reason, verdict.message))
+        out.waiting_for_room = True
+        since = parse_time(
+            next(c.last_transition_time for c in st.conditions if c.type == ConditionType.ADMITTED) or now
+        )
+        timeout = job.spec.run_policy.scheduling_timeout_seconds
+        if timeout is not None and now_t >= since + timedelta(seconds=timeout):
+            fail(
+                reason,
+                f"the pods found no room to run together within runPolicy.schedulingTimeoutSeconds ({timeout} s): "
+                + verdict.message,
+            )
+            return True
+        retry = now_t + timedelta(seconds=ADMISSION_RETRY_SECONDS)
+        wait_for(retry if timeout is None else min(retry, since + timedelta(seconds=timeout)))
+        return False
 
     for role, index in desired:
         spec = job.replicas(role)
@@ -320,6 +423,26 @@ def plan(job: TrainingJob, pods: list[dict[str, Any]], service_exists: bool, now
     if st.phase == "Failed":
         clean_pods()
         return finish_counts()
+
+    if out.create_pods and gangs.gang_scheduler(job) is not None:
+        out.pod_group = build_pod_group(job)
+    gated = [x for x in pods if admission.gated(x) and not (x.get("metadata") or {}).get("deletionTimestamp")]
+    every_rank_has_a_pod = not out.create_pods and all(
+        any(not p.deleting and p.name not in out.delete_pods for p in by_rank.get(rank, [])) for rank in desired
+    )
+    if gated and every_rank_has_a_pod and cluster is not None:
+        verdict = admission.admit([x["spec"] for x in gated], cluster.nodes, cluster.pods)
+        if verdict.fits:
+            out.ungate_pods = sorted(x["metadata"]["name"] for x in gated)
+            set_cond(
+                ConditionType.ADMITTED,
+                True,
+                Reason.ADMITTED,
+                f"{len(gated)} pods fit the cluster's free room together: released to the scheduler",
+            )
+        elif failed_waiting(verdict):
+            clean_pods()
+            return finish_counts()
 
     workers_done = all(
         any(p.phase == "Succeeded" and not p.deleting for p in by_rank.get((Role.WORKER, i), []))

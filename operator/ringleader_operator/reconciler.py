@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from . import metrics, progress
+from . import admission, metrics, progress
 from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
@@ -31,6 +31,7 @@ from .reconcile import earlier_job_leftovers, format_time, plan
 
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
+NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 
 EventSink = Callable[[dict[str, Any], str, str, str], None]
 
@@ -70,6 +71,8 @@ class Reconciler:
         self.session: aiohttp.ClientSession | None = None
         self.wakeups: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.admission_lock = asyncio.Lock()
+        self.waiting: dict[tuple[str, str], str] = {}  # jobs whose pods wait for room -> their creation time
 
     def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
@@ -130,6 +133,7 @@ class Reconciler:
         obj = await self.kube.get_job(namespace, name)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._record_phase((namespace, name), None)
+            self.waiting.pop((namespace, name), None)
             return  # deleted: garbage collection removes what it owned
         try:
             job = TrainingJob.model_validate(obj)
@@ -160,9 +164,35 @@ class Reconciler:
             )
             self.wake_after(namespace, name, LEFTOVERS_RETRY_SECONDS)
             return
-        p = plan(job, pods, service is not None, utcnow())
+        if any(admission.gated(x) for x in pods):
+            # One admission at a time across all jobs: each decides on room the previous ones have already
+            # claimed (their released pods count as placed), so two jobs never both take the same room.
+            async with self.admission_lock:
+                await self._decide(job, obj, pods, service is not None, await self.kube.cluster())
+        else:
+            await self._decide(job, obj, pods, service is not None, None)
+
+    async def _decide(
+        self,
+        job: TrainingJob,
+        obj: dict[str, Any],
+        pods: list[dict[str, Any]],
+        service_exists: bool,
+        cluster: admission.Cluster | None,
+    ) -> None:
+        namespace, name = job.namespace, job.name
+        p = plan(job, pods, service_exists, utcnow(), cluster)
+        self._note_waiting(job, p.waiting_for_room)
+        if p.delete_job:
+            log.info("[%s/%s] ttlSecondsAfterFinished has run out: deleting the job", namespace, name)
+            await self.kube.delete_job(namespace, name, str(job.metadata.get("uid", "")))
+            self._record_phase((namespace, name), None)
+            return
         self._record_phase((namespace, name), p.status.phase)
         new_status = status_json(p.status)
+        gone = set(job.status.ranks) - set(p.status.ranks)
+        if gone:  # a merge patch keeps keys it does not name: ranks the job no longer has are removed by null
+            new_status.setdefault("ranks", {}).update(dict.fromkeys(gone))
         if new_status != status_json(job.status):
             version = (obj.get("metadata") or {}).get("resourceVersion")
             await self.kube.patch_status(namespace, name, new_status, resource_version=version)
@@ -183,8 +213,13 @@ class Reconciler:
             await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
         if p.requeue_after is not None:
             self.wake_after(namespace, name, p.requeue_after)
+        if p.ungate_pods:
+            await self.kube.ungate_pods(namespace, p.ungate_pods)
+            log.info("[%s/%s] gang admitted: %s released to the scheduler", namespace, name, ", ".join(p.ungate_pods))
         if p.create_pods:
             try:
+                if p.pod_group is not None:
+                    await self.kube.create_pod_group(p.pod_group)
                 created = await self.kube.create_pods(p.create_pods)
             except RejectedObject as e:
                 await self._reject(job, obj, str(e))
@@ -192,6 +227,19 @@ class Reconciler:
             metrics.PODS_CREATED.inc(created)
             if created:
                 log.info("[%s/%s] created %d pods", namespace, name, created)
+
+    def _note_waiting(self, job: TrainingJob, waiting: bool) -> None:
+        key = (job.namespace, job.name)
+        if waiting:
+            self.waiting[key] = str(job.metadata.get("creationTimestamp", ""))
+        else:
+            self.waiting.pop(key, None)
+
+    def room_freed(self) -> None:
+        """Room may have been freed: give every job waiting for admission a round now, oldest first (they
+        queue for the admission lock in this order)."""
+        for i, key in enumerate(sorted(self.waiting, key=lambda k: (self.waiting[k], k))):
+            self.wake_after(*key, NUDGE_SECONDS + i * 0.01)
 
     async def scrape_progress(self, namespace: str, name: str, last: Mapping[str, Any] | None) -> None:
         """Copy worker 0's step, loss and throughput into status.progress (called while the job runs;

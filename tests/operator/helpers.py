@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -26,6 +27,18 @@ def training_job(name: str, script: str, workers: int = 2, **spec: Any) -> dict[
     if body.get("strategy") == "parameter-server":
         body.setdefault("parameterServers", {"replicas": 2, "template": template})
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": body}
+
+
+def digits_job(name: str, workers: int, steps: int, directory: Path, **spec: Any) -> dict[str, Any]:
+    """A TrainingJob training the digits MLP for `steps` steps with checkpoints in `directory` every 20 steps;
+    worker 0 is slowed by 50 ms a step, so a test can act while it runs."""
+    body = training_job(name, "", workers=workers, **spec)
+    body["spec"]["checkpoint"] = {"directory": str(directory), "intervalSteps": 20}
+    body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] = [
+        "python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", str(steps),
+        "--log-every", "10", "--straggler", "0:0.05",
+    ]  # fmt: skip
+    return body
 
 
 def create(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> None:

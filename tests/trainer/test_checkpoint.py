@@ -89,3 +89,53 @@ def test_worker_zero_keeps_the_newest_complete_steps(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("step", "due"), [(0, False), (5, False), (10, True), (20, True), (21, False)])
 def test_due_every_interval(tmp_path: Path, step: int, due: bool) -> None:
     assert rank(tmp_path).due(step) is due
+
+
+def elastic(tmp_path: Path, index: int, workers: int, ps: int = 0) -> Checkpointer:
+    return Checkpointer(tmp_path, "worker", index, workers, ps, interval=10, keep=2, elastic=True)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "index", "loads"),
+    [
+        (4, 2, 1, [20, 1]),  # fewer workers: each keeps its own file
+        (2, 3, 1, [20, 1]),
+        (2, 3, 2, [20, 0]),  # a worker the old world did not have starts from worker 0's (all hold the model)
+        (4, 4, 3, [20, 3]),
+    ],
+    ids=["4->2", "2->3-old-rank", "2->3-new-rank", "same"],
+)
+def test_an_elastic_job_resumes_from_a_step_of_another_worker_count(
+    tmp_path: Path, old: int, new: int, index: int, loads: list[int]
+) -> None:
+    save_all(tmp_path, 10, workers=old)
+    save_all(tmp_path, 20, workers=old)
+    rank(tmp_path, "worker", 0, old, 0).save(30, {"x": torch.tensor([30, 0])})  # incomplete in its own world
+    step, state, warnings = elastic(tmp_path, index, new).propose()
+    assert step == 20 and state is not None and state["x"].tolist() == loads and warnings == []
+    assert ckpt.world_of(ckpt.step_dir(tmp_path, 20)) == (old, 0)
+
+
+def test_a_step_is_complete_only_in_the_world_that_wrote_it(tmp_path: Path) -> None:
+    # 3 of 4 files look like a complete 3-worker step unless the world is recorded: it is not complete.
+    for i in range(3):
+        rank(tmp_path, "worker", i, 4, 0).save(10, {"x": torch.tensor([10, i])})
+    assert elastic(tmp_path, 0, 3).propose()[0] == ckpt.NO_CHECKPOINT
+
+
+def test_a_non_elastic_job_does_not_resume_another_worlds_step(tmp_path: Path) -> None:
+    save_all(tmp_path, 10, workers=2, ps=1)
+    step, state, warnings = rank(tmp_path, "worker", 0, 3, 1).propose()
+    assert (step, state) == (ckpt.NO_CHECKPOINT, None)
+    assert warnings == [
+        "checkpoint step 10 was written by 2 workers and 1 parameter servers; this job has 3 and 1 and cannot "
+        "resume from it"
+    ]
+
+
+def test_pruning_counts_steps_complete_in_their_own_world(tmp_path: Path) -> None:
+    save_all(tmp_path, 10, workers=4)
+    save_all(tmp_path, 20, workers=4)
+    save_all(tmp_path, 30, workers=2)
+    elastic(tmp_path, 0, 2).prune()  # keep=2: 20 (a 4-worker step) and 30 stay
+    assert ckpt.steps(tmp_path) == [30, 20]

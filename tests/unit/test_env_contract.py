@@ -53,7 +53,11 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
     if name == "local-sgd":
         assert env.local_sgd_period == 4
     if name == "allreduce":
-        assert (env.checkpoint_dir, env.checkpoint_interval, env.checkpoint_keep) == ("/checkpoints/ml/mnist/0d5c", 100, 3)
+        assert (env.checkpoint_dir, env.checkpoint_interval, env.checkpoint_keep) == (
+            "/checkpoints/ml/mnist/0d5c",
+            100,
+            3,
+        )
 
 
 def test_the_operator_writes_exactly_what_the_trainer_reads() -> None:

@@ -7,20 +7,27 @@ file either is whole or is not there: a run killed mid-write leaves only a tempo
 Files are `torch.save`d dicts of tensors and plain values, read back with `torch.load(weights_only=True)`:
 loading a checkpoint never runs code from it.
 
-Resume: every rank proposes the newest complete step whose own file loads (`propose`); the ranks take the
-minimum (a collective in the strategy), which every rank has complete, and each loads its own file of it.
+Each step directory also names the world that wrote it (`world.json`: workers and parameter servers, plain
+JSON), so a step is complete when every file of *that* world is there, whatever world reads it.
+
+Resume: every rank proposes the newest complete step whose file loads (`propose`); the ranks take the
+minimum (a collective in the strategy), which every rank has complete, and each loads its file of it: its
+own, or, after an elastic resize to more workers (allreduce and local SGD only, whose workers all hold the
+whole model), worker 0's for a worker the old world did not have.
 Worker 0 prunes all but the newest `keep` complete steps (and incomplete ones older than those).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -61,12 +68,50 @@ def complete_steps(directory: Path, expected: frozenset[str]) -> list[int]:
     return [s for s in steps(directory) if expected <= {p.name for p in step_dir(directory, s).iterdir()}]
 
 
+WORLD_FILE = "world.json"
+World = tuple[int, int]  # (workers, parameter servers)
+
+
+def write_world(step_path: Path, world: World) -> None:
+    """Record the world that writes this step (every rank writes the same content; the last rename wins)."""
+    save_bytes(step_path / WORLD_FILE, json.dumps({"workers": world[0], "ps": world[1]}).encode())
+
+
+def world_of(step_path: Path) -> World | None:
+    """The world that wrote the step; None for a step from before worlds were recorded or an unreadable file."""
+    try:
+        data = json.loads((step_path / WORLD_FILE).read_text())
+        return int(data["workers"]), int(data["ps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def complete_in_own_world(directory: Path, default: World) -> list[tuple[int, World]]:
+    """(step, the world that wrote it) for each step holding every file of that world, newest first; a step
+    without a recorded world is taken as `default`'s."""
+    out = []
+    for s in steps(directory):
+        path = step_dir(directory, s)
+        world = world_of(path) or default
+        if expected_files(*world) <= {p.name for p in path.iterdir()}:
+            out.append((s, world))
+    return out
+
+
 def save_atomic(path: Path, state: dict[str, Any]) -> None:
+    _write_atomic(path, lambda f: torch.save({"format": FORMAT, **state}, f))
+
+
+def save_bytes(path: Path, data: bytes) -> None:
+    _write_atomic(path, lambda f: f.write(data))
+
+
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -102,31 +147,58 @@ class Checkpointer:
     num_ps: int
     interval: int
     keep: int
+    elastic: bool = False  # every worker holds the whole model: a step of another worker count can be resumed
+
+    @property
+    def world(self) -> World:
+        return self.num_workers, self.num_ps
 
     @property
     def expected(self) -> frozenset[str]:
-        return expected_files(self.num_workers, self.num_ps)
+        return expected_files(*self.world)
 
     def path(self, step: int) -> Path:
+        """This rank's file of `step`, where it writes."""
         return step_dir(self.directory, step) / rank_file(self.role, self.index)
 
+    def source(self, step: int, world: World | None = None) -> Path | None:
+        """The file this rank resumes from at `step` (written by `world`, else the recorded one): its own, or
+        worker 0's for a worker the old world did not have; None when the step cannot serve this world."""
+        world = world or world_of(step_dir(self.directory, step)) or self.world
+        if world == self.world:
+            return self.path(step)
+        if not self.elastic or world[1] or self.num_ps or self.role != "worker":
+            return None
+        index = self.index if self.index < world[0] else 0
+        return step_dir(self.directory, step) / rank_file("worker", index)
+
     def propose(self) -> tuple[int, dict[str, Any] | None, list[str]]:
-        """(newest complete step whose own file loads, its state, warnings about newer unloadable files).
-        NO_CHECKPOINT when nothing is complete; UNLOADABLE when no complete step's own file loads."""
+        """(newest complete step whose file this rank can load, its state, warnings about newer steps that
+        could not serve). NO_CHECKPOINT when no complete step serves this world; UNLOADABLE when some would
+        but none of their files loads."""
         warnings: list[str] = []
-        complete = complete_steps(self.directory, self.expected)
-        for step in complete:
+        usable = 0
+        for step, world in complete_in_own_world(self.directory, self.world):
+            path = self.source(step, world)
+            if path is None:
+                warnings.append(
+                    f"checkpoint step {step} was written by {world[0]} workers and {world[1]} parameter servers; "
+                    f"this job has {self.num_workers} and {self.num_ps} and cannot resume from it"
+                )
+                continue
+            usable += 1
             try:
-                return step, load(self.path(step)), warnings
+                return step, load(path), warnings
             except CheckpointError as e:
                 warnings.append(str(e))
-        return (UNLOADABLE if complete else NO_CHECKPOINT), None, warnings
+        return (UNLOADABLE if usable else NO_CHECKPOINT), None, warnings
 
     def due(self, step: int) -> bool:
         return step > 0 and step % self.interval == 0
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         path = self.path(step)
+        write_world(path.parent, self.world)
         save_atomic(path, {"step": step, **state})
         if self.role == "worker" and self.index == 0:
             self.prune()
@@ -134,7 +206,7 @@ class Checkpointer:
 
     def prune(self) -> None:
         """Keep the newest `keep` complete steps and anything newer (possibly still being written)."""
-        complete = complete_steps(self.directory, self.expected)
+        complete = [s for s, _ in complete_in_own_world(self.directory, self.world)]
         if len(complete) <= self.keep:
             return
         oldest_kept = complete[self.keep - 1]

@@ -497,7 +497,10 @@ def _agree_on_resume(strategy: Strategy) -> None:
     if agreed == ckpt.NO_CHECKPOINT:
         return
     if agreed != proposal:
-        state = ckpt.load(checkpoints.path(agreed))
+        source = checkpoints.source(agreed)
+        if source is None:  # the ranks share the directory, so each proposed a step that serves its world
+            raise ckpt.CheckpointError(f"checkpoint step {agreed} cannot serve this rank's world")
+        state = ckpt.load(source)
     strategy.resumed, strategy.steps_done = state, agreed
     strategy.communication_rounds = int(state.get("rounds", 0)) if state else 0
     log_json(role=strategy.env.role, index=strategy.env.index, event="resume", step=agreed)
@@ -517,7 +520,7 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
         assert env.checkpoint_interval is not None and env.checkpoint_keep is not None
         strategy.checkpoints = ckpt.Checkpointer(
             Path(env.checkpoint_dir), env.role, env.index, env.num_workers, env.num_ps,
-            env.checkpoint_interval, env.checkpoint_keep,
+            env.checkpoint_interval, env.checkpoint_keep, elastic=env.strategy != "parameter-server",
         )  # fmt: skip
     _rendezvous(env, options)
     if env.num_ps:

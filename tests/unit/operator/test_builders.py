@@ -9,6 +9,7 @@ from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import (
     InvalidTemplate,
     build_pod,
+    build_pod_group,
     build_service,
     desired_ranks,
     rank_env,
@@ -23,6 +24,15 @@ OWNER = {
     "uid": UID,
     "controller": True,
     "blockOwnerDeletion": True,
+}
+
+
+# What every object the job owns as a whole (its Service, its PodGroup) carries.
+JOB_OBJECT_META = {
+    "name": "mnist",
+    "namespace": "ml",
+    "labels": {"ringleader.dev/job-name": "mnist"},
+    "ownerReferences": [OWNER],
 }
 
 
@@ -60,7 +70,7 @@ def test_worker_zero_pod_whole_object() -> None:
                 "ringleader.dev/replica-type": "worker",
                 "ringleader.dev/replica-index": "0",
             },
-            "annotations": {"ringleader.dev/attempt": "0"},
+            "annotations": {"ringleader.dev/attempt": "0", "ringleader.dev/workers": "2"},
             "ownerReferences": [OWNER],
         },
         "spec": {
@@ -100,6 +110,7 @@ def test_worker_zero_pod_whole_object() -> None:
             ],
             "hostname": "mnist-worker-0",
             "subdomain": "mnist",
+            "schedulingGates": [{"name": "ringleader.dev/gang"}],  # lifted when the whole gang fits
         },
     }
 
@@ -108,12 +119,7 @@ def test_service_whole_object() -> None:
     assert build_service(job()) == {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": "mnist",
-            "namespace": "ml",
-            "labels": {"ringleader.dev/job-name": "mnist"},
-            "ownerReferences": [OWNER],
-        },
+        "metadata": JOB_OBJECT_META,
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -280,3 +286,86 @@ def test_desired_ranks_parameter_servers_first() -> None:
 def test_invalid_templates_name_the_field(tmpl: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidTemplate, match=message):
         validate(job(workers={"replicas": 1, "template": tmpl}))
+
+
+def scheduled_by(name: str, **container: Any) -> dict[str, Any]:
+    t = template(**container)
+    t["spec"]["schedulerName"] = name
+    return t
+
+
+GANG_REQUESTS = {"resources": {"requests": {"cpu": "1500m", "memory": "2Gi"}}}
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "spec_extra", "member"),
+    [
+        (
+            "volcano",
+            {"priorityClassName": "train-high", "queue": "research"},
+            ("annotations", "scheduling.k8s.io/group-name"),
+        ),
+        ("scheduler-plugins-scheduler", {"scheduleTimeoutSeconds": 600}, ("labels", "scheduling.x-k8s.io/pod-group")),
+    ],
+    ids=["volcano", "coscheduling"],
+)
+def test_gang_scheduler_pod_group_whole_object(
+    scheduler: str, spec_extra: dict[str, Any], member: tuple[str, str]
+) -> None:
+    j = TrainingJob.model_validate(
+        {
+            "metadata": {
+                "name": "mnist",
+                "namespace": "ml",
+                "uid": UID,
+                "annotations": {"scheduling.volcano.sh/queue-name": "research"},
+            },
+            "spec": {
+                "strategy": "parameter-server",
+                "workers": {"replicas": 3, "gpus": 2, "template": scheduled_by(scheduler, **GANG_REQUESTS)},
+                "parameterServers": {"replicas": 1, "template": scheduled_by(scheduler, **GANG_REQUESTS)},
+                "runPolicy": {"priorityClassName": "train-high", "schedulingTimeoutSeconds": 600},
+            },
+        }
+    )
+    group = build_pod_group(j)
+    api = "scheduling.volcano.sh/v1beta1" if scheduler == "volcano" else "scheduling.x-k8s.io/v1alpha1"
+    assert group == {
+        "apiVersion": api,
+        "kind": "PodGroup",
+        "metadata": JOB_OBJECT_META,
+        # Every rank at once, with the requests of all 4 pods summed (GPUs from the workers' limits).
+        "spec": {
+            "minMember": 4,
+            "minResources": {"cpu": "6", "memory": str(8 * 2**30), "nvidia.com/gpu": "6"},
+            **spec_extra,
+        },
+    }
+    pod = build_pod(j, Role.WORKER, 2)
+    where, key = member
+    assert pod["metadata"][where][key] == "mnist" and "schedulingGates" not in pod["spec"]
+    assert pod["spec"]["priorityClassName"] == "train-high" and pod["spec"]["schedulerName"] == scheduler
+
+
+def test_default_scheduler_pods_are_gated_and_have_no_pod_group() -> None:
+    j = job(runPolicy={"priorityClassName": "p"})
+    assert build_pod_group(j) is None
+    pod = build_pod(j, Role.WORKER, 0)
+    assert pod["spec"]["schedulingGates"] == [{"name": "ringleader.dev/gang"}]
+    assert pod["spec"]["priorityClassName"] == "p"
+    # A template's own priority class and other gates are kept.
+    own = template()
+    own["spec"] |= {"priorityClassName": "mine", "schedulingGates": [{"name": "example.com/quota"}]}
+    pod = build_pod(job(workers={"replicas": 1, "template": own}, runPolicy={"priorityClassName": "p"}), Role.WORKER, 0)
+    assert pod["spec"]["priorityClassName"] == "mine"
+    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/quota"}, {"name": "ringleader.dev/gang"}]
+
+
+def test_roles_must_agree_on_the_scheduler() -> None:
+    body = {
+        "strategy": "parameter-server",
+        "workers": {"replicas": 1, "template": scheduled_by("volcano")},
+        "parameterServers": {"replicas": 1, "template": template()},
+    }
+    with pytest.raises(InvalidTemplate, match=r"schedulerName must equal the workers'.*'' and 'volcano'"):
+        validate(job(**body))

@@ -62,5 +62,12 @@ def test_printer_columns_and_subresources() -> None:
         "Loss",
         "Age",
     ]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.workers.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     assert yaml.safe_load(render())["spec"]["names"]["shortNames"] == ["tj"]

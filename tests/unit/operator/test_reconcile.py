@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ringleader_operator.admission import GATE, Cluster
 from ringleader_operator.api import RestartPolicy, Role, TrainingJob
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.conditions import Reason
@@ -317,9 +318,68 @@ def test_suspend_deletes_pods_and_resume_recreates() -> None:
     assert suspended.delete_pods == ["j-worker-0"] and suspended.status.phase == "Suspended"
     # Pods the operator deleted itself are no failures, however long they take to go.
     resumed = again(suspended, [pod(Role.WORKER, 0, "Running", deleting=True, deadline=after(30))])
-    assert resumed.events == [] and resumed.status.ranks["worker-0"].restarts == 0
+    assert resumed.events == [("Normal", "JobResumed", "the job is resumed: its pods are created again")]
+    assert resumed.status.ranks["worker-0"].restarts == 0
     assert [x["metadata"]["name"] for x in resumed.create_pods] == ["j-worker-1"]
     assert len(again(resumed, []).create_pods) == 2 and conds(resumed)["Suspended"] == "False"
+
+
+def test_suspend_restarts_the_deadline_clock_on_resume() -> None:
+    policy = {"suspend": True, "activeDeadlineSeconds": 60}
+    started = plan(job(runPolicy={"activeDeadlineSeconds": 60}), [], True, NOW)
+    suspended = again(started, [], now=after(50), runPolicy=policy)
+    assert suspended.status.start_time is None and suspended.requeue_after is None
+    resumed = again(suspended, [], now=after(100), runPolicy={"activeDeadlineSeconds": 60})
+    assert resumed.status.start_time == after(100) and resumed.requeue_after == 60
+    assert resumed.status.phase == "Pending" and len(resumed.create_pods) == 2
+
+
+RUNNING_PAIR = [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Succeeded")]
+
+
+@pytest.mark.parametrize(
+    ("clean", "seconds", "phase", "deleted", "requeue"),
+    [
+        ("Running", 59, "Running", [], 1),  # not yet: a round is asked for when it runs out
+        ("Running", 60, "Failed", ["j-worker-0"], None),
+        ("None", 61, "Failed", ["j-worker-0"], None),  # past its deadline a job holds nothing, whatever the policy
+        ("All", 90, "Failed", ["j-worker-0", "j-worker-1"], None),
+    ],
+)
+def test_active_deadline_fails_the_job_and_stops_its_pods(
+    clean: str, seconds: int, phase: str, deleted: list[str], requeue: float | None
+) -> None:
+    policy = {"activeDeadlineSeconds": 60, "cleanPodPolicy": clean}
+    started = plan(job(runPolicy=policy), [], True, NOW)
+    p = again(started, RUNNING_PAIR, now=after(seconds), runPolicy=policy)
+    assert p.status.phase == phase and sorted(p.delete_pods) == deleted and p.requeue_after == requeue
+    if phase == "Failed":
+        failed = next(c for c in p.status.conditions if c.type.value == "Failed")
+        assert failed.reason == "DeadlineExceeded" and "activeDeadlineSeconds (60 s)" in failed.message
+        assert p.status.completion_time == after(seconds) and p.create_pods == []
+
+
+@pytest.mark.parametrize(
+    ("ending", "ttl", "seconds", "delete", "requeue"),
+    [
+        ("Succeeded", 30, 10, False, 20),
+        ("Succeeded", 30, 30, True, None),
+        ("Succeeded", 0, 0, True, None),
+        ("Failed", 30, 45, True, None),  # a failed job has its completion time too
+        ("Succeeded", None, 3000, False, None),  # no TTL: kept
+    ],
+)
+def test_ttl_after_finished_deletes_the_job(
+    ending: str, ttl: int | None, seconds: int, delete: bool, requeue: float | None
+) -> None:
+    policy = {"ttlSecondsAfterFinished": ttl} if ttl is not None else {}
+    other = "Running" if ending == "Failed" else ending
+    pods = [pod(Role.WORKER, 0, ending, exit_code=1 if ending == "Failed" else None), pod(Role.WORKER, 1, other)]
+    done = plan(job(runPolicy=policy, workers={"replicas": 2, "template": TEMPLATE, "restartPolicy": "Never"}),
+                pods, True, NOW)  # fmt: skip
+    assert done.status.phase == ending and done.status.completion_time == NOW
+    later = again(done, [], now=after(seconds), runPolicy=policy)
+    assert later.delete_job == delete and later.requeue_after == requeue
 
 
 def _owned(name: str, kind: str, uid: str | None) -> dict[str, Any]:
@@ -341,3 +401,128 @@ def test_objects_an_earlier_job_of_the_same_name_left_are_waited_for(
     objects: list[dict[str, Any]], leftovers: list[str]
 ) -> None:
     assert earlier_job_leftovers("new", objects) == leftovers
+
+
+def gated(p: dict[str, Any], gpus: int = 3) -> dict[str, Any]:
+    """`p` still held back by the gang gate, asking for `gpus`."""
+    limits = {"nvidia.com/gpu": gpus}
+    spec = {"containers": [{"name": "trainer", "resources": {"limits": limits}}], "schedulingGates": [{"name": GATE}]}
+    return {**p, "spec": spec}
+
+
+def gpu_node(gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1"},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+PENDING_PAIR = [gated(pod(Role.WORKER, 0, "Pending")), gated(pod(Role.WORKER, 1, "Pending"))]
+
+
+def test_gated_pods_are_released_together_once_every_rank_has_one_and_they_fit() -> None:
+    one = plan(job(), PENDING_PAIR[:1], True, NOW, Cluster([gpu_node(8)], []))
+    assert one.ungate_pods == [] and [x["metadata"]["name"] for x in one.create_pods] == ["j-worker-1"]
+    both = plan(job(), PENDING_PAIR, True, NOW, Cluster([gpu_node(8)], PENDING_PAIR))
+    assert both.ungate_pods == ["j-worker-0", "j-worker-1"] and not both.waiting_for_room
+    admitted = next(c for c in both.status.conditions if c.type.value == "Admitted")
+    assert (admitted.status, admitted.reason) == ("True", "GangAdmitted")
+    assert ("Normal", "GangAdmitted", "2 pods fit the cluster's free room together: released to the scheduler") in (
+        both.events
+    )
+    # Without a look at the cluster nothing is released.
+    assert plan(job(), PENDING_PAIR, True, NOW).ungate_pods == []
+
+
+@pytest.mark.parametrize(
+    ("gpus", "others", "reason", "message"),
+    [
+        (4, [], "Unschedulable", "needs 6 nvidia.com/gpu, 4 allocatable"),
+        (8, [{"metadata": {}, "spec": {"nodeName": "n1", "containers": [{"name": "x", "resources": {
+            "limits": {"nvidia.com/gpu": "6"}}}]}, "status": {"phase": "Running"}}], "WaitingForCapacity",
+         "needs 6 nvidia.com/gpu, 2 free"),
+    ],
+    ids=["never-fits", "others-hold-the-room"],
+)  # fmt: skip
+def test_gated_pods_that_do_not_fit_wait_and_say_why(
+    gpus: int, others: list[dict[str, Any]], reason: str, message: str
+) -> None:
+    p = plan(job(), PENDING_PAIR, True, NOW, Cluster([gpu_node(gpus)], others))
+    assert p.ungate_pods == [] and p.waiting_for_room and p.requeue_after == 5
+    admitted = next(c for c in p.status.conditions if c.type.value == "Admitted")
+    assert (admitted.status, admitted.reason, admitted.message) == ("False", reason, message)
+    assert p.events[-1] == ("Warning", reason, message) and p.status.phase == "Pending"
+    # The same verdict again says nothing new.
+    later = plan(job(status=p.status.model_dump(by_alias=True)), PENDING_PAIR, True, after(5),
+                 Cluster([gpu_node(gpus)], others))  # fmt: skip
+    assert later.events == [] and later.status.phase == "Pending"
+
+
+def test_scheduling_timeout_fails_a_job_that_keeps_waiting() -> None:
+    policy = {"schedulingTimeoutSeconds": 30}
+    small = Cluster([gpu_node(4)], [])
+    first = plan(job(runPolicy=policy), PENDING_PAIR, True, NOW, small)
+    assert first.requeue_after == 5 and first.status.phase == "Pending"
+    nearly = plan(job(status=first.status.model_dump(by_alias=True), runPolicy=policy), PENDING_PAIR, True, after(28),
+                  small)  # fmt: skip
+    assert nearly.requeue_after == 2 and nearly.status.phase == "Pending"
+    late = plan(job(status=nearly.status.model_dump(by_alias=True), runPolicy=policy), PENDING_PAIR, True, after(30),
+                small)  # fmt: skip
+    failed = next(c for c in late.status.conditions if c.type.value == "Failed")
+    assert late.status.phase == "Failed" and failed.reason == "Unschedulable"
+    assert failed.message == (
+        "the pods found no room to run together within runPolicy.schedulingTimeoutSeconds (30 s): "
+        "needs 6 nvidia.com/gpu, 4 allocatable"
+    )
+    assert sorted(late.delete_pods) == ["j-worker-0", "j-worker-1"] and late.ungate_pods == []
+
+
+def test_a_gang_scheduler_gets_its_pod_group_and_ungated_pods() -> None:
+    volcano = {"spec": {**TEMPLATE["spec"], "schedulerName": "volcano"}}
+    p = plan(job(workers={"replicas": 2, "template": volcano}), [], True, NOW)
+    assert p.pod_group is not None and p.pod_group["spec"]["minMember"] == 2
+    assert all("schedulingGates" not in x["spec"] for x in p.create_pods)
+    assert all(x["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "j" for x in p.create_pods)
+
+
+def world_pod(index: int, workers: int, phase: str = "Running") -> dict[str, Any]:
+    p = pod(Role.WORKER, index, phase)
+    p["metadata"]["annotations"]["ringleader.dev/workers"] = str(workers)
+    return p
+
+
+ELASTIC = {"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "template": TEMPLATE}
+
+
+@pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3)], ids=["down", "up"])
+def test_a_resized_job_restarts_every_worker_at_the_new_size_without_counting_failures(old: int, new: int) -> None:
+    running = plan(job(workers={**ELASTIC, "replicas": old}), [world_pod(i, old) for i in range(old)], True, NOW)
+    assert running.status.phase == "Running" and running.status.replicas == old
+    pods = [world_pod(i, old) for i in range(old)]
+    p = again(running, pods, workers={**ELASTIC, "replicas": new})
+    assert sorted(p.delete_pods) == [f"j-worker-{i}" for i in range(old)]
+    # Ranks the old world did not have are made at once (gated: they run only with the whole new world).
+    assert [x["metadata"]["name"] for x in p.create_pods] == [f"j-worker-{i}" for i in range(old, new)]
+    assert p.status.phase == "Restarting" and p.status.replicas == 0
+    message = (
+        f"workers {old} -> {new}: every worker restarts at the new world size and resumes from the latest checkpoint"
+    )
+    assert p.events == [("Normal", "Resized", message)]
+    assert sorted(p.status.ranks) == [f"worker-{i}" for i in range(new)]  # a rank the job lost is forgotten
+    assert all(r.restarts == 0 for r in p.status.ranks.values())
+    # While the old pods go, nothing is counted and nothing created in their names; then the new world comes.
+    going = [{**x, "metadata": {**x["metadata"], "deletionTimestamp": NOW}} for x in pods]
+    waiting = again(p, going, workers={**ELASTIC, "replicas": new})
+    assert [x["metadata"]["name"] for x in waiting.create_pods] == [f"j-worker-{i}" for i in range(old, new)]
+    assert waiting.events == [] and sum(r.restarts for r in waiting.status.ranks.values()) == 0
+    fresh = again(waiting, [], workers={**ELASTIC, "replicas": new})
+    made = fresh.create_pods
+    assert [x["metadata"]["name"] for x in made] == [f"j-worker-{i}" for i in range(new)]
+    assert all(x["metadata"]["annotations"]["ringleader.dev/workers"] == str(new) for x in made)
+    assert fresh.status.replica_statuses["worker"].restarts == 0
+    back = again(fresh, [world_pod(i, new) for i in range(new)], workers={**ELASTIC, "replicas": new})
+    assert back.status.phase == "Running" and back.status.replicas == new
+    assert back.status.selector == "ringleader.dev/job-name=j,ringleader.dev/replica-type=worker"

@@ -1,0 +1,234 @@
+"""Gang admission, pure: may a job's gated pods be released to the scheduler all at once?
+
+A job's pods are created with the scheduling gate GATE, so the scheduler does not look at them. The gate is
+lifted from all of them together, and only when a simulated placement puts every one of them on a node at
+the same time: nodes' allocatable minus the requests of the pods bound to them, after the pods already
+released but not yet bound (any job's) have taken their places. Placement is first-fit, biggest pods first
+(GPUs, then CPU, then memory), and honours what a scheduler would refuse outright: cordoned or not-Ready
+nodes, taints the pod does not tolerate, a nodeSelector that does not match. The scheduler still makes the
+real placement; a release is only ever granted when room exists for the whole gang, and the operator grants
+one job at a time, so two jobs that fit alone but not together never both hold half their pods.
+
+Quantities are parsed here (kubernetes_asyncio has no parser; the synchronous client's would add 126 MB to
+the operator image for one function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+GATE = "ringleader.dev/gang"
+GPU = "nvidia.com/gpu"
+PODS = "pods"
+# Resources compared, in the order a shortage is reported and pods are sorted: scarce accelerators first.
+ORDER = (GPU, "cpu", "memory")
+_SUFFIXES = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"),
+    "E": Decimal("1e18"), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}  # fmt: skip
+
+Resources = dict[str, Decimal]
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes quantity ("500m", "2Gi", "1e3", 4) as a number; ValueError names the bad value."""
+    text = str(value).strip()
+    number, suffix = text, ""
+    for s in sorted(_SUFFIXES, key=len, reverse=True):
+        if s and text.endswith(s):
+            number, suffix = text[: -len(s)], s
+            break
+    try:
+        return Decimal(number) * _SUFFIXES[suffix]
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+
+
+def format_quantity(value: Decimal) -> str:
+    """A quantity as Kubernetes accepts it: whole numbers plain, fractions in milli-units ("1500m")."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int((value * 1000).to_integral_value())}m"
+
+
+def add(into: Resources, more: Mapping[str, Decimal], sign: int = 1) -> None:
+    """`into` += sign * `more`, per resource."""
+    for k, v in more.items():
+        into[k] = into.get(k, Decimal(0)) + sign * v
+
+
+def _container_requests(container: Mapping[str, Any]) -> Resources:
+    res = container.get("resources") or {}
+    # A resource with a limit and no request is requested at its limit (the API server defaults it so).
+    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return {k: parse_quantity(v) for k, v in merged.items()}
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What the scheduler reserves for a pod: its containers' requests, or the largest init container's
+    where that is more, plus the pod overhead and one pod slot."""
+    total: Resources = {}
+    for c in spec.get("containers") or []:
+        add(total, _container_requests(c))
+    for c in spec.get("initContainers") or []:
+        for k, v in _container_requests(c).items():
+            total[k] = max(total.get(k, Decimal(0)), v)
+    add(total, {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items()})
+    total[PODS] = total.get(PODS, Decimal(0)) + 1
+    return total
+
+
+@dataclass
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    taints: list[Mapping[str, Any]]
+    allocatable: Resources
+    free: Resources = field(default_factory=dict)
+
+
+def _usable(node: Mapping[str, Any]) -> bool:
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return ready and not spec.get("unschedulable")
+
+
+def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _fits_node(spec: Mapping[str, Any], node: Node) -> bool:
+    selector = spec.get("nodeSelector") or {}
+    if any(node.labels.get(k) != v for k, v in selector.items()):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(_tolerates(tolerations, t) for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute"))
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod still carries the gang gate."""
+    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def _bound(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What admission looks at: every Node, and every pod in every namespace (as API objects)."""
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fits: bool
+    never: bool = False  # it could not fit even on empty nodes
+    message: str = ""
+
+
+def _nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
+    out = []
+    for n in nodes:
+        if not _usable(n):
+            continue
+        meta, status = n.get("metadata") or {}, n.get("status") or {}
+        allocatable = {k: parse_quantity(v) for k, v in (status.get("allocatable") or {}).items()}
+        out.append(Node(meta.get("name", ""), meta.get("labels") or {}, (n.get("spec") or {}).get("taints") or [],
+                        allocatable, dict(allocatable)))  # fmt: skip
+    return out
+
+
+def _sort_key(req: Resources) -> tuple[Decimal, ...]:
+    return tuple(-req.get(k, Decimal(0)) for k in ORDER)
+
+
+def _place(specs: Sequence[Mapping[str, Any]], nodes: list[Node]) -> bool:
+    """First-fit, biggest first; takes the room on `nodes`. True when every pod found a node."""
+    ok = True
+    for spec in sorted(specs, key=lambda s: _sort_key(pod_requests(s))):
+        req = pod_requests(spec)
+        node = next(
+            (
+                n
+                for n in nodes
+                if _fits_node(spec, n) and all(n.free.get(k, Decimal(0)) >= v for k, v in req.items() if v)
+            ),
+            None,
+        )
+        if node is None:
+            ok = False
+            continue
+        add(node.free, req, -1)
+    return ok
+
+
+def _amount(value: Decimal, resource: str) -> str:
+    if resource == "cpu":
+        return f"{value.normalize():f}"
+    if resource == "memory":
+        return f"{value / 2**30:.1f}Gi"
+    return f"{value.normalize():f}"
+
+
+def _shortage(specs: Sequence[Mapping[str, Any]], nodes: list[Node], room: str) -> str:
+    """The first resource (GPUs first) the gang needs more of than the eligible nodes have `room` ("free" or
+    "allocatable"), as "needs 16 nvidia.com/gpu, 8 allocatable"; else a message about fragmentation."""
+    need: Resources = {}
+    for s in specs:
+        add(need, pod_requests(s))
+    eligible = [n for n in nodes if any(_fits_node(s, n) for s in specs)]
+    if not eligible:
+        return f"no Ready, schedulable node matches the pods' nodeSelector and tolerations ({len(nodes)} nodes)"
+    for resource in (*ORDER, *sorted(set(need) - set(ORDER) - {PODS}), PODS):
+        wanted = need.get(resource, Decimal(0))
+        have = sum(
+            ((n.free if room == "free" else n.allocatable).get(resource, Decimal(0)) for n in eligible), Decimal(0)
+        )
+        if wanted > have:
+            return f"needs {_amount(wanted, resource)} {resource}, {_amount(have, resource)} {room}"
+    return f"the {len(specs)} pods do not fit together on the {room} room of {len(eligible)} node(s)"
+
+
+def admit(
+    gang: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
+) -> Verdict:
+    """May the pods `gang` (their specs) be released together, given every Node and every pod in the cluster?
+    `pods` may include the gang's own pods: gated ones are ignored, as are finished and terminating ones."""
+    empty = _nodes(nodes)
+    if not _place(list(gang), empty):
+        return Verdict(False, never=True, message=_shortage(list(gang), _nodes(nodes), "allocatable"))
+    room = _nodes(nodes)
+    by_name = {n.name: n for n in room}
+    waiting = []
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or gated(pod):
+            continue
+        if _bound(pod):  # terminating ones too: the scheduler counts them until they are gone
+            node = by_name.get(spec["nodeName"])
+            if node is not None:
+                add(node.free, pod_requests(spec), -1)
+        elif spec.get("schedulingGates") or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue  # held back by someone else's gate, or going: it takes no room
+        else:
+            waiting.append(spec)  # released, not yet bound: its room is spoken for
+    _place(waiting, room)
+    before = [Node(n.name, n.labels, n.taints, n.allocatable, dict(n.free)) for n in room]
+    if _place(list(gang), room):
+        return Verdict(True)
+    return Verdict(False, message=_shortage(list(gang), before, "free"))
