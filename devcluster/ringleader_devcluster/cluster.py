@@ -125,6 +125,23 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+PORT_GRACE_SECONDS = 10.0  # a server stopped a moment ago may still be closing its socket
+
+
+def ensure_port_free(port: int, what: str, host: str = "127.0.0.1", fix: str = "stop what listens there") -> None:
+    """Return once `port` can be bound (waiting out a server that is still closing it); else ClusterError
+    naming the port, what needs it and, where `ss` can tell, the process that holds it."""
+    deadline = time.monotonic() + PORT_GRACE_SECONDS
+    while not port_free(port, host):
+        if time.monotonic() >= deadline:
+            holder = subprocess.run(
+                ["ss", "-Htlnp", f"sport = :{port}"], capture_output=True, text=True, check=False, timeout=5
+            ).stdout.split()
+            held = f" (held by {holder[-1]})" if holder else ""
+            raise ClusterError(f"port {port} ({what}) is busy{held}: {fix}")
+        time.sleep(0.2)
+
+
 def _kwokctl_config(layout: Layout) -> Path:
     """Options kwokctl has no flag for: loopback-only binding; the bridge address in the API server's
     certificate, so pods reach it through the process node's relay with verified TLS; the controller-manager's
@@ -186,10 +203,9 @@ def start_control_plane(layout: Layout) -> None:
                 )
             time.sleep(0.5)
         return
-    if not port_free(API_PORT):
-        raise ClusterError(
-            f"port {API_PORT} is busy: stop what listens there or set RINGLEADER_API_PORT to a free port"
-        )
+    ensure_port_free(
+        API_PORT, "kube-apiserver", fix="stop what listens there or set RINGLEADER_API_PORT to a free port"
+    )
     if layout.cluster_dir.exists():
         shutil.rmtree(layout.cluster_dir)  # half-created by an interrupted run: start over
     layout.state.mkdir(parents=True, exist_ok=True)
@@ -235,8 +251,7 @@ def _spawn_agent(
     layout: Layout, state_dir: Path, name: str, nodes: int, gpus: int, kubelet_port: int, *extra: str
 ) -> int:
     """Start a process node agent with its state (pods, agent.log, agent.pid) in `state_dir`; its pid."""
-    if not port_free(kubelet_port, "0.0.0.0"):
-        raise ClusterError(f"port {kubelet_port} (process node kubelet endpoint) is busy: stop what listens there")
+    ensure_port_free(kubelet_port, "process node kubelet endpoint", "0.0.0.0")
     state_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
@@ -404,6 +419,7 @@ def _stop_pid(pid: int, timeout: float) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+    _wait_gone(pid, 10)  # its sockets are closed only once it is gone
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
@@ -516,8 +532,7 @@ def operator_up() -> None:
         say(f"uninstalling the helm release {CHART_RELEASE} ('make demo'): one operator acts on the jobs at a time")
         helm(layout, "uninstall", CHART_RELEASE, "--namespace", CHART_NAMESPACE, "--wait", timeout=180)
     for port in (OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT):
-        if not port_free(port, "0.0.0.0"):
-            raise ClusterError(f"port {port} (operator metrics/health) is busy: stop what listens there")
+        ensure_port_free(port, "operator metrics/health", "0.0.0.0")
     layout.operator_dir.mkdir(parents=True, exist_ok=True)
     log = layout.operator_dir / "operator.log"
     argv = [

@@ -426,7 +426,8 @@ def plan(
 
     if out.create_pods and gangs.gang_scheduler(job) is not None:
         out.pod_group = build_pod_group(job)
-    gated = [x for x in pods if admission.gated(x) and not (x.get("metadata") or {}).get("deletionTimestamp")]
+    going = {p.name for p in observed if p.deleting} | set(out.delete_pods)
+    gated = [x for x in pods if admission.gated(x) and (x.get("metadata") or {}).get("name") not in going]
     every_rank_has_a_pod = not out.create_pods and all(
         any(not p.deleting and p.name not in out.delete_pods for p in by_rank.get(rank, [])) for rank in desired
     )

@@ -33,12 +33,14 @@ def world_running(core: client.CoreV1Api, ns: str, name: str, workers: int) -> b
     )
 
 
+# The trainer issue's accuracy bars: allreduce trains like one process; local SGD averages every few steps.
+@pytest.mark.parametrize(("strategy", "bar"), [("allreduce", 0.97), ("local-sgd", 0.96)])
 def test_scale_4_to_2_to_3_keeps_training_to_succeeded(
     layout: Layout, kubeconfig: Path, core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str,
-    tmp_path: Path,
+    tmp_path: Path, strategy: str, bar: float,
 ) -> None:  # fmt: skip
     directory = tmp_path / "ckpt"
-    body = digits_job("el", 4, 400, directory)
+    body = digits_job("el", 4, 400, directory, strategy=strategy)
     body["spec"]["workers"] |= {"minReplicas": 2, "maxReplicas": 4, "restartPolicy": "ExitCode"}
     create(custom, namespace, body)
 
@@ -62,7 +64,7 @@ def test_scale_4_to_2_to_3_keeps_training_to_succeeded(
     assert _resumes(core, namespace)[-1] >= saved_by_2  # from a 2-worker step
     done = [json.loads(x) for x in logs(core, namespace, "el-worker-0", container="trainer").splitlines()
             if '"event": "done"' in x]  # fmt: skip
-    assert done and done[-1]["test_accuracy"] >= 0.97, done
+    assert done and done[-1]["test_accuracy"] >= bar, done
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0, job["status"]["ranks"]  # no failure
     assert sorted(job["status"]["ranks"]) == ["worker-0", "worker-1", "worker-2"]
     resized = [e.message for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=el").items

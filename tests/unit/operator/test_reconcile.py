@@ -526,3 +526,10 @@ def test_a_resized_job_restarts_every_worker_at_the_new_size_without_counting_fa
     back = again(fresh, [world_pod(i, new) for i in range(new)], workers={**ELASTIC, "replicas": new})
     assert back.status.phase == "Running" and back.status.replicas == new
     assert back.status.selector == "ringleader.dev/job-name=j,ringleader.dev/replica-type=worker"
+
+
+def test_a_gated_pod_being_deleted_is_neither_weighed_nor_released() -> None:
+    # worker-2 is left from before a scale-down: it goes, and the two that stay are admitted on their own.
+    extra = gated(pod(Role.WORKER, 2, "Pending"), gpus=8)
+    p = plan(job(), [*PENDING_PAIR, extra], True, NOW, Cluster([gpu_node(8)], []))
+    assert p.delete_pods == ["j-worker-2"] and p.ungate_pods == ["j-worker-0", "j-worker-1"]
