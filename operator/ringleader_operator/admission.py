@@ -208,7 +208,8 @@ def admit(
     gang: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
 ) -> Verdict:
     """May the pods `gang` (their specs) be released together, given every Node and every pod in the cluster?
-    `pods` may include the gang's own pods: gated ones are ignored, as are finished and terminating ones."""
+    `pods` may include the gang's own pods: gated ones are ignored, as are finished ones and unbound ones being
+    deleted; bound ones take their node's room until they are gone (terminating too)."""
     empty = _nodes(nodes)
     if not _place(list(gang), empty):
         return Verdict(False, never=True, message=_shortage(list(gang), _nodes(nodes), "allocatable"))

@@ -18,25 +18,20 @@ from .api import TrainingJob
 @dataclass(frozen=True)
 class GangScheduler:
     scheduler_name: str
-    group: str
+    group: str  # of its PodGroup resource (plural "podgroups")
     version: str
-    plural: str
     member_key: str  # the annotation or label naming a pod's PodGroup
     member_is_label: bool
-    what: str  # for messages
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
 
-VOLCANO = GangScheduler(
-    "volcano", "scheduling.volcano.sh", "v1beta1", "podgroups", "scheduling.k8s.io/group-name", False, "Volcano"
-)
+VOLCANO = GangScheduler("volcano", "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", False)
 COSCHEDULING = GangScheduler(
-    "scheduler-plugins-scheduler", "scheduling.x-k8s.io", "v1alpha1", "podgroups", "scheduling.x-k8s.io/pod-group",
-    True, "scheduler-plugins coscheduling",
-)  # fmt: skip
+    "scheduler-plugins-scheduler", "scheduling.x-k8s.io", "v1alpha1", "scheduling.x-k8s.io/pod-group", True
+)
 GANG_SCHEDULERS = {s.scheduler_name: s for s in (VOLCANO, COSCHEDULING)}
 
 
