@@ -37,9 +37,9 @@ class ClusterError(Exception):
     """One line for the user: what is wrong and what to do."""
 
 
-def say(msg: str, t0: float | None = None) -> None:
+def say(msg: str, t0: float | None = None, prefix: str = "dev-cluster") -> None:
     suffix = f" ({time.monotonic() - t0:.1f}s)" if t0 is not None else ""
-    print(f"[dev-cluster] {msg}{suffix}", flush=True)
+    print(f"[{prefix}] {msg}{suffix}", flush=True)
 
 
 def _run(

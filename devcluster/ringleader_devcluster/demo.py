@@ -12,6 +12,7 @@ and what to look at next. Exits 1 if the job fails or does not finish within --t
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
@@ -44,8 +45,7 @@ def code_hash() -> str:
 BAR = 30
 
 
-def say(msg: str, t0: float | None = None) -> None:
-    print(f"[demo] {msg}" + (f" ({time.monotonic() - t0:.1f}s)" if t0 is not None else ""), flush=True)
+say = functools.partial(cluster.say, prefix="demo")
 
 
 def install_operator(layout: Layout) -> None:

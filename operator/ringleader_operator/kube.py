@@ -197,22 +197,21 @@ class Kube:
         not serve that API (the scheduler is not installed)."""
         meta = body["metadata"]
         group, version = body["apiVersion"].split("/")
-        what = f"creating PodGroup {meta['name']}"
         try:
-            await self.custom.create_namespaced_custom_object(
-                group, version, meta["namespace"], "podgroups", body, _request_timeout=API_TIMEOUT
+            await self._call(
+                f"creating PodGroup {meta['name']}",
+                self.custom.create_namespaced_custom_object(
+                    group, version, meta["namespace"], "podgroups", body, _request_timeout=API_TIMEOUT
+                ),
+                absent=409,
             )
-        except ApiException as e:
-            if e.status == 409:
-                return
-            if e.status == 404:
+        except ApiUnavailable as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
                 raise RejectedObject(
                     f"the pods' schedulerName needs PodGroups ({body['apiVersion']}), which this cluster does not "
                     "serve: install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
                 ) from e
-            raise self._wrap(e, what) from e
-        except (OSError, TimeoutError) as e:
-            raise self._wrap(e, what) from e
+            raise
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the TrainingJob with this uid (not a newer one of the same name); its pods and Service go

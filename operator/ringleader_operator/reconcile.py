@@ -429,7 +429,7 @@ def plan(
     going = {p.name for p in observed if p.deleting} | set(out.delete_pods)
     gated = [x for x in pods if admission.gated(x) and (x.get("metadata") or {}).get("name") not in going]
     every_rank_has_a_pod = not out.create_pods and all(
-        any(not p.deleting and p.name not in out.delete_pods for p in by_rank.get(rank, [])) for rank in desired
+        any(p.name not in going for p in by_rank.get(rank, [])) for rank in desired
     )
     if gated and every_rank_has_a_pod and cluster is not None:
         verdict = admission.admit([x["spec"] for x in gated], cluster.nodes, cluster.pods)

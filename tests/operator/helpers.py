@@ -73,3 +73,8 @@ def wait_condition(
 
 def pods_of(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
     return list(core.list_namespaced_pod(ns, label_selector=f"ringleader.dev/job-name={job}").items)
+
+
+def live_pods(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
+    """The job's pods that are not being deleted."""
+    return [p for p in pods_of(core, ns, job) if not p.metadata.deletion_timestamp]

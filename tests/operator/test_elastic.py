@@ -15,7 +15,7 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import kubectl, logs, wait_for
 
-from .helpers import condition, create, digits_job, get, pods_of, training_job, wait_condition
+from .helpers import condition, create, digits_job, get, live_pods, training_job, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -26,7 +26,7 @@ def steps_of_world(directory: Path, workers: int) -> list[int]:
 
 
 def world_running(core: client.CoreV1Api, ns: str, name: str, workers: int) -> bool:
-    pods = [p for p in pods_of(core, ns, name) if not p.metadata.deletion_timestamp]
+    pods = live_pods(core, ns, name)
     return len(pods) == workers and all(
         p.status.phase == "Running" and p.metadata.annotations.get("ringleader.dev/workers") == str(workers)
         for p in pods

@@ -14,7 +14,19 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import logs, wait_for
 
-from .helpers import GROUP, PLURAL, VERSION, condition, create, digits_job, get, pods_of, training_job, wait_condition
+from .helpers import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    create,
+    digits_job,
+    get,
+    live_pods,
+    pods_of,
+    training_job,
+    wait_condition,
+)
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -23,10 +35,6 @@ SLEEP = "import time; time.sleep(120)"
 
 def patch_spec(custom: client.CustomObjectsApi, ns: str, name: str, spec: dict[str, Any]) -> None:
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, {"spec": spec})
-
-
-def live_pods(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
-    return [p for p in pods_of(core, ns, job) if not p.metadata.deletion_timestamp]
 
 
 def suspended(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any] | None:
