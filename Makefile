@@ -36,7 +36,7 @@ help:
 	@echo "make lint                        ruff, mypy, helm lint, hadolint"
 	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
 	@echo "make bench                       all benchmarks below, figures in bench/results/"
-	@echo "make bench-cluster               dev-cluster start time, pod start latency, operator job start, recovery time"
+	@echo "make bench-cluster               dev-cluster start; Ringleader vs Kubeflow's training-operator; recovery time"
 	@echo "make bench-trainer               ring vs gloo; step time per strategy; checkpoint overhead (no cluster)"
 	@echo "make images                      docker build the operator and trainer images (needs Docker)"
 	@echo "make kind-demo                   kind cluster, images loaded, chart installed, example job (needs Docker, kind)"
@@ -97,7 +97,8 @@ bench: bench-cluster bench-trainer
 
 bench-cluster: dev-cluster
 	@$(PY) bench/devcluster_bench.py
-	@$(PY) -m bench.operator_bench
+	@bash bench/peer/build-training-operator.sh
+	@$(PY) -m bench.control_plane_bench
 	@$(PY) -m bench.recovery_bench --victim 1
 	@$(PY) -m bench.recovery_bench --victim 0
 

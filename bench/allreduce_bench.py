@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ringleader_devcluster.layout import REPO_ROOT
 from ringleader_trainer.ring import ring_allreduce
 
-from bench.devcluster_bench import machine
+from bench.common import machine
 from tests.trainer.ranks import run_ranks
 
 GOAL_RATIO_AT_16M = 0.9

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,25 +23,9 @@ from typing import Any
 from kubernetes import client, config, watch
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
+from bench.common import machine, new_namespace, summary
+
 GOALS = {"warm_start_s": 30.0, "pod_running_p99_s": 1.0}
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {
-        "n": len(values),
-        "median": statistics.median(values),
-        "p90": percentile(values, 90),
-        "p99": percentile(values, 99),
-        "max": max(values),
-        "min": min(values),
-    }
 
 
 def make(target: str) -> float:
@@ -62,18 +42,6 @@ def warm_starts(n: int) -> list[float]:
         print(f"[bench] warm start {i + 1}/{n}: {t:.2f}s", flush=True)
         times.append(t)
     return times
-
-
-def new_namespace(core: client.CoreV1Api) -> str:
-    """A fresh namespace, returned once its default service account exists (pods are refused before)."""
-    ns = f"bench-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
-    deadline = time.monotonic() + 30
-    while not core.list_namespaced_service_account(ns).items:
-        if time.monotonic() > deadline:
-            raise SystemExit("bench: default service account never appeared")
-        time.sleep(0.1)
-    return ns
 
 
 def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]:
@@ -131,18 +99,6 @@ def pod_latencies(kubeconfig: Path, count: int, concurrency: int) -> list[float]
         print(f"[bench] {len(missing)} pods never observed Running: {missing[:5]}", flush=True)
     core.delete_namespace(ns, grace_period_seconds=0)
     return [running[n] - created[n] for n in created if n in running]
-
-
-def machine() -> dict[str, Any]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], check=False, cwd=REPO_ROOT, capture_output=True, text=True
-    )
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "commit": commit.stdout.strip(),
-    }
 
 
 def main() -> None:

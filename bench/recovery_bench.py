@@ -27,7 +27,7 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_devcluster.processes import kill_pod_processes
 
-from bench.devcluster_bench import machine, new_namespace
+from bench.common import machine, new_namespace
 from tests.devcluster.helpers import wait_for
 from tests.operator.helpers import GROUP, PLURAL, VERSION, training_job
 

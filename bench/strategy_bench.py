@@ -21,7 +21,7 @@ from typing import Any
 
 from ringleader_devcluster.layout import REPO_ROOT
 
-from bench.devcluster_bench import machine
+from bench.common import machine
 from tests.trainer.launch import job_spec, launch
 
 BATCH = 64  # the wide-mlp example's default

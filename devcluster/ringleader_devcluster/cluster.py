@@ -31,6 +31,9 @@ NODE_NAME = "process-node"
 FAKE_NODE_TAINT = "kwok.x-k8s.io/node=fake"
 FAKE_POD_NETWORK = "198.19.0.0/16"  # the other half of RFC 2544's benchmarking range
 READY_TIMEOUT = 90.0
+# The API server audits only the requests of service accounts in this namespace: the control-plane benchmark
+# runs each operator it compares under one of them and counts its requests in the audit log.
+AUDITED_NAMESPACE = "bench-operators"
 
 
 class ClusterError(Exception):
@@ -181,6 +184,23 @@ def _kwokctl_config(layout: Layout) -> Path:
     return path
 
 
+def _audit_policy(layout: Layout) -> Path:
+    """Metadata-level audit events, one per finished request, for AUDITED_NAMESPACE's service accounts only:
+    nothing else is written, so the log costs the other tests nothing."""
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived", "ResponseStarted"],
+        "rules": [
+            {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{AUDITED_NAMESPACE}"]},
+            {"level": "None"},
+        ],
+    }
+    path = layout.state / "audit-policy.yaml"
+    path.write_text(json.dumps(policy, indent=2))
+    return path
+
+
 def start_control_plane(layout: Layout) -> None:
     kwokctl = str(layout.binary("kwokctl"))
     env = _kwok_env(layout)
@@ -236,6 +256,8 @@ def start_control_plane(layout: Layout) -> None:
         str(layout.kubeconfig),
         "--kube-authorization",
         "--kube-admission",
+        "--kube-audit-policy",
+        str(_audit_policy(layout)),
         "--quiet-pull",
         "--wait",
         "60s",

@@ -68,6 +68,11 @@ class Layout:
         return self.kwok_workdir / "clusters" / CLUSTER_NAME
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (see cluster.AUDITED_NAMESPACE for whose requests it holds)."""
+        return self.cluster_dir / "logs" / "audit.log"
+
+    @property
     def pki(self) -> Path:
         return self.cluster_dir / "pki"
 

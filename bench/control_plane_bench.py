@@ -1,0 +1,218 @@
+"""Control plane side by side: Ringleader's operator against Kubeflow's training-operator on the dev cluster.
+
+    python -m bench.control_plane_bench [--reps 3] [--single 8 64 256] [--burst 500] [--fake-nodes 24]
+
+Both run out of cluster on this host as service accounts with their own RBAC (bench/subjects.py), with their
+defaults, watching all namespaces; pods go to kwok fake nodes, so nothing runs behind them and a pod is
+Running as soon as it is bound. The same work for both: one job of 8, 64 and 256 workers (one pod each;
+for the training-operator a PyTorchJob of one Master and N-1 Workers), then `--burst` jobs of 4 workers
+created together by 16 client threads. Every run gets a fresh operator process and a fresh namespace, and
+measures from just before the first create call:
+
+- created_s: until the last of the pods exists (a watch from before the creates sees its ADDED event);
+- running_s: until every pod was seen Running;
+- requests per job: the operator's API requests counted in the API server's audit log (bench/audit.py) from
+  the first create until SETTLE_S seconds after all pods were Running (so status updates are included, and
+  whatever the operator does periodically for a running job in that time);
+- cpu_s and peak_rss_mb of the operator process over the run (RSS is VmHWM of the fresh process).
+
+The two operators alternate within each repetition. Results with every run go to
+bench/results/control-plane.json; medians and the ratio Ringleader / training-operator are printed.
+Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client, config, watch
+from ringleader_devcluster import cluster
+from ringleader_devcluster.layout import Layout
+
+from bench import audit
+from bench.common import delete_namespace, new_namespace, proc_stats, write_result
+from bench.subjects import Subject, kubeflow_training_operator, ringleader, stop
+
+GOALS = {
+    "created_ratio_single_max": 0.5,  # for the 64- and 256-worker jobs
+    "created_ratio_burst_max": 1.0,
+    "operator_rss_mb_max": 250.0,
+}
+SETTLE_S = 10.0  # requests are counted until this long after the last pod was seen Running
+FAKE_POD = {
+    "nodeSelector": {"type": "kwok"},
+    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+    "containers": [{"name": "main", "image": "bench/trainer:0", "command": ["python", "train.py"]}],
+}
+
+
+class PodWatch:
+    """Watches one namespace from before the first create and records when `total` pods first existed and when
+    all `total` were first seen Running."""
+
+    def __init__(self, core: client.CoreV1Api, ns: str, total: int) -> None:
+        self.core, self.ns, self.total = core, ns, total
+        self.seen: set[str] = set()
+        self.running: set[str] = set()
+        self.created_at: float | None = None
+        self.running_at: float | None = None
+        self.rv = core.list_namespaced_pod(ns).metadata.resource_version
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _note(self, pod: Any, now: float) -> None:
+        self.seen.add(pod.metadata.name)
+        if pod.status.phase == "Running":
+            self.running.add(pod.metadata.name)
+        if self.created_at is None and len(self.seen) >= self.total:
+            self.created_at = now
+        if self.running_at is None and len(self.running) >= self.total:
+            self.running_at = now
+
+    def _run(self) -> None:
+        """Watch until every pod ran; a watch that breaks (it can, under a burst) is resumed from a fresh
+        list, whose pods count as seen at the time of the list."""
+        deadline = time.monotonic() + 1800
+        while self.running_at is None and time.monotonic() < deadline:
+            w = watch.Watch()
+            try:
+                for ev in w.stream(
+                    self.core.list_namespaced_pod, self.ns, resource_version=self.rv, timeout_seconds=300
+                ):
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        self._note(ev["object"], time.monotonic())
+                    if self.running_at is not None:
+                        break
+            except Exception as e:  # any break of the stream: list and watch again
+                print(f"[bench] pod watch broke ({type(e).__name__}: {e}); listing and watching again", flush=True)
+                time.sleep(1)
+            finally:
+                w.stop()
+            if self.running_at is None:
+                listed = self.core.list_namespaced_pod(self.ns, _request_timeout=60)
+                now = time.monotonic()
+                for pod in listed.items:
+                    self._note(pod, now)
+                self.rv = listed.metadata.resource_version
+
+    def wait(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+
+def run(
+    subject: Subject, core: client.CoreV1Api, custom: client.CustomObjectsApi, layout: Layout, jobs: int, workers: int
+) -> dict[str, Any]:
+    """One measured run on a fresh operator process and namespace."""
+    total = jobs * workers
+    proc = subject.start(layout.state / "bench" / f"{subject.name}.log")
+    try:
+        ns = new_namespace(core)
+        pods = PodWatch(core, ns, total)
+        mark = audit.offset(layout.audit_log)
+        cpu0 = proc_stats(proc.pid)["cpu_seconds"]
+        bodies = [subject.job(f"j{i}" if jobs > 1 else "big", workers, FAKE_POD) for i in range(jobs)]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda b: custom.create_namespaced_custom_object(
+                subject.group, subject.version, ns, subject.plural, b, _request_timeout=60), bodies))  # fmt: skip
+        pods.wait(timeout=1800)
+        if pods.running_at is None or pods.created_at is None:
+            raise SystemExit(
+                f"bench: {subject.name}: {len(pods.seen)} of {total} pods created, {len(pods.running)} Running "
+                f"after 30 min (log: {layout.state / 'bench'})"
+            )
+        time.sleep(max(0.0, pods.running_at + SETTLE_S - time.monotonic()))
+        reqs = audit.requests(layout.audit_log, mark, subject.user)
+        stats = proc_stats(proc.pid)
+        delete_namespace(core, ns)  # while the operator runs: it removes its own finalizers
+    finally:
+        stop(proc)
+    return {
+        "operator": subject.name,
+        "jobs": jobs,
+        "workers": workers,
+        "created_s": pods.created_at - t0,
+        "running_s": pods.running_at - t0,
+        "requests": reqs.as_dict(),
+        "requests_per_job": reqs.total / jobs,
+        "cpu_s": stats["cpu_seconds"] - cpu0,
+        "peak_rss_mb": stats["peak_rss_mb"],
+    }
+
+
+METRICS = ("created_s", "running_s", "requests_per_job", "cpu_s", "peak_rss_mb")
+
+
+def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario (jobs x workers) and operator: medians of each metric; and Ringleader / training-operator."""
+    rows = []
+    for jobs, workers in dict.fromkeys((r["jobs"], r["workers"]) for r in runs):
+        row: dict[str, Any] = {"jobs": jobs, "workers": workers}
+        for name in ("ringleader", "training-operator"):
+            mine = [r for r in runs if (r["jobs"], r["workers"], r["operator"]) == (jobs, workers, name)]
+            if mine:
+                row[name] = {m: statistics.median(r[m] for r in mine) for m in METRICS} | {"n": len(mine)}
+        if "ringleader" in row and "training-operator" in row:
+            row["ratio"] = {
+                m: row["ringleader"][m] / row["training-operator"][m] if row["training-operator"][m] else None
+                for m in METRICS
+            }
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--single", type=int, nargs="*", default=[8, 64, 256], help="workers of the one-job runs")
+    p.add_argument("--burst", type=int, default=500, help="jobs of 4 workers created together (0: none)")
+    p.add_argument("--fake-nodes", type=int, default=24, help="110 pods each: room for the burst")
+    p.add_argument("--only", choices=["ringleader", "training-operator"], help="measure one operator")
+    args = p.parse_args()
+    layout = Layout.from_env()
+    cluster.operator_down()  # one operator acts on TrainingJobs at a time
+    cluster.scale_fake_nodes(layout, args.fake_nodes)
+    api = config.new_client_from_config(config_file=str(layout.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    workdir = layout.state / "bench"
+    subjects = [kubeflow_training_operator(layout, core, workdir), ringleader(layout, core, workdir)]
+    subjects = [s for s in subjects if args.only in (None, s.name)]
+    scenarios = [(1, w) for w in args.single] + ([(args.burst, 4)] if args.burst else [])
+    runs = []
+    try:
+        for jobs, workers in scenarios:
+            for rep in range(args.reps):
+                for subject in subjects:
+                    r = run(subject, core, custom, layout, jobs, workers)
+                    runs.append(r)
+                    print(
+                        f"[bench] {jobs} x {workers}-worker {subject.name:17s} ({rep + 1}/{args.reps}): created "
+                        f"{r['created_s']:7.2f} s, Running {r['running_s']:7.2f} s, {r['requests_per_job']:6.1f} "
+                        f"requests/job, CPU {r['cpu_s']:6.1f} s, peak RSS {r['peak_rss_mb']:4.0f} MB",
+                        flush=True,
+                    )
+    finally:
+        cluster.scale_fake_nodes(layout, 0)
+    rows = compare(runs)
+    for row in rows:
+        if "ratio" in row:
+            q = row["ratio"]
+            print(
+                f"[bench] {row['jobs']} x {row['workers']}: Ringleader / training-operator (medians): created "
+                f"{q['created_s']:.2f}x, Running {q['running_s']:.2f}x, requests/job {q['requests_per_job']:.2f}x, "
+                f"CPU {q['cpu_s']:.2f}x, peak RSS {q['peak_rss_mb']:.2f}x"
+            )
+    write_result(
+        "control-plane",
+        {"goals": GOALS, "reps": args.reps, "fake_nodes": args.fake_nodes, "settle_s": SETTLE_S, "rows": rows,
+         "runs": runs},
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

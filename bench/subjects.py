@@ -1,0 +1,96 @@
+"""The operators the control-plane benchmark compares, each set up and started the same way: out of cluster on
+this host, as a service account of the audited namespace with its own least-privilege RBAC, watching all
+namespaces, one fresh process per measured run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from ringleader_devcluster.cluster import AUDITED_NAMESPACE, OPERATOR_HEALTH_PORT, OPERATOR_METRICS_PORT, helm, kubectl
+from ringleader_devcluster.layout import REPO_ROOT, Layout
+
+from bench.common import apply, wait_established, wait_healthy
+from bench.identity import ensure_namespace, kubeconfig_for, username
+from bench.peer import training_operator
+
+
+@dataclass
+class Subject:
+    """One operator under test: how to make its job of N workers (one pod each) and how to run it."""
+
+    name: str
+    account: str
+    group: str
+    version: str
+    plural: str
+    job: Callable[[str, int, dict[str, Any]], dict[str, Any]]
+    start: Callable[[Path], subprocess.Popen[bytes]]  # log path -> a process that is ready
+
+    @property
+    def user(self) -> str:
+        return username(self.account)
+
+
+def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject:
+    """This checkout's operator with the helm chart's RBAC (default values: cluster-wide, one replica)."""
+    rendered = helm(
+        layout, "template", "ringleader", str(REPO_ROOT / "helm" / "ringleader"), "--namespace", AUDITED_NAMESPACE,
+        "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    account = next(d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount")
+    kubectl(layout, "apply", "-f", str(REPO_ROOT / "crds" / "trainingjob.yaml"), timeout=60)
+    wait_established(client.ApiextensionsV1Api(core.api_client), "trainingjobs.ringleader.dev")
+    apply(layout, *docs)
+    kubeconfig = kubeconfig_for(core, layout.kubeconfig, account, workdir / "ringleader.kubeconfig")
+
+    def start(log: Path) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "ringleader_operator", "--standalone",
+                "--metrics-port", str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT)]  # fmt: skip
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
+        return wait_healthy(proc, f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", log, "the Ringleader operator")
+
+    def job(name: str, workers: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+        spec = {**pod_spec, "containers": [{**c, "name": "trainer"} for c in pod_spec["containers"]]}
+        return {
+            "apiVersion": "ringleader.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": name},
+            "spec": {"workers": {"replicas": workers, "template": {"spec": spec}}},
+        }
+
+    return Subject("ringleader", account, "ringleader.dev", "v1alpha1", "trainingjobs", job, start)
+
+
+def kubeflow_training_operator(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject:
+    """Kubeflow's training-operator with its own RBAC and webhook (bench/peer/training_operator.py)."""
+    ensure_namespace(core)
+    kubeconfig = training_operator.setup(layout, core, workdir)
+    to = training_operator
+
+    def start(log: Path) -> subprocess.Popen[bytes]:
+        proc = to.start(layout, kubeconfig, log)
+        to.check_webhook(client.CustomObjectsApi(core.api_client), AUDITED_NAMESPACE)
+        return proc
+
+    return Subject("training-operator", to.ACCOUNT, to.GROUP, to.VERSION, to.PLURAL, to.job, start)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
