@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ import kopf
 from .api import GROUP, PLURAL, VERSION
 from .builders import LABEL_JOB
 from .kube import ApiUnavailable, Kube, load_config
+from .podcache import PodCache, trim
 from .reconciler import Reconciler
 
 RESYNC_SECONDS = 30.0  # the timer heals whatever a missed event left behind
@@ -44,7 +46,25 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.request_timeout = 30
     settings.networking.error_backoffs = API_RETRY_BACKOFFS
     settings.peering.lifetime = PEERING_LIFETIME
-    memo.reconciler = Reconciler(Kube(await load_config()), _emit)
+    cache = PodCache(LABEL_JOB)
+    memo.reconciler = Reconciler(
+        Kube(await load_config(), wrote=lambda pod: cache.wrote(pod, time.monotonic())),
+        _emit,
+        cache,
+        clusterwide=bool(memo.get("clusterwide", True)),
+    )
+
+
+@kopf.index("", "v1", "pods")
+def pods_by_job(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """Every pod kopf watches (all of the cluster's, or of the watched namespaces), by (namespace, job label).
+    kopf fills it from its list and watch before any handler runs."""
+    return {(namespace, labels.get(LABEL_JOB)): trim(body)}
+
+
+def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
+    """Hand the pod index (kopf passes it to every handler, by the index function's name) to the cache."""
+    memo.reconciler.cache.index = kwargs["pods_by_job"]
 
 
 @kopf.on.login()
@@ -52,12 +72,15 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str | None) -> None:
+async def _reconcile(
+    memo: kopf.Memo, kwargs: Mapping[str, Any], namespace: str | None, name: str | None, fresh: bool = False
+) -> None:
     if not namespace or not name:
         return
+    _attach(memo, kwargs)
     reconciler: Reconciler = memo.reconciler
     try:
-        await reconciler.trigger(namespace, name)
+        await reconciler.trigger(namespace, name, fresh)
     except ApiUnavailable as e:
         raise kopf.TemporaryError(str(e), delay=RETRY_DELAY) from e
 
@@ -65,13 +88,13 @@ async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str | None) -
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
-    await _reconcile(memo, namespace, name)
+async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
+    await _reconcile(memo, kwargs, namespace, name)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
-    await _reconcile(memo, namespace, name)
+async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
+    await _reconcile(memo, kwargs, namespace, name, fresh=True)
 
 
 def _running(status: Mapping[str, Any], **_: Any) -> bool:
@@ -81,8 +104,9 @@ def _running(status: Mapping[str, Any], **_: Any) -> bool:
 # Only jobs that run have a timer at all: kopf starts and stops it as the phase changes.
 @kopf.timer(GROUP, VERSION, PLURAL, interval=PROGRESS_SECONDS, initial_delay=PROGRESS_SECONDS, when=_running)
 async def progress(
-    namespace: str | None, name: str | None, status: Mapping[str, Any], memo: kopf.Memo, **_: Any
+    namespace: str | None, name: str | None, status: Mapping[str, Any], memo: kopf.Memo, **kwargs: Any
 ) -> None:
+    _attach(memo, kwargs)
     if namespace and name:
         with contextlib.suppress(ApiUnavailable):  # the next tick tries again
             await memo.reconciler.scrape_progress(namespace, name, status.get("progress"))
@@ -100,9 +124,9 @@ async def pod_event(
     namespace: str | None,
     status: Mapping[str, Any],
     memo: kopf.Memo,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
         memo.reconciler.room_freed()  # jobs waiting for gang admission look again
     with contextlib.suppress(kopf.TemporaryError):  # event handlers are not retried; the timer heals
-        await _reconcile(memo, namespace, labels.get(LABEL_JOB))
+        await _reconcile(memo, kwargs, namespace, labels.get(LABEL_JOB))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client, config
@@ -53,8 +53,10 @@ async def load_config() -> client.ApiClient:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, wrote: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """`wrote` is told of every pod a create or patch returned (the pod cache's overlay)."""
         self.api = api
+        self.wrote = wrote
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
@@ -133,8 +135,10 @@ class Kube:
             async with sem:
                 try:
                     call = self.core.create_namespaced_pod(meta["namespace"], pod, _request_timeout=API_TIMEOUT)
-                    if await self._call(f"creating pod {meta['name']}", call, absent=409) is not None:
+                    made = await self._call(f"creating pod {meta['name']}", call, absent=409)
+                    if made is not None:
                         created += 1
+                        self._wrote(made)
                 except (RejectedObject, ApiUnavailable) as e:
                     errors.append(e)
 
@@ -158,24 +162,29 @@ class Kube:
             )
         )
 
+    def _wrote(self, obj: Any) -> None:
+        if self.wrote is not None:
+            self.wrote(self.api.sanitize_for_serialization(obj))
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        nodes = await self._call("listing nodes", self.core.list_node(_request_timeout=API_TIMEOUT))
+        return [self.api.sanitize_for_serialization(n) for n in nodes.items] if nodes else []
+
     async def cluster(self) -> Cluster:
         """Every Node and every pod not yet finished, cluster-wide: what gang admission weighs."""
-        nodes = await self._call("listing nodes", self.core.list_node(_request_timeout=API_TIMEOUT))
+        nodes = await self.nodes()
         pods = await self._call(
             "listing pods of all namespaces",
             self.core.list_pod_for_all_namespaces(
                 field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=API_TIMEOUT
             ),
         )
-        serialize = self.api.sanitize_for_serialization
-        return Cluster(
-            [serialize(n) for n in nodes.items] if nodes else [], [serialize(p) for p in pods.items] if pods else []
-        )
+        return Cluster(nodes, [self.api.sanitize_for_serialization(p) for p in pods.items] if pods else [])
 
     async def ungate_pods(self, namespace: str, names: list[str]) -> None:
         """Remove the gang gate from the pods (other gates stay); a pod gone meanwhile is fine."""
         body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
-        await asyncio.gather(
+        released = await asyncio.gather(
             *(
                 self._call(
                     f"releasing pod {name} to the scheduler",
@@ -191,6 +200,9 @@ class Kube:
                 for name in names
             )
         )
+        for pod in released:
+            if pod is not None:
+                self._wrote(pod)
 
     async def create_pod_group(self, body: dict[str, Any]) -> None:
         """Create a gang scheduler's PodGroup (there already is fine). RejectedObject when the cluster does

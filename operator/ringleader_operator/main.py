@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         peering_name=None if args.standalone else args.peering,
         priority=-int(time.time() * 1000),  # the oldest replica leads
         liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
+        memo=kopf.Memo(clusterwide=not args.namespace),  # whether kopf's pod index holds the whole cluster
     )
 
 

@@ -27,6 +27,7 @@ from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
+from .podcache import PodCache
 from .reconcile import earlier_job_leftovers, format_time, plan
 
 log = logging.getLogger("ringleader.reconciler")
@@ -60,11 +61,16 @@ def _invalid_spec(status: TrainingJobStatus, generation: int, message: str) -> d
 class _Slot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     again: bool = False
+    fresh: bool = False  # the next round reads pods from the API server, not the cache
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, emit: EventSink) -> None:
+    def __init__(self, kube: Kube, emit: EventSink, cache: PodCache | None = None, clusterwide: bool = False) -> None:
+        """`cache`: pods as kopf's watch sees them (without one, every round lists them); `clusterwide`: the
+        cache holds every pod of the cluster, so gang admission weighs it instead of listing all pods."""
         self.kube = kube
+        self.cache = cache
+        self.clusterwide = clusterwide
         self.emit = emit
         self.slots: dict[tuple[str, str], _Slot] = {}
         self.phases: dict[tuple[str, str], str] = {}
@@ -83,17 +89,20 @@ class Reconciler:
         for name in {*self.phases.values(), *metrics.KNOWN_PHASES}:
             metrics.JOBS.labels(phase=name).set(sum(p == name for p in self.phases.values()))
 
-    async def trigger(self, namespace: str, name: str) -> None:
-        """Reconcile the job now, or once more after the round that is running."""
+    async def trigger(self, namespace: str, name: str, fresh: bool = False) -> None:
+        """Reconcile the job now, or once more after the round that is running. `fresh`: read its pods from the
+        API server rather than the cache (the periodic resync does, to heal what a watch gap left behind)."""
         slot = self.slots.setdefault((namespace, name), _Slot())
+        slot.fresh = slot.fresh or fresh
         if slot.lock.locked():
             slot.again = True
             return
         async with slot.lock:
             while True:
                 slot.again = False
+                fresh, slot.fresh = slot.fresh, False
                 try:
-                    await self.round(namespace, name)
+                    await self.round(namespace, name, fresh)
                 except Conflict as e:
                     log.debug("[%s/%s] %s; reconciling again", namespace, name, e)
                     slot.again = True
@@ -102,10 +111,10 @@ class Reconciler:
         if not slot.again:
             self.slots.pop((namespace, name), None)
 
-    async def round(self, namespace: str, name: str) -> None:
+    async def round(self, namespace: str, name: str, fresh: bool = True) -> None:
         started = time.monotonic()
         try:
-            await self._round(namespace, name)
+            await self._round(namespace, name, fresh)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
@@ -129,7 +138,17 @@ class Reconciler:
         except ApiUnavailable as e:  # the periodic resync tries again
             log.warning("[%s/%s] %s", namespace, name, e)
 
-    async def _round(self, namespace: str, name: str) -> None:
+    async def _pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
+        if self.cache is not None and self.cache.ready and not fresh:
+            return self.cache.job_pods(namespace, name, time.monotonic())
+        return await self.kube.list_pods(namespace, name)
+
+    async def _cluster(self) -> admission.Cluster:
+        if self.cache is not None and self.cache.ready and self.clusterwide:
+            return admission.Cluster(await self.kube.nodes(), self.cache.all_pods(time.monotonic()))
+        return await self.kube.cluster()
+
+    async def _round(self, namespace: str, name: str, fresh: bool) -> None:
         obj = await self.kube.get_job(namespace, name)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._record_phase((namespace, name), None)
@@ -150,7 +169,7 @@ class Reconciler:
             await self.kube.patch_status(namespace, name, _invalid_spec(old, generation, message))
             self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
             return
-        pods = await self.kube.list_pods(namespace, name)
+        pods = await self._pods(namespace, name, fresh)
         service = await self.kube.read_service(namespace, name)
         leftovers = earlier_job_leftovers(
             str((obj.get("metadata") or {}).get("uid", "")), [*pods, *([service] if service else [])]
@@ -168,7 +187,7 @@ class Reconciler:
             # One admission at a time across all jobs: each decides on room the previous ones have already
             # claimed (their released pods count as placed), so two jobs never both take the same room.
             async with self.admission_lock:
-                await self._decide(job, obj, pods, service is not None, await self.kube.cluster())
+                await self._decide(job, obj, pods, service is not None, await self._cluster())
         else:
             await self._decide(job, obj, pods, service is not None, None)
 
@@ -244,7 +263,7 @@ class Reconciler:
     async def scrape_progress(self, namespace: str, name: str, last: Mapping[str, Any] | None) -> None:
         """Copy worker 0's step, loss and throughput into status.progress (called while the job runs;
         `last` is the progress the job shows now)."""
-        ip = await self.kube.pod_ip(namespace, pod_name(name, Role.WORKER, 0))
+        ip = await self._pod_ip(namespace, name)
         if not ip:
             return
         if self.session is None:
@@ -261,6 +280,16 @@ class Reconciler:
         ):
             return
         await self.kube.patch_status(namespace, name, {"progress": now.model_dump(by_alias=True, mode="json")})
+
+    async def _pod_ip(self, namespace: str, job: str) -> str | None:
+        """Worker 0's address, from the cache when there is one."""
+        worker0 = pod_name(job, Role.WORKER, 0)
+        if self.cache is None or not self.cache.ready:
+            return await self.kube.pod_ip(namespace, worker0)
+        pod = next((p for p in self.cache.job_pods(namespace, job, time.monotonic())
+                    if p["metadata"].get("name") == worker0), None)  # fmt: skip
+        ip = ((pod or {}).get("status") or {}).get("podIP")
+        return str(ip) if ip else None
 
     async def close(self) -> None:
         for handle in self.wakeups.values():

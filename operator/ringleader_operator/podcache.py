@@ -1,0 +1,89 @@
+"""What the operator knows of pods without asking the API server: kopf's in-memory index of pods (filled by its
+watch before any handler runs, kept current by it), overlaid with the pods the operator itself wrote and the
+watch has not delivered yet.
+
+A read from here may be a moment behind the API server; the reconcile is built for that (each pod carries the
+attempt it was made for, creates of an existing pod count as done, deletes of a gone one too). The overlay
+keeps the operator from acting twice on its own writes: a pod it just released from the gang gate is not
+weighed as still gated, a pod it just created is not created again. An overlay entry goes once the watch has
+delivered that version or a newer one, or after OVERLAY_SECONDS. The periodic resync reads pods from the API
+server instead, so whatever a watch gap left behind in the index is corrected within one resync period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+OVERLAY_SECONDS = 60.0
+Key = tuple[str, str]
+Pod = dict[str, Any]
+
+
+def trim(body: Mapping[str, Any]) -> Pod:
+    """The object without metadata.managedFields (most of its size, and nothing the operator reads)."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
+def key(pod: Mapping[str, Any]) -> Key:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    """The object's resourceVersion as a number (etcd's revision; 0 when it is not one)."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def overlay(indexed: Iterable[Pod], written: dict[Key, tuple[float, Pod]], now: float, namespace: str | None = None,
+            job: str | None = None, label: str = "") -> list[Pod]:  # fmt: skip
+    """The indexed pods with the newer written versions in their place and written pods the index lacks added
+    (only those of `namespace` and, when given, whose `label` is `job`). Written entries the index has caught
+    up with, or older than OVERLAY_SECONDS, are dropped from `written`."""
+    out = {key(p): p for p in indexed}
+    for k, (at, pod) in list(written.items()):
+        if now - at > OVERLAY_SECONDS:
+            del written[k]
+            continue
+        if namespace is not None and k[0] != namespace:
+            continue
+        if job is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(label) != job:
+            continue
+        have = out.get(k)
+        if have is not None and resource_version(have) >= resource_version(pod):
+            del written[k]  # the watch delivered it (or something newer)
+        else:
+            out[k] = pod
+    return list(out.values())
+
+
+class PodCache:
+    """kopf's pod index (key: (namespace, job label or None)) plus the operator's own recent writes."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.index: Mapping[Any, Iterable[Pod]] | None = None  # attached by the first handler that runs
+        self.written: dict[Key, tuple[float, Pod]] = {}
+
+    @property
+    def ready(self) -> bool:
+        return self.index is not None
+
+    def wrote(self, pod: Mapping[str, Any], now: float) -> None:
+        """Remember a pod as a write returned it (create, patch)."""
+        k = key(pod)
+        if k[1]:
+            self.written[k] = (now, trim(pod))
+
+    def job_pods(self, namespace: str, job: str, now: float) -> list[Pod]:
+        assert self.index is not None
+        indexed = list(self.index.get((namespace, job), ()))
+        return overlay(indexed, self.written, now, namespace, job, self.label)
+
+    def all_pods(self, now: float) -> list[Pod]:
+        assert self.index is not None
+        return overlay((p for store in self.index.values() for p in store), self.written, now)
