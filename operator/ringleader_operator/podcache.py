@@ -39,35 +39,34 @@ def resource_version(obj: Mapping[str, Any]) -> int:
         return 0
 
 
-def overlay(indexed: Iterable[Pod], written: dict[Key, tuple[float, Pod]], now: float, namespace: str | None = None,
-            job: str | None = None, label: str = "") -> list[Pod]:  # fmt: skip
-    """The indexed pods with the newer written versions in their place and written pods the index lacks added
-    (only those of `namespace` and, when given, whose `label` is `job`). Written entries the index has caught
-    up with, or older than OVERLAY_SECONDS, are dropped from `written`."""
+Written = dict[Key, tuple[float, Pod]]  # (namespace, name) -> (when, the pod as the write returned it)
+
+
+def overlay(indexed: Iterable[Pod], groups: Iterable[Written], now: float) -> list[Pod]:
+    """The indexed pods with the newer written versions (of `groups`) in their place and written pods the index
+    lacks added. Written entries the index has caught up with, or older than OVERLAY_SECONDS, are dropped."""
     out = {key(p): p for p in indexed}
-    for k, (at, pod) in list(written.items()):
-        if now - at > OVERLAY_SECONDS:
-            del written[k]
-            continue
-        if namespace is not None and k[0] != namespace:
-            continue
-        if job is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(label) != job:
-            continue
-        have = out.get(k)
-        if have is not None and resource_version(have) >= resource_version(pod):
-            del written[k]  # the watch delivered it (or something newer)
-        else:
-            out[k] = pod
+    for written in groups:
+        for k, (at, pod) in list(written.items()):
+            if now - at > OVERLAY_SECONDS:
+                del written[k]
+                continue
+            have = out.get(k)
+            if have is not None and resource_version(have) >= resource_version(pod):
+                del written[k]  # the watch delivered it (or something newer)
+            else:
+                out[k] = pod
     return list(out.values())
 
 
 class PodCache:
-    """kopf's pod index (key: (namespace, job label or None)) plus the operator's own recent writes."""
+    """kopf's pod index (key: (namespace, job label or None)) plus the operator's own recent writes, kept under
+    the same keys so that reading one job's pods looks only at that job's writes."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.index: Mapping[Any, Iterable[Pod]] | None = None  # attached by the first handler that runs
-        self.written: dict[Key, tuple[float, Pod]] = {}
+        self.written: dict[tuple[str, str | None], Written] = {}
 
     @property
     def ready(self) -> bool:
@@ -77,13 +76,19 @@ class PodCache:
         """Remember a pod as a write returned it (create, patch)."""
         k = key(pod)
         if k[1]:
-            self.written[k] = (now, trim(pod))
+            job = ((pod.get("metadata") or {}).get("labels") or {}).get(self.label)
+            self.written.setdefault((k[0], job), {})[k] = (now, trim(pod))
 
     def job_pods(self, namespace: str, job: str, now: float) -> list[Pod]:
         assert self.index is not None
-        indexed = list(self.index.get((namespace, job), ()))
-        return overlay(indexed, self.written, now, namespace, job, self.label)
+        group = (namespace, job)
+        out = overlay(self.index.get(group, ()), [self.written.get(group, {})], now)
+        if not self.written.get(group, True):
+            del self.written[group]
+        return out
 
     def all_pods(self, now: float) -> list[Pod]:
         assert self.index is not None
-        return overlay((p for store in self.index.values() for p in store), self.written, now)
+        out = overlay((p for store in self.index.values() for p in store), self.written.values(), now)
+        self.written = {g: w for g, w in self.written.items() if w}
+        return out

@@ -111,7 +111,7 @@ class Reconciler:
         if not slot.again:
             self.slots.pop((namespace, name), None)
 
-    async def round(self, namespace: str, name: str, fresh: bool = True) -> None:
+    async def round(self, namespace: str, name: str, fresh: bool) -> None:
         started = time.monotonic()
         try:
             await self._round(namespace, name, fresh)
@@ -138,14 +138,18 @@ class Reconciler:
         except ApiUnavailable as e:  # the periodic resync tries again
             log.warning("[%s/%s] %s", namespace, name, e)
 
+    def _cached(self) -> PodCache | None:
+        """The pod cache once kopf has filled it, else None (read from the API server)."""
+        return self.cache if self.cache is not None and self.cache.ready else None
+
     async def _pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
-        if self.cache is not None and self.cache.ready and not fresh:
-            return self.cache.job_pods(namespace, name, time.monotonic())
+        if (cache := self._cached()) is not None and not fresh:
+            return cache.job_pods(namespace, name, time.monotonic())
         return await self.kube.list_pods(namespace, name)
 
     async def _cluster(self) -> admission.Cluster:
-        if self.cache is not None and self.cache.ready and self.clusterwide:
-            return admission.Cluster(await self.kube.nodes(), self.cache.all_pods(time.monotonic()))
+        if (cache := self._cached()) is not None and self.clusterwide:
+            return admission.Cluster(await self.kube.nodes(), cache.all_pods(time.monotonic()))
         return await self.kube.cluster()
 
     async def _round(self, namespace: str, name: str, fresh: bool) -> None:
@@ -284,9 +288,9 @@ class Reconciler:
     async def _pod_ip(self, namespace: str, job: str) -> str | None:
         """Worker 0's address, from the cache when there is one."""
         worker0 = pod_name(job, Role.WORKER, 0)
-        if self.cache is None or not self.cache.ready:
+        if (cache := self._cached()) is None:
             return await self.kube.pod_ip(namespace, worker0)
-        pod = next((p for p in self.cache.job_pods(namespace, job, time.monotonic())
+        pod = next((p for p in cache.job_pods(namespace, job, time.monotonic())
                     if p["metadata"].get("name") == worker0), None)  # fmt: skip
         ip = ((pod or {}).get("status") or {}).get("podIP")
         return str(ip) if ip else None

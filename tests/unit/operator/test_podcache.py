@@ -34,16 +34,13 @@ def names_rv(pods: list[dict[str, Any]]) -> dict[str, int]:
         ([], {"a-1": (0.0, pod("a-1", 7))}, 1.0, {"a-1": 7}, {"a-1"}),
         # a write the watch never confirmed is forgotten after OVERLAY_SECONDS
         ([], {"a-1": (0.0, pod("a-1", 7))}, OVERLAY_SECONDS + 1, {}, set()),
-        # another job's or namespace's writes are kept but not shown
-        ([], {"b-0": (0.0, pod("b-0", 7, job="b"))}, 1.0, {}, {"b-0"}),
-        ([], {"a-9": (0.0, pod("a-9", 7, ns="other"))}, 1.0, {}, {"a-9"}),
     ],
 )  # fmt: skip
 def test_overlay(
     indexed: list[dict[str, Any]], written: dict[str, Any], now: float, want: dict[str, int], left: set[str]
 ) -> None:
     table = {(w[1]["metadata"]["namespace"], k): w for k, w in written.items()}
-    got = overlay(indexed, table, now, "ns", "a", LABEL)
+    got = overlay(indexed, [table], now)
     assert names_rv(got) == want
     assert {k[1] for k in table} == left
 
@@ -57,6 +54,17 @@ def test_cache_reads_the_index_by_job_and_all() -> None:
     assert names_rv(cache.job_pods("ns", "a", 1.0)) == {"a-0": 3, "a-1": 8}
     assert names_rv(cache.all_pods(1.0)) == {"a-0": 3, "a-1": 8, "b-0": 4}
     assert all("managedFields" not in p["metadata"] for p in cache.all_pods(1.0))
+
+
+def test_a_jobs_pods_show_only_its_own_writes_and_others_are_kept() -> None:
+    cache = PodCache(LABEL)
+    cache.index = {}
+    for p in (pod("a-0", 7), pod("b-0", 7, job="b"), pod("a-9", 7, ns="other")):
+        cache.wrote(p, 0.0)
+    assert names_rv(cache.job_pods("ns", "a", 1.0)) == {"a-0": 7}
+    assert names_rv(cache.job_pods("ns", "b", 1.0)) == {"b-0": 7}
+    assert names_rv(cache.all_pods(1.0)) == {"a-0": 7, "b-0": 7, "a-9": 7}
+    assert cache.all_pods(OVERLAY_SECONDS + 1) == [] and cache.written == {}  # forgotten, groups removed
 
 
 def test_trim_drops_managed_fields_only() -> None:
