@@ -139,6 +139,14 @@ def wait_established(ext: client.ApiextensionsV1Api, crd: str, timeout: float = 
     raise SystemExit(f"bench: CRD {crd} not Established after {timeout:.0f}s")
 
 
+def spawn(argv: list[str], env: dict[str, str], log: Path, url: str, what: str) -> subprocess.Popen[bytes]:
+    """Start a process with its output appended to `log`; return it once `url` answers 200."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
+    return wait_healthy(proc, url, log, what)
+
+
 def wait_healthy(
     proc: subprocess.Popen[bytes], url: str, log: Path, what: str, timeout: float = 90
 ) -> subprocess.Popen[bytes]:

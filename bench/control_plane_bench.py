@@ -36,6 +36,7 @@ from ringleader_devcluster.layout import Layout
 
 from bench import audit
 from bench.common import delete_namespace, new_namespace, proc_stats, write_result
+from bench.identity import ensure_namespace
 from bench.subjects import Subject, kubeflow_training_operator, ringleader, stop
 
 GOALS = {
@@ -180,8 +181,9 @@ def main() -> None:
     api = config.new_client_from_config(config_file=str(layout.kubeconfig))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     workdir = layout.state / "bench"
-    subjects = [kubeflow_training_operator(layout, core, workdir), ringleader(layout, core, workdir)]
-    subjects = [s for s in subjects if args.only in (None, s.name)]
+    ensure_namespace(core)  # the operators' service accounts live there
+    factories = {"training-operator": kubeflow_training_operator, "ringleader": ringleader}
+    subjects = [make(layout, core, workdir) for name, make in factories.items() if args.only in (None, name)]
     scenarios = [(1, w) for w in args.single] + ([(args.burst, 4)] if args.burst else [])
     runs = []
     try:

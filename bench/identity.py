@@ -15,14 +15,6 @@ from ringleader_devcluster.cluster import AUDITED_NAMESPACE
 TOKEN_SECONDS = 4 * 3600  # outlives the longest benchmark run
 
 
-def ensure_namespace(core: client.CoreV1Api, name: str = AUDITED_NAMESPACE) -> None:
-    try:
-        core.create_namespace({"metadata": {"name": name}})
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-
-
 def ensure(create: object, *args: object) -> None:
     """Call a create_* API method, treating "already exists" as done."""
     try:
@@ -35,6 +27,10 @@ def ensure(create: object, *args: object) -> None:
 def username(account: str, namespace: str = AUDITED_NAMESPACE) -> str:
     """The user name the API server (and so the audit log) gives a service account."""
     return f"system:serviceaccount:{namespace}:{account}"
+
+
+def ensure_namespace(core: client.CoreV1Api, name: str = AUDITED_NAMESPACE) -> None:
+    ensure(core.create_namespace, {"metadata": {"name": name}})
 
 
 def kubeconfig_for(

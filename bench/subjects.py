@@ -1,6 +1,6 @@
 """The operators the control-plane benchmark compares, each set up and started the same way: out of cluster on
 this host, as a service account of the audited namespace with its own least-privilege RBAC, watching all
-namespaces, one fresh process per measured run."""
+namespaces, one fresh process per measured run. Each factory expects the audited namespace to exist."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from kubernetes import client
 from ringleader_devcluster.cluster import AUDITED_NAMESPACE, OPERATOR_HEALTH_PORT, OPERATOR_METRICS_PORT, helm, kubectl
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from bench.common import apply, wait_established, wait_healthy
-from bench.identity import ensure_namespace, kubeconfig_for, username
+from bench.common import apply, spawn, wait_established
+from bench.identity import kubeconfig_for, username
 from bench.peer import training_operator
 
 
@@ -56,10 +56,7 @@ def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject
         argv = [sys.executable, "-m", "ringleader_operator", "--standalone",
                 "--metrics-port", str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT)]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
-        return wait_healthy(proc, f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", log, "the Ringleader operator")
+        return spawn(argv, env, log, f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", "the Ringleader operator")
 
     def job(name: str, workers: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
         spec = {**pod_spec, "containers": [{**c, "name": "trainer"} for c in pod_spec["containers"]]}
@@ -75,7 +72,6 @@ def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject
 
 def kubeflow_training_operator(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject:
     """Kubeflow's training-operator with its own RBAC and webhook (bench/peer/training_operator.py)."""
-    ensure_namespace(core)
     kubeconfig = training_operator.setup(layout, core, workdir)
     to = training_operator
 

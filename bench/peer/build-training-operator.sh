@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Kubeflow's training-operator (the control-plane benchmark's peer) from the Go module proxy into the
 # cache, with the CRDs and RBAC rules that ship in its module, only when missing:
-#   $RINGLEADER_CACHE/training-operator-<v>/{training-operator,crds/,rbac/}
+#   $RINGLEADER_CACHE/training-operator-<v>/{training-operator,crds/,rbac/,webhook.yaml}
 # About 2 minutes on 2 cores with warm Go caches of the dev cluster's builds.
 set -euo pipefail
 

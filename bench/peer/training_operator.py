@@ -32,7 +32,7 @@ from kubernetes import client
 from ringleader_devcluster.cluster import AUDITED_NAMESPACE, kubectl
 from ringleader_devcluster.layout import Layout, read_versions
 
-from bench.common import PEER_VERSIONS, apply, wait_established, wait_healthy
+from bench.common import PEER_VERSIONS, apply, spawn, wait_established
 from bench.identity import ensure, kubeconfig_for
 
 ACCOUNT = "training-operator"
@@ -145,10 +145,7 @@ def start(layout: Layout, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes
         f"--kubeconfig={kubeconfig}",
     ]
     env = {**os.environ, "MY_POD_NAMESPACE": AUDITED_NAMESPACE, "KUBECONFIG": str(kubeconfig)}
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
-    return wait_healthy(proc, f"http://127.0.0.1:{HEALTH_PORT}/readyz", log, "training-operator")
+    return spawn(argv, env, log, f"http://127.0.0.1:{HEALTH_PORT}/readyz", "training-operator")
 
 
 def check_webhook(custom: client.CustomObjectsApi, namespace: str) -> None:
