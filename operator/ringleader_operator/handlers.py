@@ -14,7 +14,7 @@ import kopf
 
 from .api import GROUP, PLURAL, VERSION
 from .builders import LABEL_JOB
-from .kube import ApiUnavailable, Kube, load_config
+from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, trim
 from .reconciler import Reconciler
 
@@ -23,6 +23,7 @@ PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.prog
 RETRY_DELAY = 5.0
 PEERING_NAME = "ringleader"
 PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
+WATCHES_PER_NAMESPACE = 4  # TrainingJobs, pods, the peering object, and one to spare (the cluster counts as one)
 # Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
 # gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
 # outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
@@ -56,9 +57,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 
 @kopf.index("", "v1", "pods")
-def pods_by_job(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
+async def pods_by_job(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """Every pod kopf watches (all of the cluster's, or of the watched namespaces), by (namespace, job label).
-    kopf fills it from its list and watch before any handler runs."""
+    kopf fills it from its list and watch before any handler runs. Async, so that kopf runs it in its event
+    loop: a sync one would go through a thread pool for every pod event."""
     return {(namespace, labels.get(LABEL_JOB)): trim(body)}
 
 
@@ -68,8 +70,9 @@ def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+async def login(memo: kopf.Memo, **kwargs: Any) -> kopf.AiohttpSession | None:
+    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    return None if info is None else kopf_session(info, watches=int(memo.get("watches", WATCHES_PER_NAMESPACE)))
 
 
 async def _reconcile(

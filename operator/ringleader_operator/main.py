@@ -25,7 +25,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from . import handlers  # noqa: F401  (registers the handlers)
-from .handlers import PEERING_NAME
+from .handlers import PEERING_NAME, WATCHES_PER_NAMESPACE
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> None:
         peering_name=None if args.standalone else args.peering,
         priority=-int(time.time() * 1000),  # the oldest replica leads
         liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
-        memo=kopf.Memo(clusterwide=not args.namespace),  # whether kopf's pod index holds the whole cluster
+        memo=kopf.Memo(
+            clusterwide=not args.namespace,  # whether kopf's pod index holds the whole cluster
+            watches=WATCHES_PER_NAMESPACE * max(1, len(args.namespace)),  # kopf's open watch streams, at most
+        ),
     )
 
 
