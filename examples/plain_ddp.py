@@ -29,6 +29,9 @@ def main() -> None:
     dist.all_gather(gathered, weights)
     assert all(torch.equal(w, weights) for w in gathered), "replicas diverged"
     print(f"rank {rank}/{world}: final loss {loss.item():.4f}, replicas identical", flush=True)
+    # Every rank's last collective is finished before any rank tears its connections down: a peer that closes
+    # its sockets while gloo still completes an operation here can abort this process at exit (-6).
+    dist.barrier()
     dist.destroy_process_group()
 
 
