@@ -35,7 +35,7 @@ help:
 	@echo "make test                        lint, unit tests, integration tests on the dev cluster"
 	@echo "make lint                        ruff, mypy, helm lint, hadolint"
 	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
-	@echo "make bench                       all benchmarks below, figures in bench/results/"
+	@echo "make bench                       all benchmarks below: bench/results/, BENCHMARKS.md, bench/plots/"
 	@echo "make bench-cluster               dev-cluster start; Ringleader vs Kubeflow's training-operator; recovery time"
 	@echo "make bench-trainer               ring vs gloo; step time per strategy; checkpoint overhead (no cluster)"
 	@echo "make images                      docker build the operator and trainer images (needs Docker)"
@@ -93,19 +93,21 @@ integration: dev-cluster
 
 test: lint unit integration
 
+# Each part ends by refreshing BENCHMARKS.md and bench/plots/ from whatever results exist.
 bench: bench-cluster bench-trainer
 
 bench-cluster: dev-cluster
 	@$(PY) bench/devcluster_bench.py
 	@bash bench/peer/build-training-operator.sh
 	@$(PY) -m bench.control_plane_bench
-	@$(PY) -m bench.recovery_bench --victim 1
-	@$(PY) -m bench.recovery_bench --victim 0
+	@$(PY) -m bench.recovery_bench
+	@$(PY) -m bench.report
 
 bench-trainer: venv
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
 	@$(PY) -m bench.checkpoint_bench
+	@$(PY) -m bench.report
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.

@@ -20,10 +20,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from ringleader_devcluster.layout import REPO_ROOT
 from ringleader_trainer.ring import ring_allreduce
 
-from bench.common import machine
+from bench.common import write_result
 from tests.trainer.ranks import run_ranks
 
 GOAL_RATIO_AT_16M = 0.9
@@ -88,26 +87,13 @@ def main() -> None:
             run_ranks(world, on_rank, sizes, args.reps, f.name)
             results += json.loads(Path(f.name).read_text())
     big = [r["ring_over_gloo"] for r in results if r["bytes"] >= 16 << 20]
-    out = REPO_ROOT / "bench" / "results" / "allreduce.json"
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "allreduce",
-                "machine": machine(),
-                "reps": args.reps,
-                "goal": f"ring >= {GOAL_RATIO_AT_16M}x gloo at >= 16 MB",
-                "rows": results,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_result("allreduce", {"reps": args.reps, "goal": f"ring >= {GOAL_RATIO_AT_16M}x gloo at >= 16 MB",
+                               "rows": results})  # fmt: skip
     if big:
         print(
             f"ring/gloo at >= 16 MB: min {min(big):.2f}, median {statistics.median(big):.2f} "
             f"(goal >= {GOAL_RATIO_AT_16M})"
         )
-    print(f"written to {out.relative_to(REPO_ROOT)}")
 
 
 if __name__ == "__main__":

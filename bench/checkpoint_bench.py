@@ -13,16 +13,13 @@ Results go to bench/results/checkpoint.json; nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ringleader_devcluster.layout import REPO_ROOT
-
-from bench.common import machine
+from bench.common import step_times, write_result
 from tests.trainer.launch import job_spec, launch
 
 GOAL_SHARE = 0.03
@@ -41,8 +38,7 @@ def run(example: str, workers: int, steps: int, interval: int | None, logdir: Pa
     if codes != [0] * len(job.ranks):
         raise SystemExit(f"{example} failed:\n{job.logs()}")
     events = job.workers[0].events()
-    windows = [e for e in events if "samples_per_second" in e][1:]
-    steps_s = [BATCHES[example] * workers / e["samples_per_second"] for e in windows if e["samples_per_second"] > 0]
+    steps_s = step_times(events, BATCHES[example], workers)
     saves = [e["seconds"] for e in events if e.get("event") == "checkpoint"]
     return {"wall_s": wall, "median_step_s": statistics.median(steps_s), "save_s": saves}
 
@@ -77,9 +73,7 @@ def main() -> None:
         print(f"[bench] {example}: step {row['median_step_s'] * 1000:.1f} ms, save {save * 1000:.0f} ms "
               f"({len(row['saves_s'])} saves) -> {share * 100:.2f}% of step time at interval {args.interval} "
               f"(wall {row['wall_with_s']:.0f} s with, {row['wall_without_s']:.0f} s without)", flush=True)  # fmt: skip
-    out = REPO_ROOT / "bench" / "results" / "checkpoint.json"
-    out.write_text(json.dumps({"machine": machine(), "goal_share": GOAL_SHARE, "rows": rows}, indent=2) + "\n")
-    print(f"[bench] wrote {out.relative_to(REPO_ROOT)}")
+    write_result("checkpoint", {"goal_share": GOAL_SHARE, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -45,6 +45,13 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
+def step_times(events: list[dict[str, Any]], batch: int, workers: int) -> list[float]:
+    """Step times from a rank's logged throughput windows, the first (warm-up) left out: batch x workers /
+    samples per second of each window."""
+    windows = [e for e in events if "samples_per_second" in e][1:]
+    return [batch * workers / e["samples_per_second"] for e in windows if e["samples_per_second"] > 0]
+
+
 def versions() -> dict[str, str]:
     """The pinned binaries (dev cluster and the peer) and the installed Python packages that matter here."""
     out = {k.removesuffix("_VERSION").lower(): v for k, v in read_versions().items()}

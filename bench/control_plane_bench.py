@@ -24,6 +24,7 @@ Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import threading
 import time
@@ -35,7 +36,7 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
 from bench import audit
-from bench.common import delete_namespace, new_namespace, proc_stats, write_result
+from bench.common import RESULTS, delete_namespace, new_namespace, proc_stats, write_result
 from bench.identity import ensure_namespace
 from bench.subjects import Subject, kubeflow_training_operator, ringleader, stop
 
@@ -44,6 +45,7 @@ GOALS = {
     "created_ratio_burst_max": 1.0,
     "operator_rss_mb_max": 250.0,
 }
+RESULT = RESULTS / "control-plane.json"
 SETTLE_S = 10.0  # requests are counted until this long after the last pod was seen Running
 FAKE_POD = {
     "nodeSelector": {"type": "kwok"},
@@ -174,6 +176,9 @@ def main() -> None:
     p.add_argument("--burst", type=int, default=500, help="jobs of 4 workers created together (0: none)")
     p.add_argument("--fake-nodes", type=int, default=24, help="110 pods each: room for the burst")
     p.add_argument("--only", choices=["ringleader", "training-operator"], help="measure one operator")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the runs of bench/results/control-plane.json that this invocation does not redo "
+                        "(other scenarios or the other operator): measure the long burst apart")  # fmt: skip
     args = p.parse_args()
     layout = Layout.from_env()
     cluster.operator_down()  # one operator acts on TrainingJobs at a time
@@ -200,6 +205,10 @@ def main() -> None:
                     )
     finally:
         cluster.scale_fake_nodes(layout, 0)
+    if args.keep and RESULT.exists():
+        redone = {(r["jobs"], r["workers"], r["operator"]) for r in runs}
+        runs = [r for r in json.loads(RESULT.read_text())["runs"]
+                if (r["jobs"], r["workers"], r["operator"]) not in redone] + runs  # fmt: skip
     rows = compare(runs)
     for row in rows:
         if "ratio" in row:
@@ -210,7 +219,7 @@ def main() -> None:
                 f"CPU {q['cpu_s']:.2f}x, peak RSS {q['peak_rss_mb']:.2f}x"
             )
     write_result(
-        "control-plane",
+        RESULT.stem,
         {"goals": GOALS, "reps": args.reps, "fake_nodes": args.fake_nodes, "settle_s": SETTLE_S, "rows": rows,
          "runs": runs},
     )  # fmt: skip

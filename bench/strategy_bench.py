@@ -1,19 +1,24 @@
 """Step time per strategy on the ~25M-parameter wide MLP (communication-bound), CPU processes over loopback.
 
-    python -m bench.strategy_bench [--workers 2 4] [--steps 30] [--log-every 5]
+    python -m bench.strategy_bench [--workers 2 4] [--steps 40] [--log-every 5]
 
 Each configuration runs the built-in `wide-mlp` example as plain processes with the operator's environment
-(tests/trainer/launch.py): allreduce (gloo, and our ring), synchronous and asynchronous parameter server
-(2 shards) and local SGD (tau 8). Every worker logs its throughput every `--log-every` steps; a window's step
-time is batch x workers / samples-per-second, and the figure is the median over all windows after the first
-(warm-up) of worker 0. Results go to bench/results/strategies.json; nothing is asserted.
+(tests/trainer/launch.py): allreduce (DDP over gloo, and DDP with our ring), synchronous parameter server with
+1 and 2 shards, asynchronous parameter server (2 shards) and local SGD (tau 8). The baseline is a plain
+torchrun DDP script doing the same work (bench/ddp_baseline.py); the trainer's overhead is its allreduce
+step time over the baseline's, minus one. Every worker logs its throughput every `--log-every` steps; a
+window's step time is batch x workers / samples-per-second, and the figure is the median over all windows
+after the first (warm-up) of worker 0. Results go to bench/results/strategies.json; nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,17 +26,32 @@ from typing import Any
 
 from ringleader_devcluster.layout import REPO_ROOT
 
-from bench.common import machine
+from bench.common import step_times, write_result
 from tests.trainer.launch import job_spec, launch
 
 BATCH = 64  # the wide-mlp example's default
+SYNC, ASYNC = {"parameterServer": {"mode": "synchronous"}}, {"parameterServer": {"mode": "asynchronous"}}
 CONFIGS: list[tuple[str, str, int, dict[str, Any], list[str]]] = [
     ("allreduce (gloo)", "allreduce", 0, {}, []),
     ("allreduce (ring)", "allreduce", 0, {}, ["--allreduce", "ring"]),
-    ("ps synchronous", "parameter-server", 2, {"parameterServer": {"mode": "synchronous"}}, []),
-    ("ps asynchronous", "parameter-server", 2, {"parameterServer": {"mode": "asynchronous"}}, []),
+    ("ps synchronous, 1 shard", "parameter-server", 1, SYNC, []),
+    ("ps synchronous, 2 shards", "parameter-server", 2, SYNC, []),
+    ("ps asynchronous, 2 shards", "parameter-server", 2, ASYNC, []),
     ("local-sgd tau=8", "local-sgd", 0, {"localSGD": {"period": 8}}, []),
 ]
+BASELINE = "torchrun DDP (plain script)"
+TRAINER_VS_BASELINE = "allreduce (gloo)"  # the trainer's default: DDP over gloo, as the baseline script
+GOAL_OVERHEAD = 0.05
+
+
+def row(name: str, workers: int, ps: int, times: list[float], wall: float, rounds: int | None) -> dict[str, Any]:
+    median = statistics.median(times)
+    out: dict[str, Any] = {"config": name, "workers": workers, "parameter_servers": ps, "median_step_s": median,
+                           "samples_per_s": BATCH * workers / median, "step_times_s": times, "wall_s": wall,
+                           "rounds": rounds}  # fmt: skip
+    print(f"[bench] {workers} workers {name:28s}: median step {median * 1000:7.1f} ms, "
+          f"{out['samples_per_s']:7.1f} samples/s ({len(times)} windows, {wall:.0f} s wall)", flush=True)  # fmt: skip
+    return out
 
 
 def run(name: str, strategy: str, workers: int, ps: int, spec: dict[str, Any], extra: list[str], steps: int,
@@ -43,20 +63,23 @@ def run(name: str, strategy: str, workers: int, ps: int, spec: dict[str, Any], e
     wall = time.perf_counter() - t0
     if codes != [0] * len(job.ranks):
         raise SystemExit(f"{name} with {workers} workers failed:\n{job.logs()}")
-    windows = [e for e in job.workers[0].events() if "samples_per_second" in e][1:]
-    step_times = [BATCH * workers / e["samples_per_second"] for e in windows if e["samples_per_second"] > 0]
-    row = {
-        "config": name,
-        "workers": workers,
-        "parameter_servers": ps,
-        "median_step_s": statistics.median(step_times),
-        "step_times_s": step_times,
-        "wall_s": wall,
-        "rounds": job.workers[0].events("done")[0]["rounds"],
-    }
-    print(f"[bench] {workers} workers {name:18s}: median step {row['median_step_s'] * 1000:7.1f} ms "
-          f"({len(step_times)} windows, {row['rounds']} rounds, {wall:.0f} s wall)", flush=True)  # fmt: skip
-    return row
+    times = step_times(job.workers[0].events(), BATCH, workers)
+    return row(name, workers, ps, times, wall, job.workers[0].events("done")[0]["rounds"])
+
+
+def run_baseline(workers: int, steps: int, log_every: int) -> dict[str, Any]:
+    """bench/ddp_baseline.py under torchrun, one thread per process as the trainer's ranks get."""
+    script = REPO_ROOT / "bench" / "ddp_baseline.py"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
+            str(script), "--steps", str(steps), "--log-every", str(log_every)]  # fmt: skip
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=3600, check=False)  # fmt: skip
+    wall = time.perf_counter() - t0
+    if done.returncode:
+        raise SystemExit(f"{BASELINE} with {workers} workers failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return row(BASELINE, workers, 0, step_times(events, BATCH, workers), wall, None)
 
 
 def main() -> None:
@@ -68,18 +91,21 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for workers in args.workers:
+            rows.append(run_baseline(workers, args.steps, args.log_every))
             for i, (name, strategy, ps, spec, extra) in enumerate(CONFIGS):
                 logdir = Path(tmp) / f"{workers}-{i}"
                 rows.append(run(name, strategy, workers, ps, spec, extra, args.steps, args.log_every, logdir))
+    overheads = {}
     for workers in args.workers:
-        base = next(r for r in rows if r["workers"] == workers and r["config"] == "allreduce (gloo)")
-        for r in rows:
-            if r["workers"] == workers:
-                r["vs_allreduce_gloo"] = r["median_step_s"] / base["median_step_s"]
-    out = REPO_ROOT / "bench" / "results" / "strategies.json"
-    out.write_text(json.dumps({"benchmark": "strategies", "model": "wide-mlp", "batch_per_worker": BATCH,
-                               "machine": machine(), "rows": rows}, indent=2) + "\n")  # fmt: skip
-    print(f"written to {out.relative_to(REPO_ROOT)}")
+        mine = {r["config"]: r for r in rows if r["workers"] == workers}
+        for r in mine.values():
+            r["vs_allreduce_gloo"] = r["median_step_s"] / mine[TRAINER_VS_BASELINE]["median_step_s"]
+        overheads[str(workers)] = mine[TRAINER_VS_BASELINE]["median_step_s"] / mine[BASELINE]["median_step_s"] - 1
+        print(f"[bench] {workers} workers: the trainer's allreduce vs {BASELINE}: "
+              f"{overheads[str(workers)] * 100:+.1f}% step time (goal <= {GOAL_OVERHEAD:.0%})", flush=True)  # fmt: skip
+    write_result("strategies", {"model": "wide-mlp", "batch_per_worker": BATCH, "steps": args.steps,
+                                "log_every": args.log_every, "goal_overhead": GOAL_OVERHEAD,
+                                "overhead_vs_baseline": overheads, "rows": rows})  # fmt: skip
 
 
 if __name__ == "__main__":

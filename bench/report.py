@@ -1,0 +1,293 @@
+"""BENCHMARKS.md and the plots under bench/plots/ from the results in bench/results/ (run by `make bench`).
+
+    python -m bench.report
+
+Every section states what it was measured on (machine, commit, date, repetitions) and each goal of the issue as
+met or missed with the figure that decides it; a benchmark that has no result yet says so and names the make
+target that produces it. Tables and plots are built from the JSON alone, so the report can be regenerated
+without measuring again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+from ringleader_devcluster.layout import REPO_ROOT
+
+RESULTS = REPO_ROOT / "bench" / "results"
+PLOTS = REPO_ROOT / "bench" / "plots"
+REPORT = REPO_ROOT / "BENCHMARKS.md"
+Result = dict[str, Any]
+OPERATORS = ("training-operator", "ringleader")
+
+
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def size(n: float) -> str:
+    for unit, scale in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n:g} B"
+
+
+def provenance(result: Result, reps: str) -> str:
+    m = result.get("machine", {})
+    return (
+        f"_Measured {m.get('date', '?')} at commit `{m.get('commit', '?')}` on {m.get('cpus', '?')} x "
+        f"{m.get('cpu_model', '?')}, {m.get('memory_gb', '?')} GB; {reps}._"
+    )
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def scenario(row: Result) -> str:
+    return f"{row['jobs']} jobs x {row['workers']} workers" if row["jobs"] > 1 else f"1 job x {row['workers']} workers"
+
+
+def control_plane(result: Result) -> list[str]:
+    """Medians per scenario for both operators, the ratio Ringleader / training-operator, and the goals."""
+    goals = result["goals"]
+    metrics = [("created_s", "created (s)", "{:.2f}"), ("running_s", "all Running (s)", "{:.2f}"),
+               ("requests_per_job", "API requests / job", "{:.1f}"), ("cpu_s", "operator CPU (s)", "{:.1f}"),
+               ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}")]  # fmt: skip
+    rows = []
+    for row in sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"])):
+        for key, label, fmt in metrics:
+            cells = [fmt.format(row[op][key]) if op in row else "-" for op in OPERATORS]
+            ratio = (row.get("ratio") or {}).get(key)
+            rows.append([scenario(row), label, *cells, f"{ratio:.2f}x" if ratio is not None else "-"])
+    runs = ", ".join(
+        f"{row['jobs']}x{row['workers']}: " + " + ".join(f"{row[op]['n']}" for op in OPERATORS if op in row)
+        for row in result["rows"]
+    )
+    nodes = result["fake_nodes"]
+    reps = f"medians of the runs per scenario (training-operator + Ringleader: {runs}), {nodes} fake kwok nodes"
+    out = [provenance(result, reps), ""]
+    out += table(["scenario", "metric", "training-operator", "Ringleader", "Ringleader / TO"], rows)
+    out += ["", "Goals:"]
+    for row in result["rows"]:
+        if row["jobs"] == 1 and row["workers"] < 64:
+            continue  # the goals name the 64- and 256-worker jobs and the burst
+        ratio = (row.get("ratio") or {}).get("created_s")
+        if ratio is None:
+            missing = " and ".join(op for op in OPERATORS if op not in row)
+            out.append(f"- {scenario(row)}: not judged, no run of the {missing}")
+            continue
+        limit = goals["created_ratio_burst_max"] if row["jobs"] > 1 else goals["created_ratio_single_max"]
+        out.append(f"- {scenario(row)}: time to all pods created {ratio:.2f}x the training-operator's "
+                   f"(goal <= {limit:g}x): {verdict(ratio <= limit)}")  # fmt: skip
+    rss = max((row["ringleader"]["peak_rss_mb"] for row in result["rows"] if "ringleader" in row), default=None)
+    if rss is not None:
+        limit = goals["operator_rss_mb_max"]
+        out.append(f"- Ringleader's peak RSS, the largest over the scenarios: {rss:.0f} MB (goal <= {limit:g} MB): "
+                   f"{verdict(rss <= limit)}")  # fmt: skip
+    return out
+
+
+def allreduce(result: Result) -> list[str]:
+    goal = 0.9
+    rows = [
+        [
+            str(r["ranks"]),
+            size(r["bytes"]),
+            f"{r['gloo']['busbw_GBps']:.3f}",
+            f"{r['ring']['busbw_GBps']:.3f}",
+            f"{r['ring_over_gloo']:.2f}x",
+        ]
+        for r in result["rows"]
+    ]
+    out = [provenance(result, f"median of {result['reps']} timed runs per size"), ""]
+    out += table(["ranks", "message", "gloo busbw (GB/s)", "ring busbw (GB/s)", "ring / gloo"], rows)
+    big = [r["ring_over_gloo"] for r in result["rows"] if r["bytes"] >= 16 << 20]
+    if big:
+        out += ["", f"Goal: ring >= {goal}x gloo at >= 16 MB. Lowest ratio there {min(big):.2f}x: "
+                    f"{verdict(min(big) >= goal)}"]  # fmt: skip
+    return out
+
+
+def strategies(result: Result) -> list[str]:
+    rows = [
+        [
+            str(r["workers"]),
+            r["config"],
+            f"{r['median_step_s'] * 1000:.0f}",
+            f"{r['samples_per_s']:.0f}" if "samples_per_s" in r else "-",
+            f"{r['vs_allreduce_gloo']:.2f}x" if "vs_allreduce_gloo" in r else "-",
+        ]
+        for r in result["rows"]
+    ]
+    reps = f"median over the logged windows of {result.get('steps', '?')} steps, one run per configuration"
+    out = [provenance(result, reps), ""]
+    out += table(["workers", "configuration", "step (ms)", "samples/s", "vs allreduce (gloo)"], rows)
+    overheads = result.get("overhead_vs_baseline") or {}
+    goal = result.get("goal_overhead", 0.05)
+    for workers, share in overheads.items():
+        out.append("")
+        out.append(f"Goal: the trainer's allreduce within {goal:.0%} of a plain torchrun DDP script ({workers} "
+                   f"workers): {share:+.1%} step time: {verdict(share <= goal)}")  # fmt: skip
+    return out
+
+
+def recovery(result: Result) -> list[str]:
+    goal = result["goal_s"]
+    rows = [
+        [
+            r["case"],
+            r["victim"],
+            str(len(r["recovery_s"])),
+            f"{r['median_s']:.2f}",
+            f"{r['max_s']:.2f}",
+            verdict(r["median_s"] <= goal),
+        ]
+        for r in result["rows"]
+    ]
+    out = [provenance(result, f"{result['kills']} kills per case, each in a fresh job"), ""]
+    return out + table(["strategy", "killed", "kills", "median (s)", "max (s)", f"goal <= {goal:g} s"], rows)
+
+
+def checkpoint(result: Result) -> list[str]:
+    goal = result["goal_share"]
+    rows = [
+        [
+            r["example"],
+            str(r["workers"]),
+            str(r["interval"]),
+            f"{r['median_step_s'] * 1000:.1f}",
+            f"{r['median_save_s'] * 1000:.0f}",
+            f"{r['overhead_share']:.2%}",
+            verdict(r["overhead_share"] <= goal),
+        ]
+        for r in result["rows"]
+    ]
+    out = [provenance(result, "median save and step time of one run per model"), ""]
+    head = ["model", "workers", "interval (steps)", "step (ms)", "save (ms)", "overhead", f"goal <= {goal:.0%}"]
+    return out + table(head, rows)
+
+
+SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
+    ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
+    ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
+    ("strategies", "Data plane: step time per strategy (~25M-parameter wide MLP)", "make bench-trainer", strategies),
+    ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),
+    ("checkpoint", "Checkpoint overhead at the default interval", "make bench-trainer", checkpoint),
+]
+
+
+def render(results: dict[str, Result]) -> str:
+    out = [
+        "# Benchmarks",
+        "",
+        "Generated by `python -m bench.report` (the last step of `make bench`) from `bench/results/*.json`, which",
+        "hold every repetition. How each figure is measured: [docs/benchmarks.md](docs/benchmarks.md). Absolute",
+        "times come from a shared 2-core machine and are context only; the ratios are measured in the same run.",
+        "Plots: `bench/plots/`.",
+    ]
+    for name, title, target, section in SECTIONS:
+        out += ["", f"## {title}", ""]
+        out += section(results[name]) if name in results else [f"Not measured yet: run `{target}`."]
+    return "\n".join(out) + "\n"
+
+
+def save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_control_plane(result: Result, path: Path) -> None:
+    rows = result["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in zip(axes, ("created_s", "running_s"), ("all pods created", "all pods Running"), strict=True):
+        for i, op in enumerate(OPERATORS):
+            xs = [j + (i - 0.5) * 0.38 for j, row in enumerate(rows) if op in row]
+            ax.bar(xs, [row[op][key] for row in rows if op in row], width=0.38, label=op)
+        ax.set_xticks(range(len(rows)), [f"{r['jobs']}x{r['workers']}" for r in rows])
+        ax.set(yscale="log", ylabel="seconds (median)", xlabel="jobs x workers", title=label)
+        ax.legend()
+    save(fig, path)
+
+
+def plot_allreduce(result: Result, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for ranks in sorted({r["ranks"] for r in result["rows"]}):
+        mine = [r for r in result["rows"] if r["ranks"] == ranks]
+        for impl, style in (("gloo", "--"), ("ring", "-")):
+            ax.plot([r["bytes"] for r in mine], [r[impl]["busbw_GBps"] for r in mine], style, marker="o",
+                    label=f"{impl}, {ranks} ranks")  # fmt: skip
+    ax.set(xscale="log", xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="allreduce busbw")
+    ax.legend()
+    save(fig, path)
+
+
+def plot_strategies(result: Result, path: Path) -> None:
+    workers = sorted({r["workers"] for r in result["rows"]})
+    configs = list(dict.fromkeys(r["config"] for r in result["rows"]))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(1, len(workers))
+    for i, w in enumerate(workers):
+        by = {r["config"]: r for r in result["rows"] if r["workers"] == w}
+        xs = [j + i * width for j, c in enumerate(configs) if c in by]
+        ax.bar(xs, [by[c]["median_step_s"] * 1000 for c in configs if c in by], width=width, label=f"{w} workers")
+    ax.set_xticks([j + width * (len(workers) - 1) / 2 for j in range(len(configs))], configs, rotation=20, ha="right")
+    ax.set(ylabel="median step time (ms)", title="step time per strategy, wide MLP")
+    ax.legend()
+    save(fig, path)
+
+
+def plot_recovery(result: Result, path: Path) -> None:
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.boxplot([r["recovery_s"] for r in rows], tick_labels=[r["case"] for r in rows])
+    ax.axhline(result["goal_s"], color="red", linestyle=":", label=f"goal {result['goal_s']:g} s")
+    ax.set(ylabel="seconds from SIGKILL", title="recovery per strategy")
+    ax.legend()
+    save(fig, path)
+
+
+PLOTTERS: dict[str, Callable[[Result, Path], None]] = {
+    "control-plane": plot_control_plane,
+    "allreduce": plot_allreduce,
+    "strategies": plot_strategies,
+    "recovery": plot_recovery,
+}
+
+
+def load(directory: Path) -> dict[str, Result]:
+    """Every <name>.json of `directory` by name."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+def write(results: dict[str, Result], report: Path, plots: Path) -> list[Path]:
+    """The report and a plot per result that has one; returns what was written."""
+    report.write_text(render(results))
+    plots.mkdir(parents=True, exist_ok=True)
+    written = [report]
+    for name, plotter in PLOTTERS.items():
+        if name in results:
+            plotter(results[name], plots / f"{name}.png")
+            written.append(plots / f"{name}.png")
+    return written
+
+
+def main() -> None:
+    for path in write(load(RESULTS), REPORT, PLOTS):
+        print(f"[bench] wrote {path.relative_to(REPO_ROOT)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
