@@ -16,7 +16,7 @@ from .api import GROUP, PLURAL, VERSION
 from .builders import LABEL_JOB
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, trim
-from .reconciler import Reconciler
+from .reconciler import POD_EVENTS_SECONDS, Reconciler
 
 RESYNC_SECONDS = 30.0  # the timer heals whatever a missed event left behind
 PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
@@ -129,7 +129,9 @@ async def pod_event(
     memo: kopf.Memo,
     **kwargs: Any,
 ) -> None:
+    _attach(memo, kwargs)
+    reconciler: Reconciler = memo.reconciler
     if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
-        memo.reconciler.room_freed()  # jobs waiting for gang admission look again
-    with contextlib.suppress(kopf.TemporaryError):  # event handlers are not retried; the timer heals
-        await _reconcile(memo, kwargs, namespace, labels.get(LABEL_JOB))
+        reconciler.room_freed()  # jobs waiting for gang admission look again
+    if namespace and (job := labels.get(LABEL_JOB)):
+        reconciler.wake_after(namespace, job, POD_EVENTS_SECONDS)

@@ -1,7 +1,9 @@
 """Apply one reconcile round for a job: read what exists, plan (pure), write what changed.
 
-Rounds for the same job never overlap: triggers that arrive during a round (pod events, the timer, spec
-updates) collapse into one more round after it, so a burst of 64 pod events costs two rounds, not 64.
+Rounds for the same job never overlap: triggers that arrive during a round (the timer, spec updates) collapse
+into one more round after it. Pod events do not start a round each: a job's pod events within
+POD_EVENTS_SECONDS share one (pods of a large job change phase one after another, and each round costs
+reads and a status write).
 Order of writes: status first (it records restart counts before a failed pod is deleted), then the
 Service, deletions and creations. The status write is conditional on the job's resourceVersion as read at
 the start of the round, so a round that decided on an outdated reading (another writer, a second operator
@@ -33,6 +35,7 @@ from .reconcile import earlier_job_leftovers, format_time, plan
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
 NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
+POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round
 
 EventSink = Callable[[dict[str, Any], str, str, str], None]
 
@@ -119,9 +122,14 @@ class Reconciler:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
     def wake_after(self, namespace: str, name: str, seconds: float) -> None:
-        """Reconcile the job again in `seconds` (one pending wake-up per job: the newest wins)."""
+        """Reconcile the job in `seconds`, or sooner: one pending wake-up per job, the sooner one stays. A
+        round plans from everything it reads, so every wake-up asked for meanwhile is served by it, and a
+        round sooner than asked for costs at most one more request for the job."""
         key = (namespace, name)
-        if key in self.wakeups:
+        loop = asyncio.get_running_loop()
+        if (pending := self.wakeups.get(key)) is not None:
+            if pending.when() <= loop.time() + seconds:
+                return
             self.wakeups.pop(key).cancel()
 
         def fire() -> None:
@@ -130,13 +138,15 @@ class Reconciler:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        self.wakeups[key] = asyncio.get_running_loop().call_later(max(0.0, seconds), fire)
+        self.wakeups[key] = loop.call_later(max(0.0, seconds), fire)
 
     async def _woken(self, namespace: str, name: str) -> None:
         try:
             await self.trigger(namespace, name)
         except ApiUnavailable as e:  # the periodic resync tries again
             log.warning("[%s/%s] %s", namespace, name, e)
+        except Exception:  # no handler of kopf's reports it for us; the resync tries again
+            log.exception("[%s/%s] reconcile round failed", namespace, name)
 
     def _cached(self) -> PodCache | None:
         """The pod cache once kopf has filled it, else None (read from the API server)."""
