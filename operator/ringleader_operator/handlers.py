@@ -97,7 +97,8 @@ async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
-    await _reconcile(memo, kwargs, namespace, name, fresh=True)
+    fresh = bool(namespace and name and memo.reconciler.fresh_due(namespace, name))
+    await _reconcile(memo, kwargs, namespace, name, fresh=fresh)
 
 
 def _running(status: Mapping[str, Any], **_: Any) -> bool:

@@ -4,6 +4,11 @@ Rounds for the same job never overlap: triggers that arrive during a round (the 
 into one more round after it. Pod events do not start a round each: a job's pod events within
 POD_EVENTS_SECONDS share one (pods of a large job change phase one after another, and each round costs
 reads and a status write).
+
+Reads: the job from the API server; its pods from kopf's index; whether its Service exists from what this
+process last read or created. The periodic resync reads pods and Service from the API server every
+FRESH_SECONDS, so what a watch gap leaves behind lasts that long at most.
+
 Order of writes: status first (it records restart counts before a failed pod is deleted), then the
 Service, deletions and creations. The status write is conditional on the job's resourceVersion as read at
 the start of the round, so a round that decided on an outdated reading (another writer, a second operator
@@ -36,6 +41,9 @@ log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
 NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round
+# How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
+# read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
+FRESH_SECONDS = 300.0
 
 EventSink = Callable[[dict[str, Any], str, str, str], None]
 
@@ -82,6 +90,9 @@ class Reconciler:
         self.tasks: set[asyncio.Task[None]] = set()
         self.admission_lock = asyncio.Lock()
         self.waiting: dict[tuple[str, str], str] = {}  # jobs whose pods wait for room -> their creation time
+        # Jobs whose Service exists (read or created by a round) -> the job's uid; later rounds skip reading it.
+        self.services: dict[tuple[str, str], str] = {}
+        self.fresh_reads: dict[tuple[str, str], float] = {}  # job -> when a round last read it fresh
 
     def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
@@ -148,6 +159,19 @@ class Reconciler:
         except Exception:  # no handler of kopf's reports it for us; the resync tries again
             log.exception("[%s/%s] reconcile round failed", namespace, name)
 
+    def fresh_due(self, namespace: str, name: str) -> bool:
+        """Whether the job's next resync round should read its pods and Service from the API server (at most
+        every FRESH_SECONDS), not from what this process has cached."""
+        last = self.fresh_reads.get((namespace, name))
+        return last is None or time.monotonic() - last >= FRESH_SECONDS
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        """The job is gone (or going): drop what this process remembers of it."""
+        self._record_phase(key, None)
+        self.waiting.pop(key, None)
+        self.services.pop(key, None)
+        self.fresh_reads.pop(key, None)
+
     def _cached(self) -> PodCache | None:
         """The pod cache once kopf has filled it, else None (read from the API server)."""
         return self.cache if self.cache is not None and self.cache.ready else None
@@ -163,10 +187,10 @@ class Reconciler:
         return await self.kube.cluster()
 
     async def _round(self, namespace: str, name: str, fresh: bool) -> None:
+        key = (namespace, name)
         obj = await self.kube.get_job(namespace, name)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            self._record_phase((namespace, name), None)
-            self.waiting.pop((namespace, name), None)
+            self._forget(key)
             return  # deleted: garbage collection removes what it owned
         try:
             job = TrainingJob.model_validate(obj)
@@ -183,11 +207,15 @@ class Reconciler:
             await self.kube.patch_status(namespace, name, _invalid_spec(old, generation, message))
             self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
             return
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if fresh:
+            self.fresh_reads[key] = time.monotonic()
         pods = await self._pods(namespace, name, fresh)
-        service = await self.kube.read_service(namespace, name)
-        leftovers = earlier_job_leftovers(
-            str((obj.get("metadata") or {}).get("uid", "")), [*pods, *([service] if service else [])]
-        )
+        service = None
+        if fresh or self.services.get(key) != uid:
+            self.services.pop(key, None)
+            service = await self.kube.read_service(namespace, name)
+        leftovers = earlier_job_leftovers(uid, [*pods, *([service] if service else [])])
         if leftovers:
             log.info(
                 "[%s/%s] waiting for an earlier job of this name to be cleaned up: %s",
@@ -197,13 +225,16 @@ class Reconciler:
             )
             self.wake_after(namespace, name, LEFTOVERS_RETRY_SECONDS)
             return
+        if service is not None:
+            self.services[key] = uid  # this job's own (not a leftover): later rounds need not read it
+        service_exists = self.services.get(key) == uid
         if any(admission.gated(x) for x in pods):
             # One admission at a time across all jobs: each decides on room the previous ones have already
             # claimed (their released pods count as placed), so two jobs never both take the same room.
             async with self.admission_lock:
-                await self._decide(job, obj, pods, service is not None, await self._cluster())
+                await self._decide(job, obj, pods, service_exists, await self._cluster())
         else:
-            await self._decide(job, obj, pods, service is not None, None)
+            await self._decide(job, obj, pods, service_exists, None)
 
     async def _decide(
         self,
@@ -219,7 +250,7 @@ class Reconciler:
         if p.delete_job:
             log.info("[%s/%s] ttlSecondsAfterFinished has run out: deleting the job", namespace, name)
             await self.kube.delete_job(namespace, name, str(job.metadata.get("uid", "")))
-            self._record_phase((namespace, name), None)
+            self._forget((namespace, name))
             return
         self._record_phase((namespace, name), p.status.phase)
         new_status = status_json(p.status)
@@ -237,6 +268,7 @@ class Reconciler:
         )
         if p.create_service:
             await self.kube.create_service(build_service(job))
+            self.services[(namespace, name)] = str(job.metadata.get("uid", ""))
         if p.delete_pods:
             await self.kube.delete_pods(namespace, p.delete_pods)
         if p.force_delete_pods:

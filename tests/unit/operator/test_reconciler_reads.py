@@ -1,0 +1,98 @@
+"""What a reconcile round reads from the API server: the job's Service only until it is known to exist (read
+or created), again on a fresh round or when the job is a new one under the same name; fresh rounds are due
+every FRESH_SECONDS. Against a recording fake of Kube (a narrow unit test of the reconciler's bookkeeping)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from ringleader_operator import reconciler as reconciler_module
+from ringleader_operator.api import Role
+from ringleader_operator.reconciler import Reconciler
+
+from tests.unit.operator.test_reconcile import TEMPLATE, pod
+
+
+class FakeKube:
+    """Answers a round's reads from fields and records its calls by name."""
+
+    def __init__(self, service_exists: bool) -> None:
+        self.uid = "u1"
+        self.service_exists = service_exists
+        self.calls: list[str] = []
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append("get_job")
+        return {
+            "metadata": {"name": name, "namespace": namespace, "uid": self.uid, "generation": 1},
+            "spec": {"workers": {"replicas": 2, "template": TEMPLATE}},
+        }
+
+    async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        self.calls.append("list_pods")
+        owner = {"kind": "TrainingJob", "uid": self.uid}
+        pods = [pod(Role.WORKER, i, "Running") for i in range(2)]
+        for p in pods:
+            p["metadata"]["ownerReferences"] = [owner]
+        return pods
+
+    async def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("read_service")
+        if not self.service_exists:
+            return None
+        return {"metadata": {"name": name, "ownerReferences": [{"kind": "TrainingJob", "uid": self.uid}]}}
+
+    async def create_service(self, body: dict[str, Any]) -> None:
+        self.calls.append("create_service")
+        self.service_exists = True
+
+    async def patch_status(self, *_: Any, **__: Any) -> None:
+        self.calls.append("patch_status")
+
+
+def _rounds(kube: FakeKube, steps: list[tuple[bool, str]]) -> list[list[str]]:
+    """Run one round per step (fresh, job uid); the Service reads and creates of each round."""
+    r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
+    out = []
+
+    async def main() -> None:
+        for fresh, uid in steps:
+            kube.uid = uid
+            kube.calls.clear()
+            await r.round("ns", "j", fresh)
+            out.append([c for c in kube.calls if "service" in c])
+
+    asyncio.run(main())
+    return out
+
+
+R, C = "read_service", "create_service"
+
+
+@pytest.mark.parametrize(
+    ("service_exists", "steps", "want"),
+    [
+        (True, [(False, "u1")] * 3, [[R], [], []]),  # read once, then known
+        (True, [(False, "u1"), (False, "u1"), (True, "u1"), (False, "u1")], [[R], [], [R], []]),  # fresh reads
+        (False, [(False, "u1")] * 3, [[R, C], [], []]),  # created: known without reading it back
+        (True, [(False, "u1"), (False, "u2"), (False, "u2")], [[R], [R], []]),  # a new job of the same name
+    ],
+    ids=["read-once", "fresh-reads-again", "created", "new-uid-reads-again"],
+)
+def test_the_service_is_read_until_known(
+    service_exists: bool, steps: list[tuple[bool, str]], want: list[list[str]]
+) -> None:
+    assert _rounds(FakeKube(service_exists), steps) == want
+
+
+def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube(service_exists=True)
+    r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
+    assert r.fresh_due("ns", "j")
+    asyncio.run(r.round("ns", "j", True))
+    assert not r.fresh_due("ns", "j")
+    assert r.fresh_due("ns", "other")
+    monkeypatch.setattr(reconciler_module, "FRESH_SECONDS", 0.0)
+    assert r.fresh_due("ns", "j")
