@@ -36,7 +36,7 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
 from bench import audit
-from bench.common import RESULTS, delete_namespace, new_namespace, proc_stats, write_result
+from bench.common import RESULTS, delete_namespace, machine, new_namespace, proc_stats, write_result
 from bench.identity import ensure_namespace
 from bench.subjects import Subject, kubeflow_training_operator, ringleader, stop
 
@@ -191,12 +191,13 @@ def main() -> None:
     subjects = [make(layout, core, workdir) for name, make in factories.items() if args.only in (None, name)]
     scenarios = [(1, w) for w in args.single] + ([(args.burst, 4)] if args.burst else [])
     runs = []
+    commit = machine()["commit"]  # each run names its own: --keep mixes runs of several invocations
     try:
         for jobs, workers in scenarios:
             for rep in range(args.reps):
                 for subject in subjects:
                     r = run(subject, core, custom, layout, jobs, workers)
-                    runs.append(r)
+                    runs.append({**r, "commit": commit})
                     print(
                         f"[bench] {jobs} x {workers}-worker {subject.name:17s} ({rep + 1}/{args.reps}): created "
                         f"{r['created_s']:7.2f} s, Running {r['running_s']:7.2f} s, {r['requests_per_job']:6.1f} "

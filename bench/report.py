@@ -77,6 +77,9 @@ def control_plane(result: Result) -> list[str]:
     )
     nodes = result["fake_nodes"]
     reps = f"medians of the runs per scenario (training-operator + Ringleader: {runs}), {nodes} fake kwok nodes"
+    commits = sorted({str(r["commit"]) for r in result.get("runs", []) if r.get("commit")})
+    if len(commits) > 1:  # runs kept from earlier invocations (--keep)
+        reps += "; the runs span commits " + ", ".join(f"`{c}`" for c in commits) + " (each run names its own)"
     out = [provenance(result, reps), ""]
     out += table(["scenario", "metric", "training-operator", "Ringleader", "Ringleader / TO"], rows)
     out += ["", "Goals:"]

@@ -57,6 +57,10 @@ def test_control_plane_goals_are_judged_from_the_medians(burst: float, rss: floa
         "commit `abc1234`" in text
         and "(training-operator + Ringleader: 1x64: 3 + 3, 1x256: 3 + 3, 500x4: 3 + 3)" in text
     )
+    assert "span commits" not in text
+    kept = control_plane(burst, rss)
+    kept["runs"] = [{"commit": "abc1234"}, {"commit": "def5678"}, {"commit": "abc1234"}, {}]
+    assert "the runs span commits `abc1234`, `def5678`" in "\n".join(report.control_plane(kept))
 
 
 def allreduce_row(ranks: int, size: int, gloo_s: float, ring_s: float) -> dict[str, Any]:
