@@ -292,6 +292,9 @@ class Reconciler:
             metrics.PODS_CREATED.inc(created)
             if created:
                 log.info("[%s/%s] created %d pods", namespace, name, created)
+            if any(admission.gated(x) for x in p.create_pods):
+                # The round that can release them needs no pod event: the cache already holds our creates.
+                self.wake_after(namespace, name, 0.0)
 
     def _note_waiting(self, job: TrainingJob, waiting: bool) -> None:
         key = (job.namespace, job.name)

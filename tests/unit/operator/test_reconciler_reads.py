@@ -1,6 +1,7 @@
 """What a reconcile round reads from the API server: the job's Service only until it is known to exist (read
 or created), again on a fresh round or when the job is a new one under the same name; fresh rounds are due
-every FRESH_SECONDS. Against a recording fake of Kube (a narrow unit test of the reconciler's bookkeeping)."""
+every FRESH_SECONDS; a round that created gated pods asks for the round that releases them at once. Against a
+recording fake of Kube (a narrow unit test of the reconciler's bookkeeping)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from tests.unit.operator.test_reconcile import TEMPLATE, pod
 class FakeKube:
     """Answers a round's reads from fields and records its calls by name."""
 
-    def __init__(self, service_exists: bool) -> None:
+    def __init__(self, service_exists: bool, pods: bool = True) -> None:
         self.uid = "u1"
         self.service_exists = service_exists
+        self.pods = pods
         self.calls: list[str] = []
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
@@ -32,6 +34,8 @@ class FakeKube:
 
     async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         self.calls.append("list_pods")
+        if not self.pods:
+            return []
         owner = {"kind": "TrainingJob", "uid": self.uid}
         pods = [pod(Role.WORKER, i, "Running") for i in range(2)]
         for p in pods:
@@ -50,6 +54,11 @@ class FakeKube:
 
     async def patch_status(self, *_: Any, **__: Any) -> None:
         self.calls.append("patch_status")
+
+    async def create_pods(self, pods: list[dict[str, Any]]) -> int:
+        self.calls.append("create_pods")
+        self.created = pods
+        return len(pods)
 
 
 def _rounds(kube: FakeKube, steps: list[tuple[bool, str]]) -> list[list[str]]:
@@ -96,3 +105,20 @@ def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: py
     assert r.fresh_due("ns", "other")
     monkeypatch.setattr(reconciler_module, "FRESH_SECONDS", 0.0)
     assert r.fresh_due("ns", "j")
+
+
+def test_a_round_that_created_gated_pods_asks_for_the_next_round_at_once() -> None:
+    kube = FakeKube(service_exists=True, pods=False)
+    r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
+
+    async def main() -> float | None:
+        await r.round("ns", "j", False)
+        pending = r.wakeups.get(("ns", "j"))
+        due = None if pending is None else pending.when() - asyncio.get_running_loop().time()
+        for handle in r.wakeups.values():
+            handle.cancel()
+        return due
+
+    due = asyncio.run(main())
+    assert "create_pods" in kube.calls and all(g["name"] for p in kube.created for g in p["spec"]["schedulingGates"])
+    assert due is not None and due <= 0.0
