@@ -66,14 +66,15 @@ def control_plane(result: Result) -> list[str]:
                ("requests_per_job", "API requests / job", "{:.1f}"), ("cpu_s", "operator CPU (s)", "{:.1f}"),
                ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}")]  # fmt: skip
     rows = []
-    for row in sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"])):
+    scenarios = sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"]))
+    for row in scenarios:
         for key, label, fmt in metrics:
             cells = [fmt.format(row[op][key]) if op in row else "-" for op in OPERATORS]
             ratio = (row.get("ratio") or {}).get(key)
             rows.append([scenario(row), label, *cells, f"{ratio:.2f}x" if ratio is not None else "-"])
     runs = ", ".join(
         f"{row['jobs']}x{row['workers']}: " + " + ".join(f"{row[op]['n']}" for op in OPERATORS if op in row)
-        for row in result["rows"]
+        for row in scenarios
     )
     nodes = result["fake_nodes"]
     reps = f"medians of the runs per scenario (training-operator + Ringleader: {runs}), {nodes} fake kwok nodes"
@@ -83,7 +84,7 @@ def control_plane(result: Result) -> list[str]:
     out = [provenance(result, reps), ""]
     out += table(["scenario", "metric", "training-operator", "Ringleader", "Ringleader / TO"], rows)
     out += ["", "Goals:"]
-    for row in result["rows"]:
+    for row in scenarios:
         if row["jobs"] == 1 and row["workers"] < 64:
             continue  # the goals name the 64- and 256-worker jobs and the burst
         ratio = (row.get("ratio") or {}).get("created_s")
@@ -94,7 +95,7 @@ def control_plane(result: Result) -> list[str]:
         limit = goals["created_ratio_burst_max"] if row["jobs"] > 1 else goals["created_ratio_single_max"]
         out.append(f"- {scenario(row)}: time to all pods created {ratio:.2f}x the training-operator's "
                    f"(goal <= {limit:g}x): {verdict(ratio <= limit)}")  # fmt: skip
-    rss = max((row["ringleader"]["peak_rss_mb"] for row in result["rows"] if "ringleader" in row), default=None)
+    rss = max((row["ringleader"]["peak_rss_mb"] for row in scenarios if "ringleader" in row), default=None)
     if rss is not None:
         limit = goals["operator_rss_mb_max"]
         out.append(f"- Ringleader's peak RSS, the largest over the scenarios: {rss:.0f} MB (goal <= {limit:g} MB): "
