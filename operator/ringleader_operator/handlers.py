@@ -127,12 +127,23 @@ async def pod_event(
     labels: Mapping[str, str],
     namespace: str | None,
     status: Mapping[str, Any],
+    meta: Mapping[str, Any],
     memo: kopf.Memo,
     **kwargs: Any,
 ) -> None:
+    """A pod that ends or is being deleted gets its job a round now: the round must see it while it still
+    exists to tell why it went (an eviction, a lost node, an exit code). Other changes (pods being bound,
+    starting) are grouped: a job's events within POD_EVENTS_SECONDS share one round."""
     _attach(memo, kwargs)
     reconciler: Reconciler = memo.reconciler
-    if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
+    ended = type == "DELETED" or status.get("phase") in ("Succeeded", "Failed")
+    if ended:
         reconciler.room_freed()  # jobs waiting for gang admission look again
-    if namespace and (job := labels.get(LABEL_JOB)):
+    job = labels.get(LABEL_JOB)
+    if not namespace or not job:
+        return
+    if ended or meta.get("deletionTimestamp"):
+        with contextlib.suppress(kopf.TemporaryError):  # event handlers are not retried; the timer heals
+            await _reconcile(memo, kwargs, namespace, job)
+    else:
         reconciler.wake_after(namespace, job, POD_EVENTS_SECONDS)

@@ -1,9 +1,9 @@
 """Apply one reconcile round for a job: read what exists, plan (pure), write what changed.
 
 Rounds for the same job never overlap: triggers that arrive during a round (the timer, spec updates) collapse
-into one more round after it. Pod events do not start a round each: a job's pod events within
-POD_EVENTS_SECONDS share one (pods of a large job change phase one after another, and each round costs
-reads and a status write).
+into one more round after it. Pod events that only say a pod was bound or started do not start a round each:
+a job's such events within POD_EVENTS_SECONDS share one (pods of a large job change phase one after another,
+and each round costs reads and a status write). A pod that ends or is being deleted gets a round at once.
 
 Reads: the job from the API server; its pods from kopf's index; whether its Service exists from what this
 process last read or created. The periodic resync reads pods and Service from the API server every
