@@ -208,13 +208,13 @@ class Reconciler:
             self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
             return
         uid = str((obj.get("metadata") or {}).get("uid", ""))
-        if fresh:
-            self.fresh_reads[key] = time.monotonic()
         pods = await self._pods(namespace, name, fresh)
         service = None
         if fresh or self.services.get(key) != uid:
             self.services.pop(key, None)
             service = await self.kube.read_service(namespace, name)
+        if fresh:  # recorded once both reads succeeded: a failed one leaves the fresh read due
+            self.fresh_reads[key] = time.monotonic()
         leftovers = earlier_job_leftovers(uid, [*pods, *([service] if service else [])])
         if leftovers:
             log.info(
