@@ -59,6 +59,11 @@ def scenario(row: Result) -> str:
     return f"{row['jobs']} jobs x {row['workers']} workers" if row["jobs"] > 1 else f"1 job x {row['workers']} workers"
 
 
+def scenarios_in_order(result: Result) -> list[Result]:
+    """The control-plane rows by jobs, then workers (runs kept with --keep come first in the file)."""
+    return sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"]))
+
+
 def control_plane(result: Result) -> list[str]:
     """Medians per scenario for both operators, the ratio Ringleader / training-operator, and the goals."""
     goals = result["goals"]
@@ -66,7 +71,7 @@ def control_plane(result: Result) -> list[str]:
                ("requests_per_job", "API requests / job", "{:.1f}"), ("cpu_s", "operator CPU (s)", "{:.1f}"),
                ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}")]  # fmt: skip
     rows = []
-    scenarios = sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"]))
+    scenarios = scenarios_in_order(result)
     for row in scenarios:
         for key, label, fmt in metrics:
             cells = [fmt.format(row[op][key]) if op in row else "-" for op in OPERATORS]
@@ -214,7 +219,7 @@ def save(fig: Any, path: Path) -> None:
 
 
 def plot_control_plane(result: Result, path: Path) -> None:
-    rows = result["rows"]
+    rows = scenarios_in_order(result)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in zip(axes, ("created_s", "running_s"), ("all pods created", "all pods Running"), strict=True):
         for i, op in enumerate(OPERATORS):
