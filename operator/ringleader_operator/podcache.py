@@ -1,6 +1,6 @@
 """What the operator knows of pods without asking the API server: kopf's in-memory index of pods (filled by its
 watch before any handler runs, kept current by it), overlaid with the pods the operator itself wrote and the
-watch has not delivered yet.
+watch has not delivered yet. Both hold each pod's digest: the few fields the operator reads.
 
 A read from here may be a moment behind the API server; the reconcile is built for that (each pod carries the
 attempt it was made for, creates of an existing pod count as done, deletes of a gone one too). The overlay
@@ -15,15 +15,48 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .api import GROUP
+
 OVERLAY_SECONDS = 60.0
 Key = tuple[str, str]
 Pod = dict[str, Any]
 
 
-def trim(body: Mapping[str, Any]) -> Pod:
-    """The object without metadata.managedFields (most of its size, and nothing the operator reads)."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    return {**body, "metadata": meta}
+# What of a pod the operator reads (reconcile.ObservedPod, reconcile.earlier_job_leftovers, admission, progress).
+META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "ownerReferences")
+OWN_ANNOTATIONS = f"{GROUP}/"
+SPEC_KEYS = ("nodeName", "schedulingGates", "nodeSelector", "tolerations", "overhead")
+STATUS_KEYS = ("phase", "reason", "podIP")
+
+
+def digest(pod: Mapping[str, Any]) -> Pod:
+    """The parts of `pod` the operator reads, and nothing else: a pod as the API serves it is mostly volumes,
+    env, container details and managedFields, and the cache holds one of these for every pod it watches.
+    Every pod the reconciler weighs passes through here, from the cache and from fresh reads alike, so a
+    field left out is missing from both (tests/unit/operator/test_podcache.py checks that decisions made on
+    digests equal those made on whole pods)."""
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    out_meta = {k: meta[k] for k in META_KEYS if k in meta}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(OWN_ANNOTATIONS)}
+    if annotations:
+        out_meta["annotations"] = annotations
+    out_spec = {k: spec[k] for k in SPEC_KEYS if k in spec}
+    for kind in ("containers", "initContainers"):
+        if kind in spec:
+            out_spec[kind] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec[kind]]
+    out_status = {k: status[k] for k in STATUS_KEYS if k in status}
+    if "conditions" in status:
+        out_status["conditions"] = [
+            {k: c[k] for k in ("type", "status", "reason") if k in c} for c in status["conditions"]
+        ]
+    if "containerStatuses" in status:  # only how a container ended is read
+        out_status["containerStatuses"] = [
+            {"name": cs.get("name"), "state": {"terminated": {k: term[k] for k in ("exitCode", "reason") if k in term}}}
+            if (term := (cs.get("state") or {}).get("terminated"))
+            else {"name": cs.get("name"), "state": {}}
+            for cs in status["containerStatuses"]
+        ]
+    return {"metadata": out_meta, "spec": out_spec, "status": out_status}
 
 
 def key(pod: Mapping[str, Any]) -> Key:
@@ -77,7 +110,7 @@ class PodCache:
         k = key(pod)
         if k[1]:
             job = ((pod.get("metadata") or {}).get("labels") or {}).get(self.label)
-            self.written.setdefault((k[0], job), {})[k] = (now, trim(pod))
+            self.written.setdefault((k[0], job), {})[k] = (now, digest(pod))
 
     def job_pods(self, namespace: str, job: str, now: float) -> list[Pod]:
         assert self.index is not None

@@ -34,7 +34,7 @@ from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
-from .podcache import PodCache
+from .podcache import PodCache, digest
 from .reconcile import earlier_job_leftovers, format_time, plan
 
 log = logging.getLogger("ringleader.reconciler")
@@ -179,12 +179,13 @@ class Reconciler:
     async def _pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
         if (cache := self._cached()) is not None and not fresh:
             return cache.job_pods(namespace, name, time.monotonic())
-        return await self.kube.list_pods(namespace, name)
+        return [digest(p) for p in await self.kube.list_pods(namespace, name)]
 
     async def _cluster(self) -> admission.Cluster:
         if (cache := self._cached()) is not None and self.clusterwide:
             return admission.Cluster(await self.kube.nodes(), cache.all_pods(time.monotonic()))
-        return await self.kube.cluster()
+        cluster = await self.kube.cluster()
+        return admission.Cluster(cluster.nodes, [digest(p) for p in cluster.pods])
 
     async def _round(self, namespace: str, name: str, fresh: bool) -> None:
         key = (namespace, name)

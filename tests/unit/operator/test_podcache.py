@@ -1,13 +1,18 @@
-"""The pod cache's overlay of the operator's own writes on kopf's index (podcache.overlay)."""
+"""The pod cache: the overlay of the operator's own writes on kopf's index, and the pod digests both hold."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
-from ringleader_operator.podcache import OVERLAY_SECONDS, PodCache, overlay, trim
+from ringleader_operator.admission import Cluster, pod_requests
+from ringleader_operator.api import TrainingJob
+from ringleader_operator.podcache import OVERLAY_SECONDS, PodCache, digest, overlay
+from ringleader_operator.reconcile import ObservedPod, earlier_job_leftovers, plan
 
 LABEL = "ringleader.dev/job-name"
+NOW = "2026-01-01T00:00:00Z"
 
 
 def pod(name: str, rv: int, job: str = "a", ns: str = "ns", gated: bool = False) -> dict[str, Any]:
@@ -67,7 +72,106 @@ def test_a_jobs_pods_show_only_its_own_writes_and_others_are_kept() -> None:
     assert cache.all_pods(OVERLAY_SECONDS + 1) == [] and cache.written == {}  # forgotten, groups removed
 
 
-def test_trim_drops_managed_fields_only() -> None:
-    body: dict[str, Any] = {"metadata": {"name": "x", "managedFields": [{"manager": "m"}]}, "spec": {"a": 1}}
-    assert trim(body) == {"metadata": {"name": "x"}, "spec": {"a": 1}}
-    assert body["metadata"]["managedFields"]  # the original is left alone
+def served(
+    built: dict[str, Any],
+    phase: str = "Pending",
+    node: str | None = None,
+    exit_code: int | None = None,
+    reason: str = "",
+    disruption: str = "",
+    deleting: bool = False,
+    owner: str = "u",
+) -> dict[str, Any]:
+    """A pod as the operator built it, as the API server serves it back: defaults, volumes, managedFields,
+    annotations of others, and a status with everything a kubelet reports."""
+    p = copy.deepcopy(built)
+    meta, spec = p["metadata"], p["spec"]
+    meta.update(uid=f"uid-{meta['name']}", resourceVersion="42", creationTimestamp=NOW, generation=1)
+    meta["annotations"] = {**meta.get("annotations", {}), "kubectl.kubernetes.io/restartedAt": NOW}
+    meta["managedFields"] = [{"manager": "ringleader", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+    for ref in meta.get("ownerReferences") or []:
+        ref["uid"] = owner
+    if deleting:
+        meta["deletionTimestamp"] = NOW
+    spec.update(serviceAccountName="default", dnsPolicy="ClusterFirst", priority=0)
+    spec["volumes"] = [{"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]
+    for c in spec["containers"]:
+        c.update(imagePullPolicy="IfNotPresent", terminationMessagePath="/dev/termination-log")
+        c["volumeMounts"] = [{"name": "kube-api-access", "mountPath": "/var/run/secrets"}]
+    if node:
+        spec["nodeName"] = node
+        spec.pop("schedulingGates", None)
+    state: dict[str, Any] = {"running": {"startedAt": NOW}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": NOW, "finishedAt": NOW}}
+    ready = phase == "Running"
+    conditions = [{"type": "Ready", "status": str(ready), "lastTransitionTime": NOW, "lastProbeTime": None}]
+    if disruption:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption, "message": "m"})
+    p["status"] = {
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": "10.0.0.1",
+        "podIP": "10.1.0.7",
+        "qosClass": "Burstable",
+        "startTime": NOW,
+        "containerStatuses": [
+            {"name": c["name"], "image": c["image"], "imageID": "sha256:x", "ready": ready, "restartCount": 0,
+             "started": ready, "state": state, "lastState": {}}
+            for c in spec["containers"]
+        ],
+        **({"reason": reason} if reason else {}),
+    }  # fmt: skip
+    return p
+
+
+def job(**spec: Any) -> TrainingJob:
+    template = {"spec": {"containers": [{"name": "trainer", "image": "t", "resources": {"limits": {"cpu": "1"}}}]}}
+    return TrainingJob.model_validate(
+        {
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": {"workers": {"replicas": 2, "template": template}, **spec},
+        }
+    )
+
+
+READY = [{"type": "Ready", "status": "True"}]
+NODES = [{"metadata": {"name": "n1", "labels": {}}, "spec": {},
+          "status": {"allocatable": {"cpu": "4", "pods": "110"}, "conditions": READY}}]  # fmt: skip
+
+
+def scenarios() -> list[tuple[str, TrainingJob, list[dict[str, Any]]]]:
+    on_failure = job(runPolicy={"restartPolicy": "OnFailure"})
+    built = plan(on_failure, [], True, NOW).create_pods
+    first, second = built
+    return [
+        ("gated, waiting for admission", on_failure, [served(first), served(second)]),
+        ("bound and running", on_failure, [served(first, "Running", "n1"), served(second, "Running", "n1")]),
+        ("one rank failed", on_failure, [served(first, "Running", "n1"), served(second, "Failed", "n1", exit_code=3)]),
+        ("one rank evicted", on_failure, [served(first, "Running", "n1"),
+            served(second, "Failed", "n1", reason="Evicted", disruption="EvictionByEvictionAPI", deleting=True)]),
+        ("pods of an earlier job of this name", on_failure, [served(first, "Succeeded", "n1", owner="old")]),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "the_job", "pods"), scenarios(), ids=[s[0] for s in scenarios()])
+def test_decisions_on_digests_equal_those_on_whole_pods(
+    what: str, the_job: TrainingJob, pods: list[dict[str, Any]]
+) -> None:
+    digests = [digest(p) for p in pods]
+    assert [ObservedPod.from_pod(d) for d in digests] == [ObservedPod.from_pod(p) for p in pods]
+    assert earlier_job_leftovers("u", digests) == earlier_job_leftovers("u", pods)
+    assert [pod_requests(d["spec"]) for d in digests] == [pod_requests(p["spec"]) for p in pods]
+    whole = plan(the_job, pods, True, NOW, Cluster(NODES, pods))
+    assert plan(the_job, digests, True, NOW, Cluster(NODES, digests)) == whole
+
+
+def test_the_digest_keeps_what_is_read_and_drops_the_rest() -> None:
+    built = plan(job(), [], True, NOW).create_pods[0]
+    d = digest(served(built, "Failed", "n1", exit_code=3))
+    assert d["metadata"]["annotations"] == built["metadata"]["annotations"]  # ours only: not kubectl's
+    assert "managedFields" not in d["metadata"] and "volumes" not in d["spec"]
+    assert d["spec"]["containers"] == [{"name": "trainer", "resources": {"limits": {"cpu": "1"}}}]
+    ended = {"terminated": {"exitCode": 3, "reason": "Error"}}
+    assert d["status"]["containerStatuses"] == [{"name": "trainer", "state": ended}]
+    assert d["status"]["podIP"] == "10.1.0.7" and d["spec"]["nodeName"] == "n1"
