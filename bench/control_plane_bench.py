@@ -46,6 +46,8 @@ GOALS = {
     "operator_rss_mb_max": 250.0,
 }
 RESULT = RESULTS / "control-plane.json"
+PROGRESS_S = 15.0  # a run still waiting for its pods says how far it got this often
+PROGRESS_PODS = 256  # deleting the namespace of a run with more pods takes minutes: say so
 SETTLE_S = 10.0  # requests are counted until this long after the last pod was seen Running
 FAKE_POD = {
     "nodeSelector": {"type": "kwok"},
@@ -123,7 +125,11 @@ def run(
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda b: custom.create_namespaced_custom_object(
                 subject.group, subject.version, ns, subject.plural, b, _request_timeout=60), bodies))  # fmt: skip
-        pods.wait(timeout=1800)
+        while pods.thread.is_alive() and time.monotonic() - t0 < 1800:
+            pods.wait(PROGRESS_S)
+            if pods.thread.is_alive():  # a long run shows how far it got
+                print(f"[bench]   {subject.name}: {len(pods.seen)} of {total} pods created, {len(pods.running)} "
+                      f"Running ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
         if pods.running_at is None or pods.created_at is None:
             raise SystemExit(
                 f"bench: {subject.name}: {len(pods.seen)} of {total} pods created, {len(pods.running)} Running "
@@ -132,6 +138,8 @@ def run(
         time.sleep(max(0.0, pods.running_at + SETTLE_S - time.monotonic()))
         reqs = audit.requests(layout.audit_log, mark, subject.user)
         stats = proc_stats(proc.pid)
+        if total > PROGRESS_PODS:
+            print(f"[bench]   deleting namespace {ns} ({total} pods: this takes minutes)", flush=True)
         delete_namespace(core, ns)  # while the operator runs: it removes its own finalizers
     finally:
         stop(proc)
