@@ -189,6 +189,8 @@ def main() -> None:
                         "(other scenarios or the other operator): measure the long burst apart")  # fmt: skip
     args = p.parse_args()
     layout = Layout.from_env()
+    if not cluster.api_ready(layout):
+        raise SystemExit("bench: the dev cluster is not running (start it with `make dev-cluster`)")
     cluster.operator_down()  # one operator acts on TrainingJobs at a time
     cluster.scale_fake_nodes(layout, args.fake_nodes)
     api = config.new_client_from_config(config_file=str(layout.kubeconfig))
