@@ -31,6 +31,8 @@ def run(example: str, workers: int, steps: int, interval: int | None, logdir: Pa
     if interval is not None:
         spec["checkpoint"] = {"directory": str(logdir / "ckpt"), "intervalSteps": interval}
     args = ["--example", example, "--steps", str(steps), "--log-every", "10", "--timeout", "600"]
+    what = f"checkpoints every {interval} steps" if interval is not None else "no checkpoints"
+    print(f"[bench] {example}: {workers} workers, {steps} steps, {what}", flush=True)  # each run takes minutes
     t0 = time.perf_counter()
     job = launch(job_spec("ckpt", "allreduce", workers, 0, **spec), args, logdir)
     codes = job.wait(timeout=3600)
