@@ -29,6 +29,17 @@ SPEC_KEYS = ("nodeName", "schedulingGates", "nodeSelector", "tolerations", "over
 STATUS_KEYS = ("phase", "reason", "podIP")
 
 
+def _pick(obj: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    return {k: obj[k] for k in keys if k in obj}
+
+
+def _container_end(container_status: Mapping[str, Any]) -> dict[str, Any]:
+    """A container status with only its name and, once it ended, its exit code and reason."""
+    term = (container_status.get("state") or {}).get("terminated")
+    state = {"terminated": _pick(term, ("exitCode", "reason"))} if term else {}
+    return {"name": container_status.get("name"), "state": state}
+
+
 def digest(pod: Mapping[str, Any]) -> Pod:
     """The parts of `pod` the operator reads, and nothing else: a pod as the API serves it is mostly volumes,
     env, container details and managedFields, and the cache holds one of these for every pod it watches.
@@ -36,26 +47,19 @@ def digest(pod: Mapping[str, Any]) -> Pod:
     field left out is missing from both (tests/unit/operator/test_podcache.py checks that decisions made on
     digests equal those made on whole pods)."""
     meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
-    out_meta = {k: meta[k] for k in META_KEYS if k in meta}
+    out_meta = _pick(meta, META_KEYS)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(OWN_ANNOTATIONS)}
     if annotations:
         out_meta["annotations"] = annotations
-    out_spec = {k: spec[k] for k in SPEC_KEYS if k in spec}
+    out_spec = _pick(spec, SPEC_KEYS)
     for kind in ("containers", "initContainers"):
         if kind in spec:
             out_spec[kind] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec[kind]]
-    out_status = {k: status[k] for k in STATUS_KEYS if k in status}
+    out_status = _pick(status, STATUS_KEYS)
     if "conditions" in status:
-        out_status["conditions"] = [
-            {k: c[k] for k in ("type", "status", "reason") if k in c} for c in status["conditions"]
-        ]
+        out_status["conditions"] = [_pick(c, ("type", "status", "reason")) for c in status["conditions"]]
     if "containerStatuses" in status:  # only how a container ended is read
-        out_status["containerStatuses"] = [
-            {"name": cs.get("name"), "state": {"terminated": {k: term[k] for k in ("exitCode", "reason") if k in term}}}
-            if (term := (cs.get("state") or {}).get("terminated"))
-            else {"name": cs.get("name"), "state": {}}
-            for cs in status["containerStatuses"]
-        ]
+        out_status["containerStatuses"] = [_container_end(cs) for cs in status["containerStatuses"]]
     return {"metadata": out_meta, "spec": out_spec, "status": out_status}
 
 
