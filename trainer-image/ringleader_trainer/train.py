@@ -52,7 +52,7 @@ EXAMPLES = {
         steps=600,
         batch_size=32,
         lr=0.1,
-        weight_decay=1e-3,  # with lr 0.1: 97.5-98.6% over five seeds (4 workers x 32), vs 96.9-97.5% without
+        weight_decay=1e-3,  # with lr 0.1: 97.8-98.6% over five seeds (4 workers x 32)
     ),
     "wide-mlp": Example(
         dataset=lambda seed: data.synthetic(seed=seed),
