@@ -1,25 +1,46 @@
-"""In-place recovery: a rank whose peer was lost replaces its own process instead of exiting.
+"""In-place recovery: a rank whose peer was lost starts a fresh copy of itself instead of exiting.
 
 When a collective or a parameter-server exchange fails because another rank died, the survivors would
 otherwise exit 201 and the operator would recreate every pod, counting a restart for each. Instead each
-survivor re-executes itself (`os.execv`, same command line, same pod): the new process tears nothing down
-by hand (the old process group, sockets and threads die with the old image), rendezvouses again with the
-replacement of the lost rank in a new incarnation of the group, agrees on the newest complete checkpoint and
-continues from it. Only the rank that actually died is restarted by the operator, and only it counts.
+survivor replaces its training process with a fresh one (same command line, same pod): the new process
+tears nothing down by hand (the old process group, sockets and threads die with the old process),
+rendezvouses again with the replacement of the lost rank in a new incarnation of the group, agrees on the
+newest complete checkpoint and continues from it. Only the rank that actually died is restarted by the
+operator, and only it counts.
 
-The number of recoveries is carried across exec in RINGLEADER_RECOVERIES; past the limit the rank exits 201
-and the operator's restart policy decides.
+`python -m ringleader_trainer` runs under `supervise`: a parent that has imported torch once forks each
+training process, and forks a new one when the last asks to recover. A fork costs milliseconds where a new
+interpreter costs seconds of CPU (importing torch and torch._dynamo again), which every survivor paid at
+the same moment as the replacement rank, on the same cores. A script of your own that calls `reexec`
+without the supervisor replaces itself with `os.execv` instead.
+
+The number of recoveries is carried in RINGLEADER_RECOVERIES; past the limit the rank exits 201 and the
+operator's restart policy decides.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import sys
+import traceback
+from collections.abc import Callable
+from types import FrameType
 
+from ringleader_trainer.exitcodes import exit_now
 from ringleader_trainer.strategy import log_json
 
 RECOVERIES_ENV = "RINGLEADER_RECOVERIES"
+# A forked training process's request to its supervisor for a fresh copy; never the container's exit code.
+RECOVER_STATUS = 250
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class _ThisProcess:
+    supervised = False  # true in a training process forked by `supervise`
 
 
 def recoveries() -> int:
@@ -31,16 +52,80 @@ def recoveries() -> int:
 
 
 def reexec(reason: str, limit: int) -> None:
-    """Replace this process with a fresh copy of itself; returns only when `limit` recoveries are used up."""
+    """Replace this process with a fresh copy of itself; returns only when `limit` recoveries are used up.
+
+    Under `supervise` the process ends with RECOVER_STATUS and the supervisor forks the copy; otherwise
+    it re-executes its own command line."""
     done = recoveries()
     if done >= limit:
         return
     log_json(event="recover", recovery=done + 1, reason=reason)
+    if _ThisProcess.supervised:
+        exit_now(RECOVER_STATUS)  # at once: no interpreter teardown that could wait on a stuck thread
     sys.stdout.flush()
     sys.stderr.flush()
     os.environ[RECOVERIES_ENV] = str(done + 1)
     _close_on_exec()
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: None) -> int:
+    """Run `main` in a forked child, again in a fresh child each time one asks to recover (`reexec`), and
+    return the exit code of the last; a child killed by a signal makes this process die of the same signal.
+
+    `preload` runs once here before the first fork (imports every incarnation would otherwise repeat). It
+    must start no threads: a forked child gets only the forking thread. Signals a pod receives (SIGTERM on
+    deletion) are passed on to the child; the child dies with this process (PR_SET_PDEATHSIG), so a SIGKILL
+    of either leaves nothing behind."""
+    preload()
+    child = 0
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    while True:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        child = os.fork()
+        if child == 0:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            _run_child(main, parent)
+        _, status = os.waitpid(child, 0)  # retried by Python after each forwarded signal (PEP 475)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == RECOVER_STATUS:
+            os.environ[RECOVERIES_ENV] = str(recoveries() + 1)
+            continue
+        if os.WIFSIGNALED(status):
+            _die_of(os.WTERMSIG(status))
+        return os.waitstatus_to_exitcode(status)
+
+
+def _run_child(main: Callable[[], int], parent: int) -> None:
+    _ThisProcess.supervised = True
+    with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere the child may outlive a SIGKILL
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the supervisor died before the prctl took effect
+        exit_now(128 + signal.SIGKILL)
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    exit_now(code)
+
+
+def _die_of(signum: int) -> None:
+    """End this process by `signum`, as the child did; as PID 1 (where the kernel ignores a signal with no
+    handler) exit 128+signum, the code a shell or the container runtime reports for it."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    exit_now(128 + signum)
 
 
 def _close_on_exec() -> None:

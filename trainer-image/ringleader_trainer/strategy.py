@@ -426,7 +426,7 @@ def _rendezvous(env: RankEnv, options: Options) -> None:
     Worker 0 hosts the store and names the group it forms with a fresh id, once per process; every rank
     builds the group under that prefix, and worker 0 marks it formed once all have joined. A rank joins
     only a group that is not formed yet and that it has not tried before: after a recovery (`recovery`:
-    survivors re-execute themselves, the dead rank's pod is replaced) a rank that reaches the previous
+    survivors start a fresh process, the dead rank's pod is replaced) a rank that reaches the previous
     worker 0's store before that process has gone sees a formed group and waits for the store to go away,
     then reconnects to the new worker 0 and joins its group. Worker 0 does not retry: its failure to form
     the group is a rendezvous timeout (exit 200), and the others wait for its replacement."""

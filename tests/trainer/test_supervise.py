@@ -1,0 +1,125 @@
+"""The supervisor behind `python -m ringleader_trainer`: it forks each training process, forks a fresh one
+when the last asks to recover, passes signals on, and leaves no child behind when it is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from ringleader_trainer.exitcodes import ExitCode
+
+# A training process stand-in: records its pid and RINGLEADER_RECOVERIES, then does what `behaviour` says.
+PROGRAM = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from ringleader_trainer import recovery
+    from ringleader_trainer.exitcodes import exit_now
+
+    behaviour, record = sys.argv[1], sys.argv[2]
+
+    def main() -> int:
+        with open(record, "a") as f:
+            f.write(f"{os.getpid()} {os.getppid()} {recovery.recoveries()}\\n")
+        if behaviour == "recover-twice" and recovery.recoveries() < 2:
+            recovery.reexec("peer lost", limit=10)
+        if behaviour == "recover-past-limit":
+            recovery.reexec("peer lost", limit=1)
+            return 201
+        if behaviour == "crash":
+            raise ValueError("boom")
+        if behaviour == "graceful":  # notes the SIGTERM, then dies of it
+            def on_term(signum, frame):
+                with open(record + ".term", "w") as f:
+                    f.write(str(os.getpid()))
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            signal.signal(signal.SIGTERM, on_term)
+        if behaviour in ("sleep", "graceful"):
+            time.sleep(60)
+        return 0
+
+    exit_now(recovery.supervise(main))
+    """
+)
+
+
+def start(tmp_path: Path, behaviour: str) -> tuple[subprocess.Popen[str], Path]:
+    record = tmp_path / "children"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROGRAM, behaviour, str(record)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "RINGLEADER_RECOVERIES": "0"},
+    )  # fmt: skip
+    return proc, record
+
+
+def children(record: Path) -> list[tuple[int, int, int]]:
+    """(pid, parent pid, recoveries) of each training process so far."""
+    if not record.exists():
+        return []
+    return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in record.read_text().splitlines())]
+
+
+def wait_for_child(proc: subprocess.Popen[str], record: Path) -> int:
+    deadline = time.monotonic() + 60
+    while not children(record):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return children(record)[0][0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_each_recovery_is_a_fresh_child_of_the_same_supervisor(tmp_path: Path) -> None:
+    proc, record = start(tmp_path, "recover-twice")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    runs = children(record)
+    assert [r[2] for r in runs] == [0, 1, 2]  # the count reaches each new child
+    assert len({r[0] for r in runs}) == 3 and {r[1] for r in runs} == {proc.pid}  # new pids, one parent
+    assert out.count('"event": "recover"') == 2
+
+
+def test_past_the_limit_the_child_s_exit_code_is_the_supervisor_s(tmp_path: Path) -> None:
+    proc, record = start(tmp_path, "recover-past-limit")
+    proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.PEER_LOST
+    assert [r[2] for r in children(record)] == [0, 1]
+
+
+def test_an_uncaught_error_exits_1_with_its_traceback(tmp_path: Path) -> None:
+    proc, _ = start(tmp_path, "crash")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "ValueError: boom" in err and "Traceback" in err
+
+
+def test_sigterm_reaches_the_child_and_the_supervisor_dies_of_it_too(tmp_path: Path) -> None:
+    proc, record = start(tmp_path, "graceful")
+    child = wait_for_child(proc, record)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM  # what the container runtime reports as 143
+    assert (tmp_path / "children.term").read_text() == str(child)  # the child got it, not a SIGKILL
+    assert not alive(child)
+
+
+def test_a_sigkilled_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
+    proc, record = start(tmp_path, "sleep")
+    child = wait_for_child(proc, record)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while alive(child):
+        assert time.monotonic() < deadline, f"child {child} outlived its supervisor"
+        time.sleep(0.05)
