@@ -32,6 +32,8 @@ PROGRAM = textwrap.dedent(
             return 201
         if behaviour == "crash":
             raise ValueError("boom")
+        if behaviour == "exit-message":
+            sys.exit("bad flag")
         if behaviour == "graceful":  # notes the SIGTERM, then dies of it
             def on_term(signum, frame):
                 with open(record + ".term", "w") as f:
@@ -102,6 +104,13 @@ def test_an_uncaught_error_exits_1_with_its_traceback(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
     assert "ValueError: boom" in err and "Traceback" in err
+
+
+def test_sys_exit_with_a_message_prints_it_and_exits_1(tmp_path: Path) -> None:
+    proc, _ = start(tmp_path, "exit-message")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.strip().endswith("bad flag")
 
 
 def test_sigterm_reaches_the_child_and_the_supervisor_dies_of_it_too(tmp_path: Path) -> None:

@@ -74,7 +74,8 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
     return the exit code of the last; a child killed by a signal makes this process die of the same signal.
 
     `preload` runs once here before the first fork (imports every incarnation would otherwise repeat). It
-    must start no threads: a forked child gets only the forking thread. Signals a pod receives (SIGTERM on
+    must start no threads the child needs (a forked child gets only the forking thread) and must not
+    initialize CUDA (a forked child cannot use a CUDA context its parent made). Signals a pod receives (SIGTERM on
     deletion) are passed on to the child; the child dies with this process (PR_SET_PDEATHSIG), so a SIGKILL
     of either leaves nothing behind."""
     preload()
@@ -112,8 +113,10 @@ def _run_child(main: Callable[[], int], parent: int) -> None:
         exit_now(128 + signal.SIGKILL)
     try:
         code = main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except SystemExit as e:  # as the interpreter would: an int is the code, a message goes to stderr with 1
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
         code = 1
