@@ -140,7 +140,10 @@ def strategies(result: Result) -> list[str]:
         ]
         for r in result["rows"]
     ]
+    runs = result.get("reps", 1)
     reps = f"median over the logged windows of {result.get('steps', '?')} steps, one run per configuration"
+    if runs > 1:
+        reps += f" except the baseline and the trainer's allreduce (gloo): median of {runs} interleaved runs each"
     out = [provenance(result, reps), ""]
     out += table(["workers", "configuration", "step (ms)", "samples/s", "vs allreduce (gloo)"], rows)
     overheads = result.get("overhead_vs_baseline") or {}

@@ -1,6 +1,6 @@
 """Step time per strategy on the ~25M-parameter wide MLP (communication-bound), CPU processes over loopback.
 
-    python -m bench.strategy_bench [--workers 2 4] [--steps 40] [--log-every 5]
+    python -m bench.strategy_bench [--workers 2 4] [--steps 40] [--log-every 5] [--reps 3]
 
 Each configuration runs the built-in `wide-mlp` example as plain processes with the operator's environment
 (tests/trainer/launch.py): allreduce (DDP over gloo, and DDP with our ring), synchronous parameter server with
@@ -8,7 +8,10 @@ Each configuration runs the built-in `wide-mlp` example as plain processes with 
 torchrun DDP script doing the same work (bench/ddp_baseline.py); the trainer's overhead is its allreduce
 step time over the baseline's, minus one. Every worker logs its throughput every `--log-every` steps; a
 window's step time is batch x workers / samples-per-second, and the figure is the median over all windows
-after the first (warm-up) of worker 0. Results go to bench/results/strategies.json; nothing is asserted.
+after the first (warm-up) of worker 0. The two configurations the overhead compares (the baseline and the
+trainer's allreduce over gloo) run `--reps` times each, interleaved so that the shared machine's drift falls
+on both alike, and their figure is the median of the runs' medians; one run varies by about 10% here. The
+other configurations run once. Results go to bench/results/strategies.json; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ TRAINER_VS_BASELINE = "allreduce (gloo)"  # the trainer's default: DDP over gloo
 GOAL_OVERHEAD = 0.05
 
 
-def row(name: str, workers: int, ps: int, times: list[float], wall: float, rounds: int | None) -> dict[str, Any]:
-    median = statistics.median(times)
+def row(
+    name: str, workers: int, ps: int, times: list[float], wall: float, rounds: int | None, median: float | None = None
+) -> dict[str, Any]:
+    median = statistics.median(times) if median is None else median
     out: dict[str, Any] = {"config": name, "workers": workers, "parameter_servers": ps, "median_step_s": median,
                            "samples_per_s": BATCH * workers / median, "step_times_s": times, "wall_s": wall,
                            "rounds": rounds}  # fmt: skip
@@ -82,19 +87,39 @@ def run_baseline(workers: int, steps: int, log_every: int) -> dict[str, Any]:
     return row(BASELINE, workers, 0, step_times(events, BATCH, workers), wall, None)
 
 
+def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for repeated runs of a configuration: the median of the runs' medians; every window kept."""
+    medians = [r["median_step_s"] for r in runs]
+    first = runs[0]
+    times = [t for r in runs for t in r["step_times_s"]]
+    out = row(first["config"], first["workers"], first["parameter_servers"], times, sum(r["wall_s"] for r in runs),
+              first["rounds"], median=statistics.median(medians))  # fmt: skip
+    return out | {"runs": len(runs), "run_medians_s": medians}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--log-every", type=int, default=5)
+    p.add_argument("--reps", type=int, default=3, help="runs of the baseline and of the trainer's allreduce (gloo)")
     args = p.parse_args()
     rows = []
+    assert CONFIGS[0][0] == TRAINER_VS_BASELINE
     with tempfile.TemporaryDirectory() as tmp:
+
+        def config(i: int, workers: int, rep: int = 0) -> dict[str, Any]:
+            name, strategy, ps, spec, extra = CONFIGS[i]
+            logdir = Path(tmp) / f"{workers}-{i}-{rep}"
+            return run(name, strategy, workers, ps, spec, extra, args.steps, args.log_every, logdir)
+
         for workers in args.workers:
-            rows.append(run_baseline(workers, args.steps, args.log_every))
-            for i, (name, strategy, ps, spec, extra) in enumerate(CONFIGS):
-                logdir = Path(tmp) / f"{workers}-{i}"
-                rows.append(run(name, strategy, workers, ps, spec, extra, args.steps, args.log_every, logdir))
+            baseline, trainer = [], []
+            for rep in range(args.reps):  # interleaved, so the machine's drift falls on both alike
+                baseline.append(run_baseline(workers, args.steps, args.log_every))
+                trainer.append(config(0, workers, rep))
+            rows += [combined(baseline), combined(trainer)]
+            rows += [config(i, workers) for i in range(1, len(CONFIGS))]
     overheads = {}
     for workers in args.workers:
         mine = {r["config"]: r for r in rows if r["workers"] == workers}
@@ -104,7 +129,7 @@ def main() -> None:
         print(f"[bench] {workers} workers: the trainer's allreduce vs {BASELINE}: "
               f"{overheads[str(workers)] * 100:+.1f}% step time (goal <= {GOAL_OVERHEAD:.0%})", flush=True)  # fmt: skip
     write_result("strategies", {"model": "wide-mlp", "batch_per_worker": BATCH, "steps": args.steps,
-                                "log_every": args.log_every, "goal_overhead": GOAL_OVERHEAD,
+                                "log_every": args.log_every, "reps": args.reps, "goal_overhead": GOAL_OVERHEAD,
                                 "overhead_vs_baseline": overheads, "rows": rows})  # fmt: skip
 
 
