@@ -8,10 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from ringleader_trainer.exitcodes import ExitCode
+
+from tests.devcluster.helpers import wait_for
 
 # A training process stand-in: records its pid and RINGLEADER_RECOVERIES, then does what `behaviour` says.
 PROGRAM = textwrap.dedent(
@@ -67,11 +68,11 @@ def children(record: Path) -> list[tuple[int, int, int]]:
 
 
 def wait_for_child(proc: subprocess.Popen[str], record: Path) -> int:
-    deadline = time.monotonic() + 60
-    while not children(record):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    return children(record)[0][0]
+    def started() -> list[tuple[int, int, int]]:
+        assert proc.poll() is None, proc.communicate()  # a supervisor that ended fails now, not at the deadline
+        return children(record)
+
+    return wait_for("the supervisor's first child", started, every=0.05)[0][0]
 
 
 def alive(pid: int) -> bool:
@@ -128,7 +129,4 @@ def test_a_sigkilled_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
     child = wait_for_child(proc, record)
     proc.kill()
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while alive(child):
-        assert time.monotonic() < deadline, f"child {child} outlived its supervisor"
-        time.sleep(0.05)
+    wait_for(f"child {child} to die with its supervisor", lambda: not alive(child), timeout=10, every=0.05)

@@ -75,9 +75,9 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
 
     `preload` runs once here before the first fork (imports every incarnation would otherwise repeat). It
     must start no threads the child needs (a forked child gets only the forking thread) and must not
-    initialize CUDA (a forked child cannot use a CUDA context its parent made). Signals a pod receives (SIGTERM on
-    deletion) are passed on to the child; the child dies with this process (PR_SET_PDEATHSIG), so a SIGKILL
-    of either leaves nothing behind."""
+    initialize CUDA (a forked child cannot use a CUDA context its parent made). Signals a pod receives
+    (SIGTERM on deletion) are passed on to the child; the child dies with this process (PR_SET_PDEATHSIG),
+    so a SIGKILL of either leaves nothing behind."""
     preload()
     child = 0
 
@@ -113,10 +113,12 @@ def _run_child(main: Callable[[], int], parent: int) -> None:
         exit_now(128 + signal.SIGKILL)
     try:
         code = main()
-    except SystemExit as e:  # as the interpreter would: an int is the code, a message goes to stderr with 1
-        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-        if not isinstance(e.code, int | None):
+    except SystemExit as e:  # as the interpreter would: an int (or None: 0) is the code, a message exits 1
+        if isinstance(e.code, int | None):
+            code = e.code or 0
+        else:
             print(e.code, file=sys.stderr)
+            code = 1
     except BaseException:
         traceback.print_exc()
         code = 1
