@@ -224,6 +224,11 @@ def plan(
             for p in observed
         )
         st.selector = f"{LABEL_JOB}={job.name},{LABEL_ROLE}={Role.WORKER.value}"
+        ttl = job.spec.run_policy.ttl_seconds_after_finished
+        if ttl is not None and finished(st.conditions) and not finished(old.conditions):
+            # Finished in this round: the status and events are written first, and the round that deletes the
+            # job comes at its TTL. Nothing else would bring it: a finished job's pods may never change again.
+            wait_for(now_t + timedelta(seconds=ttl))
         return out
 
     def clean_pods() -> None:

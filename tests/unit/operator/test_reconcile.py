@@ -378,6 +378,8 @@ def test_ttl_after_finished_deletes_the_job(
     done = plan(job(runPolicy=policy, workers={"replicas": 2, "template": TEMPLATE, "restartPolicy": "Never"}),
                 pods, True, NOW)  # fmt: skip
     assert done.status.phase == ending and done.status.completion_time == NOW
+    # The finishing round is written first; it asks for the round that deletes the job (no pod event may come).
+    assert not done.delete_job and done.requeue_after == ttl
     later = again(done, [], now=after(seconds), runPolicy=policy)
     assert later.delete_job == delete and later.requeue_after == requeue
 
