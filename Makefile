@@ -86,10 +86,10 @@ lint: venv binaries
 	@$(VENV)/bin/hadolint Dockerfile trainer-image/Dockerfile
 
 unit: venv
-	@$(PY) -m pytest tests/unit tests/trainer
+	@$(PY) -m pytest --durations=10 tests/unit tests/trainer
 
 integration: dev-cluster
-	@$(PY) -m pytest tests/devcluster tests/operator
+	@$(PY) -m pytest --durations=10 tests/devcluster tests/operator
 
 test: lint unit integration
 
