@@ -97,7 +97,9 @@ class Kube:
             if absent is not None and e.status == absent:
                 return None
             raise self._wrap(e, what) from e
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, aiohttp.ClientError) as e:
+            # aiohttp's ServerDisconnectedError (a pooled connection the API server closed) and payload errors
+            # are no OSError; unwrapped, they reached kopf as a handler's crash and waited out its 60 s back-off.
             raise self._wrap(e, what) from e
 
     def _wrap(self, e: Exception, what: str) -> Exception:
