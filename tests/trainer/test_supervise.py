@@ -1,5 +1,6 @@
 """The supervisor behind `python -m ringleader_trainer`: it forks each training process, forks a fresh one
-when the last asks to recover, passes signals on, and leaves no child behind when it is killed."""
+when the last asks to recover, passes signals on, reaps what its training processes leave orphaned, and leaves
+no child behind when it is killed."""
 
 from __future__ import annotations
 
@@ -42,7 +43,18 @@ PROGRAM = textwrap.dedent(
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
             signal.signal(signal.SIGTERM, on_term)
-        if behaviour in ("sleep", "graceful"):
+        if behaviour == "orphan":  # leaves a grandchild that outlives its parent, then ends
+            middle = os.fork()
+            if middle == 0:
+                grandchild = os.fork()
+                if grandchild == 0:
+                    time.sleep(5)
+                    os._exit(0)
+                with open(record + ".orphan", "w") as f:
+                    f.write(str(grandchild))
+                os._exit(0)
+            os.waitpid(middle, 0)
+        if behaviour in ("sleep", "graceful", "orphan"):
             time.sleep(60)
         return 0
 
@@ -130,3 +142,29 @@ def test_a_sigkilled_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
     proc.kill()
     proc.wait(timeout=30)
     wait_for(f"child {child} to die with its supervisor", lambda: not alive(child), timeout=10, every=0.05)
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+
+
+def test_orphans_of_a_training_process_come_to_the_supervisor_and_are_reaped(tmp_path: Path) -> None:
+    proc, record = start(tmp_path, "orphan")
+    try:
+        wait_for_child(proc, record)
+        orphan_file = tmp_path / "children.orphan"
+        written = wait_for(
+            "the orphan's pid", lambda: orphan_file.read_text() if orphan_file.exists() else "", every=0.05
+        )
+        orphan = int(written)
+        wait_for("the orphan adopted by the supervisor", lambda: _parent_of(orphan) == proc.pid, timeout=5, every=0.05)
+        # It ends 5 s after it was born; a zombie keeps its /proc entry until its parent reaps it.
+        wait_for("the ended orphan reaped", lambda: not Path(f"/proc/{orphan}").exists(), timeout=20, every=0.1)
+        assert proc.poll() is None  # the training process runs on
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -37,6 +37,7 @@ RECOVERIES_ENV = "RINGLEADER_RECOVERIES"
 RECOVER_STATUS = 250
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
 
 
 class _ThisProcess:
@@ -77,7 +78,9 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
     must start no threads the child needs (a forked child gets only the forking thread) and must not
     initialize CUDA (a forked child cannot use a CUDA context its parent made). Signals a pod receives
     (SIGTERM on deletion) are passed on to the child; the child dies with this process (PR_SET_PDEATHSIG),
-    so a SIGKILL of either leaves nothing behind."""
+    so a SIGKILL of either leaves nothing behind. Processes a training process leaves orphaned come to this
+    one (as to a container's PID 1; elsewhere as their subreaper) and are reaped when they end."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     preload()
     child = 0
 
@@ -96,7 +99,7 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
             for s, handler in previous.items():
                 signal.signal(s, handler)
             _run_child(main, parent)
-        _, status = os.waitpid(child, 0)  # retried by Python after each forwarded signal (PEP 475)
+        status = _wait_reaping(child)
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == RECOVER_STATUS:
             os.environ[RECOVERIES_ENV] = str(recoveries() + 1)
             continue
@@ -105,10 +108,24 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
         return os.waitstatus_to_exitcode(status)
 
 
+def _wait_reaping(child: int) -> int:
+    """Wait for `child` and return its wait status, reaping every other process of this one's that ends
+    meanwhile: a training process's orphans (say, a crashed DataLoader's workers), which would otherwise stay
+    zombies until the pod ends. os.waitpid is retried by Python after each forwarded signal (PEP 475)."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            return status
+
+
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere what it asks for is not done
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+
+
 def _run_child(main: Callable[[], int], parent: int) -> None:
     _ThisProcess.supervised = True
-    with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere the child may outlive a SIGKILL
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # elsewhere than Linux the child may outlive a SIGKILL of this one
     if os.getppid() != parent:  # the supervisor died before the prctl took effect
         exit_now(128 + signal.SIGKILL)
     try:
