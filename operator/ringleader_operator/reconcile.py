@@ -224,12 +224,27 @@ def plan(
             for p in observed
         )
         st.selector = f"{LABEL_JOB}={job.name},{LABEL_ROLE}={Role.WORKER.value}"
-        ttl = job.spec.run_policy.ttl_seconds_after_finished
-        if ttl is not None and finished(st.conditions) and not finished(old.conditions):
-            # Finished in this round: the status and events are written first, and the round that deletes the
-            # job comes at its TTL. Nothing else would bring it: a finished job's pods may never change again.
-            wait_for(now_t + timedelta(seconds=ttl))
+        expire_after_ttl()
         return out
+
+    def expire_after_ttl() -> None:
+        """runPolicy.ttlSecondsAfterFinished: a job finished before this round is deleted once its TTL has run
+        out, else a round is asked for then. One that finishes in this round is not deleted yet (its status and
+        events are written first) but asks for that round too: nothing else would bring it, since a finished
+        job's pods may never change again."""
+        ttl = job.spec.run_policy.ttl_seconds_after_finished
+        if ttl is None or not finished(st.conditions):
+            return
+        ended = st.completion_time or next(
+            (c.last_transition_time for c in st.conditions if c.status == "True" and c.type in TERMINAL), None
+        )
+        if not ended:
+            return
+        expires = parse_time(ended) + timedelta(seconds=ttl)
+        if finished(old.conditions) and now_t >= expires:
+            out.delete_job = True
+        else:
+            wait_for(expires)
 
     def clean_pods() -> None:
         policy = job.spec.run_policy.clean_pod_policy
@@ -241,16 +256,6 @@ def plan(
 
     if finished(st.conditions):
         clean_pods()
-        ttl = job.spec.run_policy.ttl_seconds_after_finished
-        ended = st.completion_time or next(
-            (c.last_transition_time for c in st.conditions if c.status == "True" and c.type in TERMINAL), None
-        )
-        if ttl is not None and ended:
-            expires = parse_time(ended) + timedelta(seconds=ttl)
-            if now_t >= expires:
-                out.delete_job = True
-            else:
-                wait_for(expires)
         return finish_counts()
 
     try:
