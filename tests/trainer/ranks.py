@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
+from ringleader_trainer.exitcodes import exit_now
 from torch.multiprocessing.spawn import spawn
 
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -27,6 +28,9 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., None], args: tupl
         fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
+    # As the trainer leaves (exitcodes.exit_now): torch's threads can abort the interpreter's teardown. An
+    # exception above still reaches spawn, which reports it.
+    exit_now(0)
 
 
 def run_ranks(world: int, fn: Callable[..., None], *args: Any) -> None:

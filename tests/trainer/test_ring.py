@@ -5,7 +5,9 @@ mismatched calls and silent neighbours raise `RingError`."""
 from __future__ import annotations
 
 import datetime
+import gc
 import time
+import weakref
 
 import pytest
 import torch
@@ -81,6 +83,18 @@ def edge_cases_on_rank(rank: int, world: int) -> None:
         assert isinstance(quick, dist.ProcessGroup)
         with pytest.raises(RingError, match="within 2 s"):
             ring_allreduce(torch.ones(3), group=quick)
+    # A failed link does not keep its group alive: once destroyed, the group goes, and gloo's threads with it
+    # (left running, they can abort the process in the interpreter's teardown).
+    failing = dist.new_group([0, 1, 2])
+    assert isinstance(failing, dist.ProcessGroup)
+    ring_allreduce(torch.ones(2), group=failing)
+    with pytest.raises(RingError):
+        ring_allreduce(torch.ones(3 if rank == 0 else 2), group=failing)
+    released = weakref.ref(failing)
+    dist.destroy_process_group(failing)
+    del failing
+    gc.collect()
+    assert released() is None
     dist.barrier()
 
 

@@ -88,7 +88,7 @@ class RingLink:
             # 4 MB buffers (the rmem_max here) measured slower.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._queue: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
-        self._error: RingError | None = None
+        self._error: str | None = None  # the first failure's message
         self._sender = threading.Thread(target=self._send_loop, name="ring-sender", daemon=True)
         self._sender.start()
 
@@ -126,11 +126,15 @@ class RingLink:
     def _fail(self, message: str) -> RingError:
         """Record the first error and shut both connections: their byte streams are out of step now, and the
         neighbours should fail at once rather than time out. The sender thread keeps draining its queue (so a
-        pending `flush` returns) until `close`."""
+        pending `flush` returns) until `close`. Returns a new RingError with the first error's message.
+
+        The link keeps the message, not an exception: a raised exception's traceback holds the caller's frames
+        and with them the process group, which the group's finalizer (holding this link) would keep alive for
+        good, and gloo's threads with it."""
         if self._error is None:
-            self._error = RingError(message)
+            self._error = message
             self._shutdown()
-        return self._error
+        return RingError(self._error)
 
     def _shutdown(self) -> None:
         for sock in (self._in, self._out):
