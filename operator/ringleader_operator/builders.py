@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import admission, gangs
+from . import admission, gangs, launchers
 from .api import API_VERSION, KIND, Role, Strategy, TrainingJob
 
 LABEL_JOB = "ringleader.dev/job-name"
@@ -100,11 +100,25 @@ def validate(job: TrainingJob) -> None:
         spec = job.replicas(role)
         if spec is not None:
             trainer_container_index(spec.template, where)
+    template = job.spec.workers.template
+    trainer = trainer_container_index(template, "spec.workers.template")
+    where = f"spec.workers.template.spec.containers[{trainer}]"
+    split = launchers.split_world(template["spec"]["containers"][trainer], worker_counts(job), where)
+    if split is not None:
+        raise InvalidTemplate(str(split))
     if len(names := gangs.scheduler_names(job)) > 1:
         raise InvalidTemplate(
             "spec.parameterServers.template.spec.schedulerName must equal the workers' (the ranks are scheduled as "
             f"one gang): {' and '.join(sorted(repr(n) for n in names))}"
         )
+
+
+def worker_counts(job: TrainingJob) -> range:
+    """Every number of worker pods the job may run with: `replicas`, or minReplicas to maxReplicas when elastic."""
+    workers = job.spec.workers
+    low = min(workers.min_replicas or workers.replicas, workers.replicas)
+    high = max(workers.max_replicas or workers.replicas, workers.replicas)
+    return range(low, high + 1)
 
 
 def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
@@ -128,8 +142,10 @@ def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
         "RINGLEADER_METRICS_PORT": str(METRICS_PORT),
     }
     if role == Role.WORKER:
-        # torchrun's variables: an unmodified init_process_group(init_method="env://") script works.
+        # What torchrun gives its children: an unmodified init_process_group(init_method="env://") script works.
         env |= {"WORLD_SIZE": str(workers), "RANK": str(index), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        # torchrun's own options: `torchrun script.py` with no options forms this same world.
+        env |= launchers.torchrun_env(workers, index, env["MASTER_ADDR"], MASTER_PORT)
     if spec.strategy == Strategy.PARAMETER_SERVER:
         settings = spec.parameter_server
         env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import desired_ranks, rank_env
+from ringleader_operator.launchers import TORCHRUN_ENV
 from ringleader_trainer.env import READS, EnvError, from_env
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "env-contract.md"
@@ -60,14 +61,15 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
         )
 
 
-def test_the_operator_writes_exactly_what_the_trainer_reads() -> None:
+def test_the_operator_writes_exactly_what_the_trainer_and_torchrun_read() -> None:
     written = {key for name, role, i in RANKS for key in rank_env(JOBS[name], role, i)}
-    assert written == READS
+    assert written == READS | TORCHRUN_ENV and not READS & TORCHRUN_ENV
 
 
 def test_the_docs_list_exactly_the_contract() -> None:
-    rows = re.findall(r"^\| `([A-Z_]+)` \|", DOC.read_text(), flags=re.MULTILINE)
-    assert set(rows) == READS and len(rows) == len(READS)
+    """The first table lists every variable once; the launcher tables below it add none of their own."""
+    rows = re.findall(r"^\| `([A-Z_]+)` \| [a-z]", DOC.read_text(), flags=re.MULTILINE)
+    assert set(rows) == READS | TORCHRUN_ENV and len(rows) == len(set(rows))
 
 
 GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
@@ -84,8 +86,14 @@ GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
         ({"MASTER_ADDR": ""}, "MASTER_ADDR is not set"),
         ({"RINGLEADER_PS_MAX_STALENESS": None}, "RINGLEADER_PS_MAX_STALENESS is not set"),
         ({"RINGLEADER_GLOBAL_WORLD_SIZE": "4"}, "RINGLEADER_GLOBAL_WORLD_SIZE=4 is not"),
+        # what torchrun --standalone gives the trainer in worker 1's pod: a world of its own
+        ({"WORLD_SIZE": "1", "RANK": "0"}, "WORLD_SIZE=1 is not the job's 3 workers"),
+        # what torchrun --nproc-per-node 3 gives one of its processes in worker 1's pod
+        ({"RANK": "2"}, "RANK=2 is not this worker's index RINGLEADER_INDEX=1"),
     ],
-    ids=["rank-too-big", "rank-not-int", "ps-addrs", "strategy", "index", "master", "staleness", "world"],
+    ids=str.split(
+        "rank-too-big rank-not-int ps-addrs strategy index master staleness world standalone-world renumbered"
+    ),
 )
 def test_bad_environments_fail_with_one_line_naming_the_variable(change: dict[str, str | None], names: str) -> None:
     merged: dict[str, str | None] = {**GOOD, **change}

@@ -143,7 +143,16 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         if rank >= world:
             raise EnvError(f"RANK={rank} must be less than WORLD_SIZE={world}")
         if world != num_workers:
-            raise EnvError(f"WORLD_SIZE={world} is not RINGLEADER_NUM_WORKERS={num_workers}")
+            raise EnvError(
+                f"WORLD_SIZE={world} is not the job's {num_workers} workers (RINGLEADER_NUM_WORKERS): a launcher "
+                "formed a world of its own (torchrun --standalone or --nnodes?); run the trainer without one"
+            )
+        if rank != index:
+            # One training process per pod: a launcher that starts several (torchrun --nproc-per-node) renumbers them.
+            raise EnvError(
+                f"RANK={rank} is not this worker's index RINGLEADER_INDEX={index}: a launcher renumbered the ranks "
+                "(torchrun --nproc-per-node?); run the trainer without one"
+            )
         out |= {"rank": rank, "world_size": world, "local_rank": _req(_int(env, "LOCAL_RANK", 0))}
     if strategy == "parameter-server":
         if num_ps < 1:

@@ -96,6 +96,11 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "RANK", "value": "0"},
                         {"name": "LOCAL_RANK", "value": "0"},
                         {"name": "LOCAL_WORLD_SIZE", "value": "1"},
+                        {"name": "PET_NNODES", "value": "2"},
+                        {"name": "PET_NPROC_PER_NODE", "value": "1"},
+                        {"name": "PET_NODE_RANK", "value": "0"},
+                        {"name": "PET_MASTER_ADDR", "value": "mnist-worker-0.mnist"},
+                        {"name": "PET_MASTER_PORT", "value": "29500"},
                     ],
                     "ports": [
                         {"name": "c10d", "containerPort": 29500, "protocol": "TCP"},
