@@ -29,7 +29,7 @@ export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/operator:$(CURDIR)/trainer-i
 
 help:
 	@echo "make demo                        dev cluster + operator installed with helm + an example job to Succeeded"
-	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler and the process node"
+	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes"
 	@echo "make dev-cluster-down            stop all of it and remove .dev/"
 	@echo "make operator-up / operator-down install the CRD and run the operator against the dev cluster"
 	@echo "make test                        lint, unit tests, integration tests on the dev cluster"

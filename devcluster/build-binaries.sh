@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the dev cluster's binaries from the Go module proxy into the cache, each only when it is missing:
 #   $RINGLEADER_CACHE/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#   $RINGLEADER_CACHE/realnode-<v>/{kubelet,cri-sweep,pause}
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
@@ -42,21 +43,35 @@ wait_for_exit() { # PID SECONDS: true once PID has exited, false if it still run
 }
 
 kube_dir="$cache/kubernetes-$KUBE_VERSION"
+minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+kube_ld="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ld="$kube_ld -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  kube_ld="$kube_ld -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
 if ! have "$kube_dir" kube-apiserver kube-controller-manager kube-scheduler kubectl; then
-  minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
-  ld="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld="$ld -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-    ld="$ld -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
   tmp=$(mktemp -d "$cache/.kubernetes.XXXXXX")
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     say "building $c $KUBE_VERSION"
     start_timer
-    (cd "$here/go/kube" && progress "building $c" go build -trimpath -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
+    (cd "$here/go/kube" && progress "building $c" go build -trimpath -ldflags "$kube_ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
     say "built $c in $(took)"
   done
   rm -rf "$kube_dir"; mv "$tmp" "$kube_dir"
+fi
+
+# The real node's own programs: the kubelet, cri-sweep (removes a runtime's pod sandboxes at teardown) and the
+# sandbox (pause) program, all static.
+node_dir="$cache/realnode-$KUBE_VERSION"
+if ! have "$node_dir" kubelet cri-sweep pause; then
+  tmp=$(mktemp -d "$cache/.realnode.XXXXXX")
+  say "building kubelet $KUBE_VERSION, cri-sweep and pause"
+  start_timer
+  (cd "$here/go/kube" && progress "building kubelet" go build -trimpath -ldflags "$kube_ld" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet)
+  (cd "$here/go/kube" && progress "building cri-sweep" go build -trimpath -ldflags "-s -w" -o "$tmp/cri-sweep" ./cri-sweep)
+  (cd "$here/go/pause" && go build -trimpath -ldflags "-s -w" -o "$tmp/pause" .)
+  rm -rf "$node_dir"; mv "$tmp" "$node_dir"
+  say "built the real node's programs in $(took)"
 fi
 
 etcd_dir="$cache/etcd-$ETCD_VERSION"

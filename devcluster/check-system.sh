@@ -6,10 +6,23 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
 command -v mount >/dev/null || missing+=(mount)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah for images,
+# openssl for the node's certificate, a static busybox for the node's test image.
+if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  command -v buildah >/dev/null || missing+=(buildah)
+  command -v openssl >/dev/null || missing+=(openssl)
+  { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || missing+=(busybox-static)  # static: no ldd
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "[deps] installing ${missing[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    echo "[deps] installing ${missing[*]} (apt-get, about 20 s)"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+      echo "apt-get could not install ${missing[*]}: check that its package repositories are reachable" >&2
+      exit 1
+    fi
   else
     echo "missing system packages: ${missing[*]} (install them, e.g. apt-get install ${missing[*]})" >&2
     exit 1

@@ -6,13 +6,13 @@ import argparse
 import os
 import sys
 
-from . import cluster
+from . import cluster, realnode
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="ringleader-devcluster", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    u = sub.add_parser("up", help="build what is missing, start the control plane and the process node")
+    u = sub.add_parser("up", help="build what is missing, start the control plane, the process node and the real node")
     u.add_argument("--fake-nodes", type=int, default=None, help="kwok-managed fake nodes for scale tests")
     u.add_argument(
         "--gpus",
@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> None:
         "--nodes", type=int, default=int(os.environ.get("RINGLEADER_NODES", "1")), help="process nodes to register"
     )
     u.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
+    u.add_argument(
+        "--real-node",
+        action=argparse.BooleanOptionalAction,
+        default=cluster.real_node_wanted(),
+        help="also run the real node (kubelet, containerd, runc, CNI); RINGLEADER_REAL_NODE=0 leaves it out",
+    )
     sub.add_parser("down", help="stop everything the dev cluster started and remove its state")
     sub.add_parser("status", help="say what runs")
     sub.add_parser("operator-up", help="install the CRD and run the operator from this checkout")
@@ -31,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         if args.command == "up":
-            cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build)
+            cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build, real_node=args.real_node)
         elif args.command == "down":
             cluster.down()
         elif args.command == "operator-up":
@@ -40,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
             cluster.operator_down()
         else:
             sys.exit(cluster.status())
-    except cluster.ClusterError as e:
+    except (cluster.ClusterError, realnode.RealNodeError) as e:
         sys.exit(f"dev-cluster: {e}")
     except KeyboardInterrupt:
         sys.exit("dev-cluster: interrupted")

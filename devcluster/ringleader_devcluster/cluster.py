@@ -21,9 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import realnode
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, PACKAGE_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
+from .pids import is_running, pid_from, stop_pid, wait_gone
 
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
 KUBELET_PORT = 10250
@@ -175,6 +177,16 @@ def _kwokctl_config(layout: Layout) -> Path:
         },
         "componentsPatches": [
             {"name": "kwok-controller", "extraArgs": override},
+            # The real node's kubelet authenticates the API server by its client certificate and is reached at
+            # its InternalIP (its Hostname address is not resolvable here).
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "kubelet-client-certificate", "value": str(layout.pki / "admin.crt")},
+                    {"key": "kubelet-client-key", "value": str(layout.pki / "admin.key")},
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
+                ],
+            },
             # kwokctl's own options for these are overridden by its defaults for fake nodes (25 s, 3m20s).
             {"name": "kube-controller-manager", "extraArgs": node_monitoring},
         ],
@@ -266,7 +278,7 @@ def start_control_plane(layout: Layout) -> None:
 
 
 def node_pid(layout: Layout) -> int | None:
-    return _pid_from(layout.node_pidfile)
+    return pid_from(layout.node_pidfile)
 
 
 def _spawn_agent(
@@ -319,7 +331,7 @@ def add_node(name: str, index: int, gpus: int = 8) -> None:
     Ready. `index` must not be taken by the main agent's nodes (it holds 0 .. nodes-1)."""
     layout = Layout.from_env()
     state_dir = layout.extra_nodes_dir / name
-    if _pid_from(state_dir / "agent.pid"):
+    if pid_from(state_dir / "agent.pid"):
         raise ClusterError(f"node {name} already runs")
     t0 = time.monotonic()
     _spawn_agent(layout, state_dir, name, 1, gpus, KUBELET_PORT + index, "--cidr-index", str(index), "--no-api-relay")
@@ -333,10 +345,10 @@ def power_off_node(name: str) -> None:
     simply stops reporting, as a real one would; the controller-manager's node lifecycle takes over."""
     layout = Layout.from_env()
     state_dir = layout.extra_nodes_dir / name
-    pid = _pid_from(state_dir / "agent.pid")
+    pid = pid_from(state_dir / "agent.pid")
     if pid:
         os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, 10)
+        wait_gone(pid, 10)
     kill_leftovers(state_dir / "pods")
     asyncio.run(sweep_sandboxes(state_dir / "pods"))
 
@@ -356,9 +368,10 @@ def wait_nodes_ready(
     pidfile, log = pidfile or layout.node_pidfile, log or layout.node_log
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
-        if _pid_from(pidfile) is None:
+        if pid_from(pidfile) is None:
             tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-            raise ClusterError(f"the process node exited: {tail[0] if tail else 'no log'} (log: {log})")
+            what = "the kubelet" if pidfile.stem == "kubelet" else "the process node"
+            raise ClusterError(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
         res = kubectl(layout, "get", "nodes", "-o", "json", check=False)
         if res.returncode == 0:
             ready = {
@@ -401,11 +414,27 @@ def scale_fake_nodes(layout: Layout, count: int) -> None:
         )
 
 
+def real_node_wanted() -> bool:
+    return os.environ.get("RINGLEADER_REAL_NODE", "1") != "0"
+
+
+def start_real_node(layout: Layout) -> None:
+    """The real node beside the process node; its failures become ClusterError with the same one line."""
+    try:
+        realnode.start(layout, f"https://127.0.0.1:{API_PORT}")
+    except realnode.RealNodeError as e:
+        raise ClusterError(f"real node: {e}") from e
+
+
 def node_names(nodes: int) -> list[str]:
     return [NODE_NAME] if nodes == 1 else [f"{NODE_NAME}-{i}" for i in range(nodes)]
 
 
-def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True) -> None:
+def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True, real_node: bool | None = None) -> None:
+    """Start what is not running yet: the control plane, the process node(s) and, unless `real_node` is False
+    (default: RINGLEADER_REAL_NODE, on unless "0"), the real node; return once every node is Ready."""
+    if real_node is None:
+        real_node = real_node_wanted()
     t0 = time.monotonic()
     layout = Layout.from_env()
     if build:
@@ -414,44 +443,16 @@ def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True) -> Non
     start_control_plane(layout)
     say("control plane ready", t0)
     start_node(layout, gpus, nodes)
+    if real_node:
+        start_real_node(layout)
     wait_nodes_ready(layout, node_names(nodes), t0)
+    if real_node:
+        paths = realnode.Paths.of(layout)
+        wait_nodes_ready(layout, [realnode.NODE_NAME], t0, paths.pidfile("kubelet"), paths.log("kubelet"))
+        say(f"real node ready (kubelet, containerd; log {paths.log('kubelet')})", t0)
     if fake_nodes is not None:
         scale_fake_nodes(layout, fake_nodes)
     say(f"ready: export KUBECONFIG={layout.kubeconfig}", t0)
-
-
-def is_running(pid: int) -> bool:
-    """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone, and our own child is reaped."""
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
-def _stop_pid(pid: int, timeout: float) -> None:
-    """SIGTERM, wait up to `timeout` seconds, then SIGKILL."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    if _wait_gone(pid, timeout):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    _wait_gone(pid, 10)  # its sockets are closed only once it is gone
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for `pid` to exit; True once it has."""
-    deadline = time.monotonic() + timeout
-    while is_running(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 async def _sweep_network() -> None:
@@ -489,11 +490,11 @@ def stop_component(component: str) -> None:
     if component not in CONTROL_PLANE:
         raise ClusterError(f"unknown control-plane component {component!r}: one of {', '.join(CONTROL_PLANE)}")
     layout = Layout.from_env()
-    pid = _pid_from(layout.cluster_dir / "pids" / f"{component}.pid")
+    pid = pid_from(layout.cluster_dir / "pids" / f"{component}.pid")
     if pid is None:
         raise ClusterError(f"{component} does not run: start the dev cluster first ('make dev-cluster')")
     os.kill(pid, signal.SIGKILL)
-    _wait_gone(pid, 10)
+    wait_gone(pid, 10)
     say(f"{component} killed")
 
 
@@ -504,14 +505,17 @@ def down() -> None:
     pid = node_pid(layout)
     if pid:
         say("stopping the process node and its pods")
-        _stop_pid(pid, timeout=45)
+        stop_pid(pid, timeout=45)
     for pidfile in layout.extra_nodes_dir.glob("*/agent.pid"):
-        if pid := _pid_from(pidfile):
-            _stop_pid(pid, timeout=45)
+        if pid := pid_from(pidfile):
+            stop_pid(pid, timeout=45)
     # Whatever a crashed agent left behind: sandboxes (and every process inside them) and the bridge.
     for pods in [layout.node_dir / "pods", *layout.extra_nodes_dir.glob("*/pods")]:
         kill_leftovers(pods)
     asyncio.run(_sweep_network())
+    if realnode.Paths.of(layout).root.exists():
+        say("stopping the real node (kubelet, its pods, containerd)")
+        realnode.stop(layout)
     if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
         say("deleting the control plane")
         pids = _component_pids(layout)
@@ -523,7 +527,7 @@ def down() -> None:
         )
         # kwokctl signals the components and returns; wait until they are really gone (ports free).
         for pid in pids:
-            _stop_pid(pid, timeout=20)
+            stop_pid(pid, timeout=20)
     shutil.rmtree(layout.state, ignore_errors=True)
     say("down", t0)
 
@@ -547,7 +551,7 @@ def operator_up() -> None:
     )  # fmt: skip
     kubectl(layout, "apply", "-f", str(PACKAGE_DIR / "peering.yaml"))
     pidfile = _operator_pidfile(layout)
-    if _pid_from(pidfile):
+    if pid_from(pidfile):
         say("operator already running")
         return
     if helm(layout, "status", CHART_RELEASE, "--namespace", CHART_NAMESPACE, check=False).returncode == 0:
@@ -586,9 +590,9 @@ def operator_up() -> None:
 
 def operator_down() -> None:
     layout = Layout.from_env()
-    pid = _pid_from(_operator_pidfile(layout))
+    pid = pid_from(_operator_pidfile(layout))
     if pid:
-        _stop_pid(pid, timeout=20)
+        stop_pid(pid, timeout=20)
         say("operator stopped")
     _operator_pidfile(layout).unlink(missing_ok=True)
 
@@ -599,22 +603,14 @@ def _operator_pidfile(layout: Layout) -> Path:
 
 def operator_pid() -> int | None:
     """The dev cluster's operator process, if it runs."""
-    return _pid_from(_operator_pidfile(Layout.from_env()))
+    return pid_from(_operator_pidfile(Layout.from_env()))
 
 
 def kill_operator(pid: int) -> None:
     """SIGKILL the operator (no clean shutdown, as a crash would be) and wait until it is gone."""
     os.kill(pid, signal.SIGKILL)
-    _wait_gone(pid, timeout=10)
+    wait_gone(pid, timeout=10)
     _operator_pidfile(Layout.from_env()).unlink(missing_ok=True)
-
-
-def _pid_from(pidfile: Path) -> int | None:
-    try:
-        pid = int(pidfile.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return pid if is_running(pid) else None
 
 
 def status() -> int:
@@ -623,6 +619,8 @@ def status() -> int:
     node = node_pid(layout)
     print(f"control plane: {'running' if api else 'not running'}")
     print(f"process node:  {f'running (pid {node})' if node else 'not running'}")
+    kubelet = pid_from(realnode.Paths.of(layout).pidfile("kubelet"))
+    print(f"real node:     {f'running (kubelet pid {kubelet})' if kubelet else 'not running'}")
     if api:
         print(kubectl(layout, "get", "nodes", check=False).stdout, end="")
         print(f"KUBECONFIG={layout.kubeconfig}")

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client import ApiException
+from ringleader_devcluster import realnode
 from ringleader_devcluster.layout import Layout
 
 T = TypeVar("T")
@@ -52,6 +53,31 @@ def python_pod(
             "terminationGracePeriodSeconds": 5,
             "containers": [container],
             **spec,
+        },
+    }
+
+
+def busybox_pod(name: str, script: str, *, memory: str | None = None, restart_policy: str = "Never") -> dict[str, Any]:
+    """A pod whose container `main` runs `sh -c script` in the busybox image on the real node."""
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": realnode.BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",  # imported, never pulled
+        "command": ["sh", "-c", script],
+    }
+    if memory:
+        container["resources"] = {"limits": {"memory": memory}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "nodeSelector": {realnode.LABEL: "true"},
+            "tolerations": [{"key": realnode.TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 2,
+            "automountServiceAccountToken": False,
+            "containers": [container],
         },
     }
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from ringleader_devcluster import cluster
+from ringleader_devcluster import cluster, realnode
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
-from .helpers import gone, python_pod, wait_for, wait_phase
+from .helpers import busybox_pod, gone, python_pod, wait_for, wait_phase
 
 pytestmark = pytest.mark.lifecycle
 
@@ -76,17 +76,24 @@ def test_no_process_outlives_down_and_up_starts_clean(
     script = f"import time  # {marker}\ntime.sleep(600)"
     core.create_namespaced_pod(namespace, python_pod("long", script))
     core.create_namespaced_pod(namespace, python_pod("long-host", script, hostNetwork=True))
-    for name in ("long", "long-host"):
+    realnode.import_image(realnode.Paths.of(layout), realnode.busybox_archive(layout))
+    # The shell stays (it has more to do after sleep), so the marker shows in its command line.
+    core.create_namespaced_pod(namespace, busybox_pod("boxed", f"sleep 600; echo {marker}"))
+    for name in ("long", "long-host", "boxed"):
         wait_phase(core, namespace, name, {"Running"})
     state = str(layout.state).encode()
     # Running is reported once the sandbox launcher runs; the marker shows once it has exec'd the script.
-    wait_for("both pod processes", lambda: sum(marker.encode() in c for c in _cmdlines().values()) == 2)
+    wait_for("all three pod processes", lambda: sum(marker.encode() in c for c in _cmdlines().values()) == 3)
     assert any(state in c for c in _cmdlines().values())  # etcd, apiserver ... run from the state directory
 
-    # The harsh case: the node agent dies without cleaning up, then the cluster is taken down.
+    # The harsh case: the node agent, the kubelet and containerd die without cleaning up, then the cluster is
+    # taken down.
     agent = cluster.node_pid(layout)
     assert agent is not None
     os.kill(agent, signal.SIGKILL)
+    paths = realnode.Paths.of(layout)
+    for program in ("kubelet", "containerd"):
+        os.kill(int(paths.pidfile(program).read_text()), signal.SIGKILL)
     assert any(marker.encode() in c for c in _cmdlines().values())
     cluster.down()
 
@@ -99,9 +106,11 @@ def test_no_process_outlives_down_and_up_starts_clean(
         else True
     )
     assert not Path("/sys/class/net/rl0").exists()
+    assert realnode.leftovers(layout) == []
 
     cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
     fresh = client.CoreV1Api(config.new_client_from_config(config_file=str(layout.kubeconfig)))
-    ready = {c.type: c.status for c in fresh.read_node("process-node").status.conditions}
-    assert ready["Ready"] == "True"
+    for node in ("process-node", realnode.NODE_NAME):
+        ready = {c.type: c.status for c in fresh.read_node(node).status.conditions}
+        assert ready["Ready"] == "True"
     assert [p.metadata.name for p in fresh.list_pod_for_all_namespaces().items] == []
