@@ -98,14 +98,14 @@ def validate(job: TrainingJob) -> None:
     """What the CRD schema cannot check (the free-form pod templates). Raises InvalidTemplate."""
     for role, where in ((Role.WORKER, "spec.workers.template"), (Role.PS, "spec.parameterServers.template")):
         spec = job.replicas(role)
-        if spec is not None:
-            trainer_container_index(spec.template, where)
-    template = job.spec.workers.template
-    trainer = trainer_container_index(template, "spec.workers.template")
-    where = f"spec.workers.template.spec.containers[{trainer}]"
-    split = launchers.split_world(template["spec"]["containers"][trainer], worker_counts(job), where)
-    if split is not None:
-        raise InvalidTemplate(str(split))
+        if spec is None:
+            continue
+        trainer = trainer_container_index(spec.template, where)
+        container = spec.template["spec"]["containers"][trainer]
+        if role == Role.WORKER and (
+            split := launchers.split_world(container, worker_counts(job), f"{where}.spec.containers[{trainer}]")
+        ):
+            raise InvalidTemplate(str(split))
     if len(names := gangs.scheduler_names(job)) > 1:
         raise InvalidTemplate(
             "spec.parameterServers.template.spec.schedulerName must equal the workers' (the ranks are scheduled as "

@@ -65,7 +65,7 @@ LAUNCH_OPTIONS: dict[tuple[str, ...], bool] = {**OPTIONS, ("--use-env", "--use_e
 TORCHRUN_MODULES = {"torch.distributed.run": OPTIONS, "torch.distributed.launch": LAUNCH_OPTIONS}
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
 # Python's own options that take the next argument as their value.
-PYTHON_VALUE_OPTIONS = {"-X", "-W", "-Q"}
+PYTHON_VALUE_OPTIONS = {"-X", "-W"}
 # What a shell may put in front of the command it runs.
 PREFIXES = {"exec", "env", "time", "nohup", "command"}
 
