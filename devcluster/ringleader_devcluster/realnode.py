@@ -366,8 +366,8 @@ def _node_certificate(paths: Paths, pki: Path) -> tuple[Path, Path]:
 
 
 def start(layout: Layout, server: str) -> None:
-    """Start containerd and the kubelet (each once; a running one is left alone) and return once the node is
-    registered. The caller waits for Ready."""
+    """Start containerd and the kubelet (each once; a running one is left alone) and return once the kubelet is
+    started; the caller waits for the node to be Ready (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
     paths = Paths.of(layout)
     preflight(paths)
     if pid_from(paths.pidfile("kubelet")):
