@@ -101,6 +101,7 @@ bench-cluster: dev-cluster
 	@bash bench/peer/build-training-operator.sh
 	@$(PY) -m bench.control_plane_bench
 	@$(PY) -m bench.recovery_bench
+	@$(PY) -m bench.launcher_bench
 	@$(PY) -m bench.report
 
 bench-trainer: venv

@@ -191,12 +191,47 @@ def checkpoint(result: Result) -> list[str]:
     return out + table(head, rows)
 
 
+def launchers(result: Result) -> list[str]:
+    runs = result["create_to_all_initialized_s"]
+    rows = [
+        [name, str(r["summary"]["n"]), f"{r['summary']['median']:.2f}", f"{r['summary']['min']:.2f}",
+         f"{r['summary']['max']:.2f}"]
+        for name, r in runs.items()
+    ]  # fmt: skip
+    settings = result["settings"]
+    out = [
+        provenance(result, f"{settings['reps']} jobs of {settings['workers']} workers per launcher, alternating"),
+        "",
+    ]
+    out += table(["launcher", "jobs", "median (s)", "min (s)", "max (s)"], rows)
+    return [*out, "", f"torchrun / trainer: {result['ratio_torchrun_over_trainer']:.2f}x; {result['verdict']}."]
+
+
+def devcluster(result: Result) -> list[str]:
+    goals, start = result["goals"], result["warm_start_s"]["summary"]
+    rows = [
+        ["warm `make dev-cluster`", str(start["n"]), f"{start['median']:.2f} s", f"{start['max']:.2f} s",
+         f"<= {goals['warm_start_s']:g} s", verdict(start["max"] <= goals["warm_start_s"])],
+    ]  # fmt: skip
+    for node, goal in (("process", goals["pod_running_p99_s"]), ("real", goals["real_node_pod_running_p99_s"])):
+        lat = result["pod_create_to_running_s"][node]["summary"]
+        rows.append(
+            [f"pod create -> Running, {node} node", str(lat["n"]), f"{lat['median'] * 1000:.0f} ms",
+             f"{lat['p99'] * 1000:.0f} ms (p99)", f"p99 <= {goal:g} s", verdict(lat["p99"] <= goal)]
+        )  # fmt: skip
+    settings = result["settings"]
+    reps = f"node kinds interleaved in {settings['rounds']} rounds, {settings['concurrency']} pods in flight"
+    return [provenance(result, reps), "", *table(["what", "n", "median", "worst", "goal", ""], rows)]
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
     ("strategies", "Data plane: step time per strategy (~25M-parameter wide MLP)", "make bench-trainer", strategies),
     ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),
     ("checkpoint", "Checkpoint overhead at the default interval", "make bench-trainer", checkpoint),
+    ("launchers", "Launchers: job creation to every rank past init_process_group", "make bench-cluster", launchers),
+    ("devcluster", "Dev cluster: start, and pod start per node kind", "make bench-cluster", devcluster),
 ]
 
 

@@ -124,3 +124,29 @@ def test_write_makes_the_report_and_png_plots_and_names_what_is_missing(tmp_path
     assert "## Control plane" in text and "Lowest ratio there 1.00x: **met**" in text
     assert "Not measured yet: run `make bench-cluster`." in text  # recovery
     assert "Not measured yet: run `make bench-trainer`." in text  # strategies, checkpoint
+
+
+def test_launchers_and_devcluster_sections_report_their_figures_and_verdicts() -> None:
+    launchers = {
+        "machine": MACHINE,
+        "settings": {"workers": 8, "reps": 5},
+        "create_to_all_initialized_s": {
+            "torchrun": {"summary": {"n": 5, "median": 20.0, "min": 18.0, "max": 22.0}},
+            "trainer": {"summary": {"n": 5, "median": 10.0, "min": 9.0, "max": 11.0}},
+        },
+        "ratio_torchrun_over_trainer": 2.0,
+        "verdict": "trainer is faster",
+    }
+    lat = {"summary": {"n": 100, "median": 0.3, "p99": 2.5, "max": 2.5}}
+    devcluster = {
+        "machine": MACHINE,
+        "settings": {"rounds": 4, "concurrency": 4},
+        "goals": {"warm_start_s": 30.0, "pod_running_p99_s": 1.0, "real_node_pod_running_p99_s": 2.0},
+        "warm_start_s": {"summary": {"n": 3, "median": 5.0, "max": 6.0}},
+        "pod_create_to_running_s": {"process": {"summary": {**lat["summary"], "p99": 0.6}}, "real": lat},
+    }
+    text = report.render({"launchers": launchers, "devcluster": devcluster})
+    assert "| torchrun | 5 | 20.00 | 18.00 | 22.00 |" in text
+    assert "torchrun / trainer: 2.00x; trainer is faster." in text
+    assert "| pod create -> Running, process node | 100 | 300 ms | 600 ms (p99) | p99 <= 1 s | **met** |" in text
+    assert "| pod create -> Running, real node | 100 | 300 ms | 2500 ms (p99) | p99 <= 2 s | **missed** |" in text
