@@ -38,7 +38,7 @@ help:
 	@echo "make bench                       all benchmarks below: bench/results/, BENCHMARKS.md, bench/plots/"
 	@echo "make bench-cluster               dev-cluster start; Ringleader vs Kubeflow's training-operator; recovery time"
 	@echo "make bench-trainer               ring vs gloo; step time per strategy; checkpoint overhead (no cluster)"
-	@echo "make images                      docker build the operator and trainer images (needs Docker)"
+	@echo "make images                      the operator and trainer images (docker build, or buildah without Docker)"
 	@echo "make kind-demo                   kind cluster, images loaded, chart installed, example job (needs Docker, kind)"
 	@echo "make kind-down                   delete the kind cluster"
 
@@ -118,9 +118,14 @@ demo:
 	@$(PY) -m ringleader_devcluster.demo
 
 # ---- for users with Docker and kind (the standard kind workflow; not exercised where no Docker engine runs) ----
+# With Docker: docker build. Without: buildah on a base image made with debootstrap, into OCI archives in the
+# cache (devcluster/ringleader_devcluster/images.py), which the dev cluster's real node imports.
 images:
-	$(DOCKER) build -t $(OPERATOR_IMAGE) .
-	$(DOCKER) build -f trainer-image/Dockerfile -t $(TRAINER_IMAGE) .
+	@if command -v $(DOCKER) >/dev/null && $(DOCKER) info >/dev/null 2>&1; then \
+		$(DOCKER) build -t $(OPERATOR_IMAGE) . && $(DOCKER) build -f trainer-image/Dockerfile -t $(TRAINER_IMAGE) .; \
+	else \
+		$(MAKE) -s venv && bash devcluster/check-system.sh && mkdir -p $(DEV_DIR) && $(PY) -m ringleader_devcluster images; \
+	fi
 
 kind-up:
 	@$(KIND) get clusters 2>/dev/null | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --wait 120s

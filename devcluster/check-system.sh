@@ -6,13 +6,15 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
 command -v mount >/dev/null || missing+=(mount)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
-# The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah for images,
+# The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah and
+# debootstrap for images,
 # openssl for the node's certificate, a static busybox for the node's test image.
 if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
   command -v buildah >/dev/null || missing+=(buildah)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v openssl >/dev/null || missing+=(openssl)
   { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || missing+=(busybox-static)  # static: no ldd
 fi

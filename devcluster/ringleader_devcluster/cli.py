@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from . import cluster, realnode
+from . import cluster, images, realnode
+from .layout import Layout
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("status", help="say what runs")
     sub.add_parser("operator-up", help="install the CRD and run the operator from this checkout")
     sub.add_parser("operator-down", help="stop the operator started by operator-up")
+    im = sub.add_parser("images", help="build the operator and trainer images with buildah (no Docker engine)")
+    im.add_argument("names", nargs="*", help=f"some of: {', '.join(images.IMAGES)} (default: all)")
     args = p.parse_args(argv)
     try:
         if args.command == "up":
@@ -44,6 +47,12 @@ def main(argv: list[str] | None = None) -> None:
             cluster.operator_up()
         elif args.command == "operator-down":
             cluster.operator_down()
+        elif args.command == "images":
+            layout = Layout.from_env()
+            if unknown := set(args.names) - set(images.IMAGES):
+                p.error(f"no image named {', '.join(sorted(unknown))}: one of {', '.join(images.IMAGES)}")
+            for name in args.names or images.IMAGES:
+                print(images.build(layout, images.IMAGES[name]))
         else:
             sys.exit(cluster.status())
     except (cluster.ClusterError, realnode.RealNodeError) as e:

@@ -28,8 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import images
 from .layout import Layout, read_versions
 from .pids import is_running, pid_from, stop_pid
+from .tools import RealNodeError, run
+
+__all__ = ["RealNodeError"]  # raised by everything here (defined with the tool runner)
 
 NODE_NAME = "real-node"
 TAINT = "ringleader.dev/real-node"
@@ -52,14 +56,9 @@ KUBELET_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 CNI_RESULTS = Path("/var/lib/cni/results")
 CONTAINERD_RUN_DIRS = (Path("/run/containerd/s"), Path("/run/containerd/fifo"))
-BUILDAH_RUN_DIRS = (Path("/run/containers/networks"), Path("/run/containers"))
 EMPTY_PARENTS = (
     KUBELET_SOCKET.parent, KUBELET_SOCKET.parent.parent, CNI_RESULTS, CNI_RESULTS.parent, Path("/run/containerd")
 )  # fmt: skip
-
-
-class RealNodeError(Exception):
-    """One line for the user: what is wrong and what to do."""
 
 
 @dataclass(frozen=True)
@@ -212,19 +211,6 @@ def kubeconfig(server: str, ca: Path, cert: Path, key: Path) -> dict[str, object
     }
 
 
-def _run(argv: list[str], what: str, timeout: float = 120) -> str:
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as e:
-        raise RealNodeError(f"{what}: {Path(argv[0]).name} did not finish within {timeout:.0f}s") from e
-    except FileNotFoundError as e:
-        raise RealNodeError(f"{what}: {argv[0]} not found (make dev-cluster installs it)") from e
-    if res.returncode != 0:
-        lines = (res.stderr + res.stdout).strip().splitlines()
-        raise RealNodeError(f"{what} failed: {lines[-1] if lines else f'exit code {res.returncode}'}")
-    return res.stdout
-
-
 def preflight(paths: Paths) -> None:
     """What the host must offer, each missing piece named with its fix."""
     for program, package in (("containerd", "containerd"), ("runc", "runc"), ("buildah", "buildah")):
@@ -274,43 +260,16 @@ def _wait(what: str, ready: Callable[[], bool], pid: int, log: Path, timeout: fl
 
 
 def _ctr(paths: Paths, *args: str, timeout: float = 300) -> str:
-    return _run(["ctr", "--address", str(paths.socket), "--namespace", "k8s.io", *args], f"ctr {args[0]}", timeout)
-
-
-WORKING = "{container}"  # stands for buildah's working container in a build step
-
-
-def _image_archive(layout: Layout, name: str, build: list[list[str]]) -> Path:
-    """An OCI archive of a from-scratch image built by buildah (kept in the cache, made once); each step of
-    `build` is a buildah command whose WORKING argument is the working container."""
-    archive = layout.cache / "images" / f"{name.rsplit('/', 1)[-1].replace(':', '-')}.tar"
-    if archive.exists():
-        return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    buildah = ["buildah", "--root", str(layout.cache / "buildah" / "root"), "--runroot", str(layout.state / "buildah")]
-    working = _run([*buildah, "from", "scratch"], "buildah from scratch").strip()
-    try:
-        for step in build:
-            _run([*buildah, *(working if a == WORKING else a for a in step)], f"buildah {step[0]} for {name}")
-        _run([*buildah, "commit", "--quiet", working, name], f"buildah commit {name}")
-        tmp = archive.with_suffix(".partial")
-        _run([*buildah, "push", "--quiet", name, f"oci-archive:{tmp}:{name}"], f"buildah push {name}")
-        tmp.rename(archive)
-    finally:
-        subprocess.run([*buildah, "rm", working], capture_output=True, check=False, timeout=60)
-        for d in BUILDAH_RUN_DIRS:  # buildah makes these at every start; gone when empty, as before the build
-            with contextlib.suppress(OSError):
-                d.rmdir()
-    return archive
+    return run(["ctr", "--address", str(paths.socket), "--namespace", "k8s.io", *args], f"ctr {args[0]}", timeout)
 
 
 def pause_archive(layout: Layout, paths: Paths) -> Path:
-    return _image_archive(
+    return images.scratch_archive(
         layout,
         PAUSE_IMAGE,
         [
-            ["copy", WORKING, str(paths.binary("pause")), "/pause"],
-            ["config", "--entrypoint", '["/pause"]', "--user", "65535", WORKING],
+            ["copy", images.WORKING, str(paths.binary("pause")), "/pause"],
+            ["config", "--entrypoint", '["/pause"]', "--user", "65535", images.WORKING],
         ],
     )
 
@@ -318,11 +277,11 @@ def pause_archive(layout: Layout, paths: Paths) -> Path:
 def busybox_archive(layout: Layout) -> Path:
     if not BUSYBOX.exists():
         raise RealNodeError(f"{BUSYBOX} is missing: apt-get install busybox-static (make dev-cluster installs it)")
-    return _image_archive(
+    return images.scratch_archive(
         layout,
         BUSYBOX_IMAGE,
         [
-            ["copy", WORKING, str(BUSYBOX), str(BUSYBOX)],
+            ["copy", images.WORKING, str(BUSYBOX), str(BUSYBOX)],
             # host network: no CNI set-up for a step that needs none (buildah would write /etc/cni otherwise)
             [
                 "run",
@@ -330,14 +289,14 @@ def busybox_archive(layout: Layout) -> Path:
                 "chroot",
                 "--network",
                 "host",
-                WORKING,
+                images.WORKING,
                 "--",
                 str(BUSYBOX),
                 "--install",
                 "-s",
                 "/bin",
             ],
-            ["config", "--cmd", '["/bin/sh"]', WORKING],
+            ["config", "--cmd", '["/bin/sh"]', images.WORKING],
         ],
     )
 
@@ -352,12 +311,12 @@ def _node_certificate(paths: Paths, pki: Path) -> tuple[Path, Path]:
     out = paths.kubelet_dir / "pki"
     out.mkdir(parents=True, exist_ok=True)
     key, csr, cert = out / "node.key", out / "node.csr", out / "node.crt"
-    _run(
+    run(
         ["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
          "-subj", f"/O=system:nodes/CN=system:node:{NODE_NAME}"],
         "openssl req (the node's key)",
     )  # fmt: skip
-    _run(
+    run(
         ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
          "-CAcreateserial", "-days", "365", "-out", str(cert)],
         "openssl x509 (the node's certificate)",

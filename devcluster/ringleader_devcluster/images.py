@@ -1,0 +1,190 @@
+"""Ringleader's images without a Docker engine: a Python base image made locally with debootstrap, and the
+project's own Dockerfiles built on it with buildah, each kept as an OCI archive in the cache and rebuilt only
+when its inputs change. The real node imports the archives into its containerd (`realnode.import_image`).
+
+    python -m ringleader_devcluster images [operator] [trainer]   # `make images` where no Docker engine runs
+
+The base, `localhost/ringleader/python:3.11-bookworm`, stands in for python:3.11-slim-bookworm (which this
+machine cannot pull): Debian bookworm's minimal system with python3 and its venv module, `python` as python3.
+It trusts this machine's CA bundle (pip inside a build goes through the same TLS proxy as pip here does).
+The Dockerfiles take it through their BASE_IMAGE build argument and build unchanged otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layout import REPO_ROOT, Layout
+from .tools import RealNodeError, run
+
+BASE_IMAGE = "localhost/ringleader/python:3.11-bookworm"
+SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# Left out of the base: package caches and lists, documentation, translations.
+# buildah makes these at every start; removed when empty after each build, as they were before it.
+BUILDAH_RUN_DIRS = (Path("/run/containers/networks"), Path("/run/containers"))
+WORKING = "{container}"  # stands for buildah's working container in a build step
+STRIP = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/info")
+
+
+@dataclass(frozen=True)
+class Image:
+    """A Dockerfile of the repository and the files its build reads (what decides a rebuild)."""
+
+    name: str
+    dockerfile: str
+    inputs: tuple[str, ...]
+
+
+OPERATOR = Image("localhost/ringleader/operator:dev", "Dockerfile", ("operator",))
+TRAINER = Image(
+    "localhost/ringleader/trainer:dev",
+    "trainer-image/Dockerfile",
+    ("requirements/trainer.txt", "trainer-image/ringleader_trainer", "examples"),
+)
+
+IMAGES = {"operator": OPERATOR, "trainer": TRAINER}
+
+
+def say(msg: str, t0: float | None = None) -> None:
+    suffix = f" ({time.monotonic() - t0:.1f}s)" if t0 is not None else ""
+    print(f"[images] {msg}{suffix}", flush=True)
+
+
+def _buildah(layout: Layout) -> list[str]:
+    return ["buildah", "--root", str(layout.cache / "buildah" / "root"), "--runroot", str(layout.state / "buildah")]
+
+
+def _archive(layout: Layout, name: str, key: str) -> Path:
+    return layout.cache / "images" / f"{name.rsplit('/', 1)[-1].replace(':', '-')}-{key[:12]}.tar"
+
+
+def _save(layout: Layout, name: str, archive: Path) -> None:
+    """Push image `name` from buildah's storage into `archive` (written aside, then moved into place)."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_suffix(".partial")
+    run([*_buildah(layout), "push", "--quiet", name, f"oci-archive:{partial}:{name}"], f"buildah push {name}", 1800)
+    for old in archive.parent.glob(archive.name.rsplit("-", 1)[0] + "-*.tar"):
+        old.unlink()  # earlier builds of the same image
+    partial.rename(archive)
+
+
+def _clean_buildah_run_dirs() -> None:
+    for d in BUILDAH_RUN_DIRS:
+        try:
+            d.rmdir()
+        except OSError:
+            continue
+
+
+def scratch_archive(layout: Layout, name: str, steps: list[list[str]], key: str = "") -> Path:
+    """An OCI archive of a from-scratch image (kept in the cache, made once, named by `key`, else by its steps):
+    each step is a buildah command whose WORKING argument stands for the working container."""
+    archive = _archive(layout, name, key or hashlib.sha256(repr(steps).encode()).hexdigest())
+    if archive.exists():
+        return archive
+    buildah = _buildah(layout)
+    working = run([*buildah, "from", "scratch"], "buildah from scratch").strip()
+    try:
+        for step in steps:
+            run([*buildah, *(working if a == WORKING else a for a in step)], f"buildah {step[0]} for {name}", 600)
+        run([*buildah, "commit", "--quiet", working, name], f"buildah commit {name}", 600)
+    finally:
+        subprocess.run([*buildah, "rm", working], capture_output=True, check=False, timeout=60)
+        _clean_buildah_run_dirs()
+    _save(layout, name, archive)
+    return archive
+
+
+def mirror() -> str:
+    """The Debian mirror apt uses on this machine (debootstrap fetches the same way)."""
+    for sources in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    return DEFAULT_MIRROR
+
+
+def base_archive(layout: Layout) -> Path:
+    """The base image's archive, made once (about a minute: debootstrap, then packed with buildah)."""
+    key = hashlib.sha256(f"{SUITE} {BASE_PACKAGES} {STRIP}".encode()).hexdigest()
+    archive = _archive(layout, BASE_IMAGE, key)
+    if archive.exists():
+        return archive
+    if shutil.which("debootstrap") is None:
+        raise RealNodeError("debootstrap is missing: apt-get install debootstrap (make dev-cluster installs it)")
+    t0 = time.monotonic()
+    say(f"making the base image {BASE_IMAGE} with debootstrap ({SUITE}, {', '.join(BASE_PACKAGES)}; about a minute)")
+    with tempfile.TemporaryDirectory(dir=layout.cache) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), mirror()],
+            "debootstrap",
+            timeout=900,
+        )
+        for path in STRIP:
+            shutil.rmtree(rootfs / path, ignore_errors=True)
+            (rootfs / path).mkdir(parents=True, exist_ok=True)
+        if HOST_CA_BUNDLE.exists():  # this machine's trust, for pip inside builds (see the module docstring)
+            shutil.copy2(HOST_CA_BUNDLE, rootfs / "etc/ssl/certs/ca-certificates.crt")
+        (rootfs / "etc/pip.conf").write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+        layer = Path(tmp) / "rootfs.tar"
+        run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(layer), "."], "tar of the base image", 300)
+        steps = [
+            ["add", WORKING, str(layer), "/"],
+            ["config", "--env", "LANG=C.UTF-8", "--cmd", '["python3"]', WORKING],
+        ]
+        scratch_archive(layout, BASE_IMAGE, steps, key)  # named by the packages, not the temporary layer's path
+    say(f"base image ready: {archive.stat().st_size / 2**20:.0f} MiB", t0)
+    return archive
+
+
+def _inputs_key(image: Image, base: Path) -> str:
+    """A digest of everything the image is built from: its Dockerfile, the files it copies (as git tracks them,
+    or as they are in the working tree), and the base image's archive name."""
+    digest = hashlib.sha256(base.name.encode())
+    for rel in (image.dockerfile, *image.inputs):
+        root = REPO_ROOT / rel
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            digest.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
+def build(layout: Layout, image: Image) -> Path:
+    """The image's archive, built from its Dockerfile on the base image when its inputs changed. buildah keeps
+    the layers (`--layers`), so a change to code copied last rebuilds only the layers after it."""
+    base = base_archive(layout)
+    archive = _archive(layout, image.name, _inputs_key(image, base))
+    if archive.exists():
+        return archive
+    t0 = time.monotonic()
+    say(f"building {image.name} from {image.dockerfile} (buildah)")
+    buildah = _buildah(layout)
+    if subprocess.run(
+        [*buildah, "inspect", "--type", "image", BASE_IMAGE], capture_output=True, check=False
+    ).returncode:
+        run([*buildah, "pull", "--quiet", f"oci-archive:{base}"], "buildah pull of the base image", 600)
+    try:
+        run(
+            [*buildah, "bud", "--layers", "--isolation", "chroot", "--network", "host", "--pull-never",
+             "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-f", image.dockerfile, "-t", image.name, "."],
+            f"building {image.dockerfile}",
+            timeout=3600,  # the trainer's layers hold torch's CUDA wheels, about 5 GB
+            cwd=REPO_ROOT,
+        )  # fmt: skip
+    finally:
+        _clean_buildah_run_dirs()
+    _save(layout, image.name, archive)
+    say(f"{image.name} ready: {archive.stat().st_size / 2**20:.0f} MiB", t0)
+    return archive

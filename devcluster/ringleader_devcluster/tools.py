@@ -1,0 +1,25 @@
+"""Running the host tools the dev cluster's nodes and images need, with one error type and one-line messages."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+class RealNodeError(Exception):
+    """One line for the user: what is wrong and what to do."""
+
+
+def run(argv: list[str], what: str, timeout: float = 120, cwd: Path | None = None) -> str:
+    """Run a tool to completion and return its standard output; RealNodeError with the tool's last output line
+    when it fails, is missing or outlives `timeout` seconds."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd)
+    except subprocess.TimeoutExpired as e:
+        raise RealNodeError(f"{what}: {Path(argv[0]).name} did not finish within {timeout:.0f}s") from e
+    except FileNotFoundError as e:
+        raise RealNodeError(f"{what}: {argv[0]} not found (make dev-cluster installs it)") from e
+    if res.returncode != 0:
+        lines = (res.stderr + res.stdout).strip().splitlines()
+        raise RealNodeError(f"{what} failed: {lines[-1] if lines else f'exit code {res.returncode}'}")
+    return res.stdout
