@@ -117,6 +117,11 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
+    print(
+        f"[bench] settings: {args.starts} warm starts; {args.pods} pods per node kind ({', '.join(NODES)}), "
+        f"{args.concurrency} in flight, node kinds alternating in {args.rounds} rounds",
+        flush=True,
+    )
     starts = warm_starts(args.starts)
     layout = Layout.from_env()
     realnode.import_image(realnode.Paths.of(layout), realnode.busybox_archive(layout))

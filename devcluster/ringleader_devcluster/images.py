@@ -28,10 +28,10 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-# Left out of the base: package caches and lists, documentation, translations.
 # buildah makes these at every start; removed when empty after each build, as they were before it.
 BUILDAH_RUN_DIRS = (Path("/run/containers/networks"), Path("/run/containers"))
 WORKING = "{container}"  # stands for buildah's working container in a build step
+# Left out of the base: package caches and lists, documentation, translations.
 STRIP = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/info")
 
 
