@@ -6,9 +6,8 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
 command -v mount >/dev/null || missing+=(mount)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
-# The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah and
-# debootstrap for images,
-# openssl for the node's certificate, a static busybox for the node's test image.
+# The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah and debootstrap
+# for images, openssl for the node's certificate, a static busybox for the node's test image.
 if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)

@@ -362,16 +362,21 @@ def remove_node(name: str) -> None:
 
 
 def wait_nodes_ready(
-    layout: Layout, names: list[str], t0: float, pidfile: Path | None = None, log: Path | None = None
+    layout: Layout,
+    names: list[str],
+    t0: float,
+    pidfile: Path | None = None,
+    log: Path | None = None,
+    agent: str = "the process node",
 ) -> None:
-    """Wait until nodes `names` are Ready; fail at once if their agent (the main one by default) exits."""
+    """Wait until nodes `names` are Ready; fail at once, naming `agent`, if the process running them (the main
+    process node's agent by default) exits."""
     pidfile, log = pidfile or layout.node_pidfile, log or layout.node_log
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if pid_from(pidfile) is None:
             tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-            what = "the kubelet" if pidfile.stem == "kubelet" else "the process node"
-            raise ClusterError(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
+            raise ClusterError(f"{agent} exited: {tail[0] if tail else 'no log'} (log: {log})")
         res = kubectl(layout, "get", "nodes", "-o", "json", check=False)
         if res.returncode == 0:
             ready = {
@@ -448,7 +453,9 @@ def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True, real_n
     wait_nodes_ready(layout, node_names(nodes), t0)
     if real_node:
         paths = realnode.Paths.of(layout)
-        wait_nodes_ready(layout, [realnode.NODE_NAME], t0, paths.pidfile("kubelet"), paths.log("kubelet"))
+        wait_nodes_ready(
+            layout, [realnode.NODE_NAME], t0, paths.pidfile("kubelet"), paths.log("kubelet"), "the kubelet"
+        )
         say(f"real node ready (kubelet, containerd; log {paths.log('kubelet')})", t0)
     if fake_nodes is not None:
         scale_fake_nodes(layout, fake_nodes)

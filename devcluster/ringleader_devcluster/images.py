@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .layout import REPO_ROOT, Layout
-from .tools import RealNodeError, run
+from .tools import RealNodeError, remove_empty_dirs, run
 
 BASE_IMAGE = "localhost/ringleader/python:3.11-bookworm"
 SUITE = "bookworm"
@@ -77,14 +77,6 @@ def _save(layout: Layout, name: str, archive: Path) -> None:
     partial.rename(archive)
 
 
-def _clean_buildah_run_dirs() -> None:
-    for d in BUILDAH_RUN_DIRS:
-        try:
-            d.rmdir()
-        except OSError:
-            continue
-
-
 def scratch_archive(layout: Layout, name: str, steps: list[list[str]], key: str = "") -> Path:
     """An OCI archive of a from-scratch image (kept in the cache, made once, named by `key`, else by its steps):
     each step is a buildah command whose WORKING argument stands for the working container."""
@@ -99,7 +91,7 @@ def scratch_archive(layout: Layout, name: str, steps: list[list[str]], key: str 
         run([*buildah, "commit", "--quiet", working, name], f"buildah commit {name}", 600)
     finally:
         subprocess.run([*buildah, "rm", working], capture_output=True, check=False, timeout=60)
-        _clean_buildah_run_dirs()
+        remove_empty_dirs(BUILDAH_RUN_DIRS)
     _save(layout, name, archive)
     return archive
 
@@ -184,7 +176,7 @@ def build(layout: Layout, image: Image) -> Path:
             cwd=REPO_ROOT,
         )  # fmt: skip
     finally:
-        _clean_buildah_run_dirs()
+        remove_empty_dirs(BUILDAH_RUN_DIRS)
     _save(layout, image.name, archive)
     say(f"{image.name} ready: {archive.stat().st_size / 2**20:.0f} MiB", t0)
     return archive

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import images
 from .layout import Layout, read_versions
 from .pids import is_running, pid_from, stop_pid
-from .tools import RealNodeError, run
+from .tools import RealNodeError, remove_empty_dirs, run
 
 __all__ = ["RealNodeError"]  # raised by everything here (defined with the tool runner)
 
@@ -410,11 +410,8 @@ def stop(layout: Layout) -> None:
         IP_FORWARD.write_text(record.read_text())
     for d in _cgroup_dirs():
         if d.exists():
-            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
-            with contextlib.suppress(OSError):
-                d.rmdir()
+            subs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+            remove_empty_dirs([*subs, d])
     _remove_host_paths(paths)
     shutil.rmtree(paths.root, ignore_errors=True)
 
@@ -441,16 +438,23 @@ def _kill_cgroup_members() -> None:
                     os.kill(int(pid), 9)
 
 
+def _pids_with(*markers: bytes) -> list[int]:
+    """Processes whose command line contains every one of `markers`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (proc / "cmdline").read_bytes()
+                if all(m in cmdline for m in markers):
+                    pids.append(int(proc.name))
+    return pids
+
+
 def _kill_shims(paths: Paths) -> None:
     """containerd's shims outlive it by design; ours (their -address is our socket) go with the node."""
-    marker = str(paths.socket).encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for pid in _pids_with(b"containerd-shim", str(paths.socket).encode()):
         with contextlib.suppress(OSError):
-            cmdline = (proc / "cmdline").read_bytes()
-            if b"containerd-shim" in cmdline and marker in cmdline:
-                os.kill(int(proc.name), 9)
+            os.kill(pid, 9)
 
 
 def _remove_host_paths(paths: Paths) -> None:
@@ -472,22 +476,14 @@ def _remove_host_paths(paths: Paths) -> None:
         for sock in shim_sockets.iterdir():  # a shim's socket outlives a killed shim; nobody listens there
             if str(sock) not in listening and not sock.is_dir():
                 sock.unlink(missing_ok=True)
-    for d in (*CONTAINERD_RUN_DIRS, *EMPTY_PARENTS):
-        with contextlib.suppress(OSError):
-            d.rmdir()
+    remove_empty_dirs((*CONTAINERD_RUN_DIRS, *EMPTY_PARENTS))
 
 
 def leftovers(layout: Layout) -> list[str]:
     """What of the real node is still on this machine (empty after `stop`): processes, mounts, the bridge,
-    cgroups, fixed host paths. Tests and `make dev-cluster-down` use it to prove a clean teardown."""
+    cgroups, fixed host paths. The teardown test uses it to prove that `stop` leaves nothing."""
     paths = Paths.of(layout)
-    found: list[str] = []
-    marker = str(paths.root).encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if marker in (proc / "cmdline").read_bytes():
-                    found.append(f"process {proc.name}")
+    found = [f"process {pid}" for pid in _pids_with(str(paths.root).encode())]
     found += [f"mount {p}" for p in _mounts_under(paths.root)]
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -23,3 +25,11 @@ def run(argv: list[str], what: str, timeout: float = 120, cwd: Path | None = Non
         lines = (res.stderr + res.stdout).strip().splitlines()
         raise RealNodeError(f"{what} failed: {lines[-1] if lines else f'exit code {res.returncode}'}")
     return res.stdout
+
+
+def remove_empty_dirs(dirs: Iterable[Path]) -> None:
+    """Remove each folder of `dirs` that is empty, in the order given (children first); others stay: another
+    program on this machine may use them."""
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            d.rmdir()
