@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the dev cluster's binaries from the Go module proxy into the cache, each only when it is missing:
 #   $RINGLEADER_CACHE/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
-#   $RINGLEADER_CACHE/realnode-<v>/{kubelet,cri-sweep,pause}
+#   $RINGLEADER_CACHE/realnode-<v>/{kubelet,kube-proxy,cri-sweep,pause}   $RINGLEADER_CACHE/coredns-<v>/coredns
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
@@ -60,14 +60,16 @@ if ! have "$kube_dir" kube-apiserver kube-controller-manager kube-scheduler kube
   rm -rf "$kube_dir"; mv "$tmp" "$kube_dir"
 fi
 
-# The real node's own programs: the kubelet, cri-sweep (removes a runtime's pod sandboxes at teardown) and the
-# sandbox (pause) program, all static.
+# The real node's own programs: the kubelet, kube-proxy, cri-sweep (removes a runtime's pod sandboxes at
+# teardown) and the sandbox (pause) program, all static.
 node_dir="$cache/realnode-$KUBE_VERSION"
-if ! have "$node_dir" kubelet cri-sweep pause; then
+if ! have "$node_dir" kubelet kube-proxy cri-sweep pause; then
   tmp=$(mktemp -d "$cache/.realnode.XXXXXX")
-  say "building kubelet $KUBE_VERSION, cri-sweep and pause"
+  say "building kubelet and kube-proxy $KUBE_VERSION, cri-sweep and pause"
   start_timer
-  (cd "$here/go/kube" && progress "building kubelet" go build -trimpath -ldflags "$kube_ld" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet)
+  for c in kubelet kube-proxy; do
+    (cd "$here/go/kube" && progress "building $c" go build -trimpath -ldflags "$kube_ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
+  done
   (cd "$here/go/kube" && progress "building cri-sweep" go build -trimpath -ldflags "-s -w" -o "$tmp/cri-sweep" ./cri-sweep)
   (cd "$here/go/pause" && go build -trimpath -ldflags "-s -w" -o "$tmp/pause" .)
   rm -rf "$node_dir"; mv "$tmp" "$node_dir"
@@ -92,6 +94,15 @@ install_tools() { # DIR LDFLAGS PACKAGE@VERSION...
   for pkg in "$@"; do GOBIN="$tmp" progress "building ${pkg%@*}" go install -trimpath -ldflags "$ld" "$pkg"; done
   rm -rf "$dir"; mv "$tmp" "$dir"
 }
+
+# CoreDNS answers the real node's pods for cluster.local (ringleader_devcluster/servicenet.py).
+coredns_dir="$cache/coredns-$COREDNS_VERSION"
+if ! have "$coredns_dir" coredns; then
+  say "building coredns $COREDNS_VERSION"
+  start_timer
+  install_tools "$coredns_dir" "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+  say "built coredns in $(took)"
+fi
 
 kwok_dir="$cache/kwok-$KWOK_VERSION"
 if ! have "$kwok_dir" kwok kwokctl; then

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import realnode
+from . import realnode, servicenet
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, PACKAGE_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
@@ -168,6 +168,7 @@ def _kwokctl_config(layout: Layout) -> Path:
             "bindAddress": "127.0.0.1",
             "kubeApiserverCertSANs": [
                 bridge.gateway,
+                servicenet.KUBERNETES_SERVICE_IP,  # in-cluster clients on the real node connect there
                 "kubernetes",
                 "kubernetes.default",
                 "kubernetes.default.svc",
@@ -178,10 +179,15 @@ def _kwokctl_config(layout: Layout) -> Path:
         "componentsPatches": [
             {"name": "kwok-controller", "extraArgs": override},
             # The real node's kubelet authenticates the API server by its client certificate and is reached at
-            # its InternalIP (its Hostname address is not resolvable here).
+            # its InternalIP (its Hostname address is not resolvable here). The API server listens on every
+            # address (TLS, authenticated; the rest of the control plane stays on loopback) because the
+            # `kubernetes` Service's endpoint is this machine's address, where kube-proxy sends pods of the
+            # real node; its service range is written out because servicenet.py relies on it.
             {
                 "name": "kube-apiserver",
                 "extraArgs": [
+                    {"key": "bind-address", "value": "0.0.0.0", "override": True},
+                    {"key": "service-cluster-ip-range", "value": servicenet.SERVICE_CIDR},
                     {"key": "kubelet-client-certificate", "value": str(layout.pki / "admin.crt")},
                     {"key": "kubelet-client-key", "value": str(layout.pki / "admin.key")},
                     {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
@@ -521,8 +527,10 @@ def down() -> None:
         kill_leftovers(pods)
     asyncio.run(_sweep_network())
     if realnode.Paths.of(layout).root.exists():
-        say("stopping the real node (kubelet, its pods, containerd)")
+        say("stopping the real node (kubelet, its pods, containerd, kube-proxy, CoreDNS)")
         realnode.stop(layout)
+        if left := realnode.leftovers(layout):
+            say(f"the real node left behind: {', '.join(left)}")
     if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
         say("deleting the control plane")
         pids = _component_pids(layout)

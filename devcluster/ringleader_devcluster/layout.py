@@ -52,6 +52,7 @@ class Layout:
             "kwok": f"kwok-{v['KWOK_VERSION']}",
             "kwokctl": f"kwok-{v['KWOK_VERSION']}",
             "helm": f"helm-{v['HELM_VERSION']}",
+            "coredns": f"coredns-{v['COREDNS_VERSION']}",
         }[name]
         return self.cache / folder / name
 

@@ -1,12 +1,37 @@
-"""The dev cluster's daemons by pid: is one running, read its pid file, stop it (SIGTERM, then SIGKILL)."""
+"""The dev cluster's daemons by pid: start one with a pid file and a log, wait until it is ready, is one
+running, read its pid file, stop it (SIGTERM, then SIGKILL)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from .tools import RealNodeError
+
+
+def spawn(argv: list[str], pidfile: Path, log: Path) -> int:
+    """Start `argv` in its own session, appending its output to `log`, and record its pid in `pidfile`."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    pidfile.write_text(str(proc.pid))
+    return proc.pid
+
+
+def wait_until(what: str, ready: Callable[[], bool], pid: int, log: Path, timeout: float) -> None:
+    """Wait until `ready()` is true; fail at once, with the log's last line, when `pid` exits."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not is_running(pid):
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+            raise RealNodeError(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
+        if time.monotonic() > deadline:
+            raise RealNodeError(f"{what} not ready after {timeout:.0f}s (log: {log})")
+        time.sleep(0.1)
 
 
 def is_running(pid: int) -> bool:

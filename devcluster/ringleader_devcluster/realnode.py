@@ -24,13 +24,13 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import images
+from . import images, servicenet
+from .certs import client_certificate
 from .layout import Layout, read_versions
-from .pids import is_running, pid_from, stop_pid
+from .pids import pid_from, spawn, stop_pid, wait_until
 from .tools import RealNodeError, remove_empty_dirs, run
 
 __all__ = ["RealNodeError"]  # raised by everything here (defined with the tool runner)
@@ -67,10 +67,12 @@ class Paths:
 
     root: Path
     binaries: Path
+    coredns: Path
 
     @classmethod
     def of(cls, layout: Layout) -> Paths:
-        return cls(layout.state / "realnode", layout.cache / f"realnode-{read_versions()['KUBE_VERSION']}")
+        binaries = layout.cache / f"realnode-{read_versions()['KUBE_VERSION']}"
+        return cls(layout.state / "realnode", binaries, layout.binary("coredns"))
 
     def binary(self, name: str) -> Path:
         return self.binaries / name
@@ -94,6 +96,10 @@ class Paths:
     @property
     def cni_ipam_dir(self) -> Path:
         return self.root / "cni" / "ipam"
+
+    @property
+    def servicenet(self) -> servicenet.Files:
+        return servicenet.Files(self.root / "servicenet")
 
     def pidfile(self, program: str) -> Path:
         return self.root / f"{program}.pid"
@@ -193,7 +199,8 @@ def kubelet_config(paths: Paths, address: str, ca: Path) -> dict[str, object]:
         },
         "authorization": {"mode": "Webhook"},
         "registerWithTaints": [{"key": TAINT, "effect": "NoSchedule"}],
-        "clusterDomain": "cluster.local",
+        "clusterDomain": servicenet.CLUSTER_DOMAIN,
+        "clusterDNS": [servicenet.DNS_SERVICE_IP],
         "serializeImagePulls": False,
         "imageGCHighThresholdPercent": 100,  # images are imported, never pulled: the kubelet must not delete them
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
@@ -222,9 +229,9 @@ def preflight(paths: Paths) -> None:
         raise RealNodeError("the kernel offers no overlay filesystem (containerd's snapshotter): modprobe overlay")
     if not (CGROUP_FS / "memory").is_dir():
         raise RealNodeError(f"no cgroup v1 memory hierarchy under {CGROUP_FS}: the real node is set up for cgroup v1")
-    for program in ("kubelet", "cri-sweep", "pause"):
-        if not paths.binary(program).exists():
-            raise RealNodeError(f"{paths.binary(program)} is missing: run devcluster/build-binaries.sh")
+    for binary in [*(paths.binary(p) for p in ("kubelet", "kube-proxy", "cri-sweep", "pause")), paths.coredns]:
+        if not binary.exists():
+            raise RealNodeError(f"{binary} is missing: run devcluster/build-binaries.sh")
 
 
 def _cgroup_dirs() -> list[Path]:
@@ -238,25 +245,6 @@ def create_cgroups() -> None:
         if d.parent.name == "cpuset":
             for f in ("cpuset.cpus", "cpuset.mems"):
                 (d / f).write_text((d.parent / f).read_text())
-
-
-def _spawn(paths: Paths, program: str, argv: list[str]) -> int:
-    with paths.log(program).open("ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    paths.pidfile(program).write_text(str(proc.pid))
-    return proc.pid
-
-
-def _wait(what: str, ready: Callable[[], bool], pid: int, log: Path, timeout: float) -> None:
-    """Wait until `ready()` is true; fail at once, with the log's last line, when `pid` exits."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if not is_running(pid):
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-            raise RealNodeError(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
-        if time.monotonic() > deadline:
-            raise RealNodeError(f"{what} not ready after {timeout:.0f}s (log: {log})")
-        time.sleep(0.1)
 
 
 def _ctr(paths: Paths, *args: str, timeout: float = 300) -> str:
@@ -305,32 +293,45 @@ def import_image(paths: Paths, archive: Path) -> None:
     _ctr(paths, "images", "import", "--no-unpack", str(archive))
 
 
-def _node_certificate(paths: Paths, pki: Path) -> tuple[Path, Path]:
-    """A client certificate for `system:node:real-node` (group system:nodes) signed by the cluster's CA, so the
-    Node authorizer and NodeRestriction treat the kubelet as the node it is."""
-    out = paths.kubelet_dir / "pki"
-    out.mkdir(parents=True, exist_ok=True)
-    key, csr, cert = out / "node.key", out / "node.csr", out / "node.crt"
-    run(
-        ["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-         "-subj", f"/O=system:nodes/CN=system:node:{NODE_NAME}"],
-        "openssl req (the node's key)",
-    )  # fmt: skip
-    run(
-        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
-         "-CAcreateserial", "-days", "365", "-out", str(cert)],
-        "openssl x509 (the node's certificate)",
-    )  # fmt: skip
-    return cert, key
+def _spawn(paths: Paths, program: str, argv: list[str]) -> int:
+    return spawn(argv, paths.pidfile(program), paths.log(program))
+
+
+def _start_containerd(paths: Paths) -> None:
+    pid = _spawn(paths, "containerd", ["containerd", "--config", str(paths.containerd_config)])
+    wait_until("containerd", paths.socket.exists, pid, paths.log("containerd"), 30)
 
 
 def start(layout: Layout, server: str) -> None:
-    """Start containerd and the kubelet (each once; a running one is left alone) and return once the kubelet is
-    started; the caller waits for the node to be Ready (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
+    """Start containerd, CoreDNS, the kubelet and kube-proxy (each once; a running one is left alone) and return
+    once the kubelet is started and kube-proxy's rules are in place; the caller waits for the node to be Ready
+    (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
     paths = Paths.of(layout)
     preflight(paths)
-    if pid_from(paths.pidfile("kubelet")):
-        return
+    address, pki = node_ip(), layout.pki
+    servicenet.start_dns(
+        paths.servicenet, coredns=paths.coredns, kubectl=layout.binary("kubectl"), admin_kubeconfig=layout.kubeconfig,
+        pki=pki, kubeconfig=_kubeconfig_for(server, pki), address=address,
+    )  # fmt: skip
+    if not pid_from(paths.pidfile("kubelet")):
+        _start_kubelet(layout, paths, server, address)
+    servicenet.start_proxy(
+        paths.servicenet, kube_proxy=paths.binary("kube-proxy"), pki=pki, kubeconfig=_kubeconfig_for(server, pki),
+        node_name=NODE_NAME, address=address, node_registered=lambda: _node_registered(layout),
+    )  # fmt: skip
+
+
+def _kubeconfig_for(server: str, pki: Path) -> servicenet.KubeconfigFor:
+    return lambda cert, key: kubeconfig(server, pki / "ca.crt", cert, key)
+
+
+def _node_registered(layout: Layout) -> bool:
+    argv = [str(layout.binary("kubectl")), "--kubeconfig", str(layout.kubeconfig), "--request-timeout=5s",
+            "get", "node", NODE_NAME, "-o", "name"]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode == 0
+
+
+def _start_kubelet(layout: Layout, paths: Paths, server: str, address: str) -> None:
     for d in (paths.containerd_config.parent, paths.socket.parent, paths.cni_conf_dir, paths.kubelet_dir):
         d.mkdir(parents=True, exist_ok=True)
     paths.containerd_config.write_text(containerd_config(paths))
@@ -340,12 +341,11 @@ def start(layout: Layout, server: str) -> None:
         record.write_text(IP_FORWARD.read_text())
     create_cgroups()
     if not pid_from(paths.pidfile("containerd")):
-        pid = _spawn(paths, "containerd", ["containerd", "--config", str(paths.containerd_config)])
-        _wait("containerd", paths.socket.exists, pid, paths.log("containerd"), 30)
+        _start_containerd(paths)
     import_image(paths, pause_archive(layout, paths))
-    address = node_ip()
     pki = layout.pki
-    cert, key = _node_certificate(paths, pki)
+    # The Node authorizer and NodeRestriction treat the kubelet as the node it is by this user and group.
+    cert, key = client_certificate(paths.kubelet_dir / "pki", "node", f"system:node:{NODE_NAME}", "system:nodes", pki)
     config = paths.kubelet_dir / "config.yaml"
     config.write_text(json.dumps(kubelet_config(paths, address, pki / "ca.crt"), indent=2))
     node_kubeconfig = paths.kubelet_dir / "kubeconfig"
@@ -392,12 +392,12 @@ def stop(layout: Layout) -> None:
     if not paths.root.exists():
         return
     _stop(paths, "kubelet", 20)
+    servicenet.stop(paths.servicenet, paths.binary("kube-proxy"))
     if paths.containerd_config.exists() and paths.binary("cri-sweep").exists():
         if not pid_from(paths.pidfile("containerd")):
             with contextlib.suppress(RealNodeError, OSError):
                 paths.socket.unlink(missing_ok=True)
-                pid = _spawn(paths, "containerd", ["containerd", "--config", str(paths.containerd_config)])
-                _wait("containerd", paths.socket.exists, pid, paths.log("containerd"), 30)
+                _start_containerd(paths)
         _sweep_sandboxes(paths)
     _stop(paths, "containerd", 20)
     _kill_shims(paths)
@@ -488,6 +488,7 @@ def leftovers(layout: Layout) -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")
     found += [f"cgroup {d}" for d in _cgroup_dirs() if d.exists()]
+    found += servicenet.iptables_leftovers()
     if KUBELET_SOCKET.exists():
         found.append(str(KUBELET_SOCKET))
     if CNI_RESULTS.is_dir():

@@ -1,5 +1,6 @@
 """The project's own operator image, built from its Dockerfile with buildah on a base image made locally, runs on
-the real node in a namespace that enforces Pod Security "restricted": non-root, no torch, its entry point works."""
+the real node in a namespace that enforces Pod Security "restricted": non-root, no torch, its entry point works,
+and it reaches the API server as in-cluster clients do."""
 
 from __future__ import annotations
 
@@ -16,7 +17,17 @@ from .helpers import busybox_pod, logs, wait_phase
 
 CHECK = (
     "import os, importlib.util, ringleader_operator.main as m; "
-    "print('uid', os.getuid(), 'torch', importlib.util.find_spec('torch') is not None, flush=True); m.main(['--help'])"
+    "print('uid', os.getuid(), 'torch', importlib.util.find_spec('torch') is not None, flush=True); "
+    # the API as an in-cluster client reaches it: the `kubernetes` Service's cluster IP (kube-proxy), the API
+    # server's certificate for that address, the pod's ServiceAccount token
+    "import json, ssl, urllib.request as u; sa = '/var/run/secrets/kubernetes.io/serviceaccount/'; "
+    "url = f\"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}\"; "
+    "req = u.Request(url + '/apis/authentication.k8s.io/v1/selfsubjectreviews', "
+    'data=b\'{"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}\', '
+    "headers={'Authorization': 'Bearer ' + open(sa + 'token').read(), 'Content-Type': 'application/json'}); "
+    "ctx = ssl.create_default_context(cafile=sa + 'ca.crt'); "
+    "print('api user', json.load(u.urlopen(req, context=ctx, timeout=10))['status']['userInfo']['username']); "
+    "m.main(['--help'])"
 )
 
 
@@ -49,7 +60,10 @@ def test_the_operator_image_runs_non_root_without_torch_in_a_restricted_namespac
 
     pod = busybox_pod("operator", "")
     pod["spec"]["containers"][0] |= {"image": images.OPERATOR.name, "command": ["python", "-c", CHECK]}
+    pod["spec"]["automountServiceAccountToken"] = True
     core.create_namespaced_pod(namespace, restricted(pod))
-    assert wait_phase(core, namespace, "operator", {"Succeeded", "Failed"}, timeout=60).status.phase == "Succeeded"
+    phase = wait_phase(core, namespace, "operator", {"Succeeded", "Failed"}, timeout=60).status.phase
     out = logs(core, namespace, "operator")
+    assert phase == "Succeeded", out
     assert "uid 65532 torch False" in out and "usage: ringleader-operator" in out
+    assert f"api user system:serviceaccount:{namespace}:default" in out

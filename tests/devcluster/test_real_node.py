@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import realnode
+from ringleader_devcluster import realnode, servicenet
 from ringleader_devcluster.layout import Layout, read_versions
 
 from .helpers import busybox_pod, kubectl, logs, wait_for, wait_phase
@@ -50,3 +50,30 @@ def test_a_container_over_its_memory_limit_is_oom_killed(core: client.CoreV1Api,
     pod = wait_phase(core, namespace, "hog", {"Failed"}, timeout=60)
     terminated = pod.status.container_statuses[0].state.terminated
     assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)
+
+
+def test_pods_resolve_cluster_names_and_reach_services_by_their_cluster_ip(
+    core: client.CoreV1Api, namespace: str, layout: Layout, kubeconfig: Path
+) -> None:
+    """CoreDNS answers `<pod>.<headless service>` through the resolver's search path (as a rank resolves its
+    peers), and kube-proxy sends the `kubernetes` Service's cluster IP to the API server."""
+    core.create_namespaced_service(
+        namespace,
+        {"metadata": {"name": "grp"},
+         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "grp"}}},
+    )  # fmt: skip
+    pod = busybox_pod("peer", "sleep 600")
+    pod["metadata"]["labels"] = {"app": "grp"}
+    pod["spec"].update(hostname="peer", subdomain="grp")
+    core.create_namespaced_pod(namespace, pod)
+    peer = wait_phase(core, namespace, "peer", {"Running"}, timeout=60)
+
+    def exec_(script: str) -> str:
+        return kubectl(layout, kubeconfig, "exec", "-n", namespace, "peer", "--", "sh", "-c", script).stdout
+
+    assert f"nameserver {servicenet.DNS_SERVICE_IP}" in exec_("cat /etc/resolv.conf")
+    # ping resolves through libc's resolver (search path applied); one reply is not needed, only the address
+    wait_for("peer.grp to resolve", lambda: f"({peer.status.pod_ip})" in exec_("ping -c1 -W1 peer.grp 2>&1 || true"))
+    assert servicenet.KUBERNETES_SERVICE_IP in exec_("nslookup kubernetes.default.svc.cluster.local")
+    # a TCP connection to the cluster IP is accepted: kube-proxy sent it to the API server's port
+    assert exec_(f"echo | nc -w 5 {servicenet.KUBERNETES_SERVICE_IP} 443; echo rc=$?").strip().endswith("rc=0")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from ringleader_devcluster import cluster, realnode
+from ringleader_devcluster import cluster, realnode, servicenet
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
@@ -86,14 +86,16 @@ def test_no_process_outlives_down_and_up_starts_clean(
     wait_for("all three pod processes", lambda: sum(marker.encode() in c for c in _cmdlines().values()) == 3)
     assert any(state in c for c in _cmdlines().values())  # etcd, apiserver ... run from the state directory
 
-    # The harsh case: the node agent, the kubelet and containerd die without cleaning up, then the cluster is
-    # taken down.
+    # The harsh case: the node agent, the kubelet, containerd and kube-proxy (its iptables rules in place) die
+    # without cleaning up, then the cluster is taken down.
     agent = cluster.node_pid(layout)
     assert agent is not None
     os.kill(agent, signal.SIGKILL)
     paths = realnode.Paths.of(layout)
     for program in ("kubelet", "containerd"):
         os.kill(int(paths.pidfile(program).read_text()), signal.SIGKILL)
+    assert servicenet.iptables_leftovers()
+    os.kill(int(paths.servicenet.pidfile("kube-proxy").read_text()), signal.SIGKILL)
     assert any(marker.encode() in c for c in _cmdlines().values())
     cluster.down()
 

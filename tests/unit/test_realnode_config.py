@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 
-from ringleader_devcluster import realnode
+from ringleader_devcluster import realnode, servicenet
 from ringleader_devcluster.layout import Layout
 
 PATHS = realnode.Paths.of(Layout(cache=Path("/c"), state=Path("/s/.dev")))
@@ -41,3 +42,37 @@ def test_kubelet_config_authenticates_callers_and_is_tainted() -> None:
     assert config["registerWithTaints"] == [{"key": realnode.TAINT, "effect": "NoSchedule"}]
     assert (config["cgroupDriver"], config["failCgroupV1"]) == ("cgroupfs", False)
     assert Path(str(config["podLogsDir"])).is_relative_to(PATHS.root)
+
+
+def test_pods_resolve_through_the_kube_dns_service_which_maps_to_coredns_on_the_node() -> None:
+    config = realnode.kubelet_config(PATHS, "192.0.2.2", Path("/ca.crt"))
+    assert config["clusterDNS"] == [servicenet.DNS_SERVICE_IP]
+    assert ipaddress.ip_address(servicenet.DNS_SERVICE_IP) in ipaddress.ip_network(servicenet.SERVICE_CIDR)
+    objects = {o["kind"]: o for o in servicenet.api_objects("192.0.2.2")}
+    service, slice_ = objects["Service"], objects["EndpointSlice"]
+    assert service["spec"]["clusterIP"] == servicenet.DNS_SERVICE_IP and "selector" not in service["spec"]
+    assert slice_["metadata"]["labels"]["kubernetes.io/service-name"] == service["metadata"]["name"]
+    # kube-proxy pairs a Service port with the slice's port of the same name and protocol
+    by_name = {(p["name"], p["protocol"]): p["port"] for p in slice_["ports"]}
+    assert {(p["name"], p["protocol"]) for p in service["spec"]["ports"]} == set(by_name)
+    assert set(by_name.values()) == {servicenet.DNS_PORT}
+    assert slice_["endpoints"] == [{"addresses": ["192.0.2.2"], "conditions": {"ready": True}}]
+
+
+def test_coredns_reads_only_what_it_serves_and_listens_on_the_node_address() -> None:
+    objects = {o["kind"]: o for o in servicenet.api_objects("192.0.2.2")}
+    verbs = {v for rule in objects["ClusterRole"]["rules"] for v in rule["verbs"]}
+    assert verbs == {"list", "watch"}
+    assert objects["ClusterRoleBinding"]["subjects"][0]["name"] == "system:coredns"
+    corefile = servicenet.corefile("192.0.2.2", Path("/k"))
+    assert f".:{servicenet.DNS_PORT} {{" in corefile and "bind 192.0.2.2" in corefile
+    assert f"kubernetes {servicenet.CLUSTER_DOMAIN} " in corefile and "kubeconfig /k" in corefile
+
+
+def test_kube_proxy_leaves_conntrack_sysctls_alone_and_masquerades_service_traffic() -> None:
+    config = servicenet.kube_proxy_config(Path("/k"), realnode.NODE_NAME, "192.0.2.2")
+    assert config["mode"] == "iptables" and config["hostnameOverride"] == realnode.NODE_NAME
+    assert config["conntrack"]["maxPerCore"] == 0 and config["conntrack"]["min"] == 0
+    assert config["iptables"]["masqueradeAll"] is True
+    assert ipaddress.IPv4Network(realnode.POD_CIDR).subnet_of(ipaddress.IPv4Network(config["clusterCIDR"]))
+    assert all(str(a).startswith("127.0.0.1:") for a in (config["healthzBindAddress"], config["metricsBindAddress"]))
