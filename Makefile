@@ -89,7 +89,7 @@ unit: venv
 	@$(PY) -m pytest --durations=10 tests/unit tests/trainer
 
 integration: dev-cluster
-	@$(PY) -m pytest --durations=10 tests/devcluster tests/operator
+	@$(PY) -m pytest --durations=10 tests/devcluster tests/operator tests/e2e
 
 test: lint unit integration
 

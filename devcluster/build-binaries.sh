@@ -2,6 +2,7 @@
 # Builds the dev cluster's binaries from the Go module proxy into the cache, each only when it is missing:
 #   $RINGLEADER_CACHE/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
 #   $RINGLEADER_CACHE/realnode-<v>/{kubelet,kube-proxy,cri-sweep,pause}   $RINGLEADER_CACHE/coredns-<v>/coredns
+#   $RINGLEADER_CACHE/registry-<v>/registry
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
@@ -102,6 +103,15 @@ if ! have "$coredns_dir" coredns; then
   start_timer
   install_tools "$coredns_dir" "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
   say "built coredns in $(took)"
+fi
+
+# The image registry the real node pulls from (ringleader_devcluster/registry.py).
+registry_dir="$cache/registry-$REGISTRY_VERSION"
+if ! have "$registry_dir" registry; then
+  say "building registry $REGISTRY_VERSION"
+  start_timer
+  install_tools "$registry_dir" "-s -w" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
+  say "built registry in $(took)"
 fi
 
 kwok_dir="$cache/kwok-$KWOK_VERSION"

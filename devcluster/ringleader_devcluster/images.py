@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import registry
 from .layout import REPO_ROOT, Layout
 from .tools import RealNodeError, remove_empty_dirs, run
 
@@ -139,29 +140,24 @@ def base_archive(layout: Layout) -> Path:
     return archive
 
 
-def _inputs_key(image: Image, base: Path) -> str:
-    """A digest of everything the image is built from: its Dockerfile, the files it copies (as git tracks them,
-    or as they are in the working tree), and the base image's archive name."""
+def _inputs_key(image: Image, base: Path, context: Path = REPO_ROOT) -> str:
+    """A digest of everything the image is built from: its Dockerfile, the files it copies (as they are in the
+    working tree of `context`), and the base image's archive name."""
     digest = hashlib.sha256(base.name.encode())
     for rel in (image.dockerfile, *image.inputs):
-        root = REPO_ROOT / rel
+        root = context / rel
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for f in files:
             if "__pycache__" in f.parts:
                 continue
-            digest.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes())
+            digest.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()
 
 
-def build(layout: Layout, image: Image) -> Path:
-    """The image's archive, built from its Dockerfile on the base image when its inputs changed. buildah keeps
-    the layers (`--layers`), so a change to code copied last rebuilds only the layers after it."""
+def _bud(layout: Layout, image: Image, context: Path) -> None:
+    """Build the image from its Dockerfile on the base image into buildah's storage. buildah keeps the layers
+    (`--layers`), so a change to code copied last rebuilds only the layers after it."""
     base = base_archive(layout)
-    archive = _archive(layout, image.name, _inputs_key(image, base))
-    if archive.exists():
-        return archive
-    t0 = time.monotonic()
-    say(f"building {image.name} from {image.dockerfile} (buildah)")
     buildah = _buildah(layout)
     if subprocess.run(
         [*buildah, "inspect", "--type", "image", BASE_IMAGE], capture_output=True, check=False
@@ -173,10 +169,42 @@ def build(layout: Layout, image: Image) -> Path:
              "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-f", image.dockerfile, "-t", image.name, "."],
             f"building {image.dockerfile}",
             timeout=3600,  # the trainer's layers hold torch's CUDA wheels, about 5 GB
-            cwd=REPO_ROOT,
+            cwd=context,
         )  # fmt: skip
     finally:
         remove_empty_dirs(BUILDAH_RUN_DIRS)
+
+
+def build(layout: Layout, image: Image) -> Path:
+    """The image's archive, built when its inputs changed (kept in the cache for `ctr images import`, `docker
+    load` or `kind load image-archive`)."""
+    archive = _archive(layout, image.name, _inputs_key(image, base_archive(layout)))
+    if archive.exists():
+        return archive
+    t0 = time.monotonic()
+    say(f"building {image.name} from {image.dockerfile} (buildah)")
+    _bud(layout, image, REPO_ROOT)
     _save(layout, image.name, archive)
     say(f"{image.name} ready: {archive.stat().st_size / 2**20:.0f} MiB", t0)
     return archive
+
+
+def publish(layout: Layout, image: Image, context: Path = REPO_ROOT) -> str:
+    """Build the image when its inputs changed and push it to the dev cluster's registry, which already holds
+    its unchanged layers; return the name pods use (pulled with `imagePullPolicy: Always`, so a node takes
+    the newest push). `context` is the build's folder (the repository; a copy of it in the rebuild benchmark)."""
+    key = _inputs_key(image, base_archive(layout), context)
+    marker = registry.storage(layout) / "pushed" / f"{image.name.rsplit('/', 1)[-1]}-{key[:12]}"
+    if marker.exists():
+        return image.name
+    t0 = time.monotonic()
+    say(f"building {image.name} from {image.dockerfile} (buildah) and pushing it to the dev cluster's registry")
+    _bud(layout, image, context)
+    run([*_buildah(layout), "push", "--quiet", "--tls-verify=false", image.name, registry.reference(image.name)],
+        f"buildah push {image.name}", 1800)  # fmt: skip
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    for old in marker.parent.glob(marker.name.rsplit("-", 1)[0] + "-*"):
+        old.unlink()
+    marker.touch()
+    say(f"{image.name} pushed", t0)
+    return image.name

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import images, servicenet
+from . import images, registry, servicenet
 from .certs import client_certificate
 from .layout import Layout, read_versions
 from .pids import pid_from, spawn, stop_pid, wait_until
@@ -148,6 +148,9 @@ state = "{paths.root / "run" / "containerd"}"
   [{cri}.cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{paths.cni_conf_dir}"
+  # images named {registry.MIRRORED_HOST}/... come from the dev cluster's registry
+  [{cri}.registry.mirrors."{registry.MIRRORED_HOST}"]
+    endpoint = ["http://{registry.ADDRESS}"]
 """
 
 
@@ -308,6 +311,7 @@ def start(layout: Layout, server: str) -> None:
     (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
     paths = Paths.of(layout)
     preflight(paths)
+    registry.start(layout)
     address, pki = node_ip(), layout.pki
     servicenet.start_dns(
         paths.servicenet, coredns=paths.coredns, kubectl=layout.binary("kubectl"), admin_kubeconfig=layout.kubeconfig,
@@ -393,6 +397,7 @@ def stop(layout: Layout) -> None:
         return
     _stop(paths, "kubelet", 20)
     servicenet.stop(paths.servicenet, paths.binary("kube-proxy"))
+    registry.stop(layout)
     if paths.containerd_config.exists() and paths.binary("cri-sweep").exists():
         if not pid_from(paths.pidfile("containerd")):
             with contextlib.suppress(RealNodeError, OSError):
@@ -483,7 +488,7 @@ def leftovers(layout: Layout) -> list[str]:
     """What of the real node is still on this machine (empty after `stop`): processes, mounts, the bridge,
     cgroups, fixed host paths. The teardown test uses it to prove that `stop` leaves nothing."""
     paths = Paths.of(layout)
-    found = [f"process {pid}" for pid in _pids_with(str(paths.root).encode())]
+    found = [f"process {pid}" for d in (paths.root, registry.state_dir(layout)) for pid in _pids_with(str(d).encode())]
     found += [f"mount {p}" for p in _mounts_under(paths.root)]
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")

@@ -16,7 +16,6 @@ import json
 import shlex
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 from .certs import client_certificate
 from .pids import pid_from, spawn, stop_pid, wait_until
-from .tools import RealNodeError, run
+from .tools import RealNodeError, http_ok, run
 
 SERVICE_CIDR = "10.0.0.0/24"  # the API server's --service-cluster-ip-range (set in cluster.py)
 KUBERNETES_SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: the API server's certificate names it
@@ -146,17 +145,6 @@ def api_objects(address: str) -> list[dict[str, Any]]:
     ]
 
 
-def _http_ok(address: str, path: str) -> Callable[[], bool]:
-    def ok() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{address}{path}", timeout=2) as res:
-                return bool(res.status == 200)
-        except OSError:
-            return False
-
-    return ok
-
-
 def _kubeconfig_for(files: Files, name: str, user: str, pki: Path, kubeconfig: KubeconfigFor) -> Path:
     cert, key = client_certificate(files.root / "pki", name, user, None, pki)
     path = files.root / f"{name}.kubeconfig"
@@ -181,7 +169,7 @@ def start_dns(
     config = _kubeconfig_for(files, "coredns", "system:coredns", pki, kubeconfig)
     (files.root / "Corefile").write_text(corefile(address, config))
     pid = spawn([str(coredns), "-conf", str(files.root / "Corefile")], files.pidfile("coredns"), files.log("coredns"))
-    wait_until("CoreDNS", _http_ok(COREDNS_READY, "/ready"), pid, files.log("coredns"), READY_TIMEOUT)
+    wait_until("CoreDNS", lambda: http_ok(f"http://{COREDNS_READY}/ready"), pid, files.log("coredns"), READY_TIMEOUT)
 
 
 def start_proxy(
@@ -203,7 +191,7 @@ def start_proxy(
         time.sleep(0.2)
     log = files.log("kube-proxy")
     pid = spawn([str(kube_proxy), "--config", str(settings)], files.pidfile("kube-proxy"), log)
-    wait_until("kube-proxy", _http_ok(PROXY_HEALTHZ, "/healthz"), pid, log, READY_TIMEOUT)
+    wait_until("kube-proxy", lambda: http_ok(f"http://{PROXY_HEALTHZ}/healthz"), pid, log, READY_TIMEOUT)
 
 
 def stop(files: Files, kube_proxy: Path) -> None:

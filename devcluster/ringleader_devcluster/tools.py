@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -33,3 +34,12 @@ def remove_empty_dirs(dirs: Iterable[Path]) -> None:
     for d in dirs:
         with contextlib.suppress(OSError):
             d.rmdir()
+
+
+def http_ok(url: str) -> bool:
+    """True when a plain-HTTP GET of `url` (a local daemon's health endpoint) answers 200 within 2 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as res:
+            return bool(res.status == 200)
+    except OSError:
+        return False
