@@ -102,6 +102,7 @@ bench-cluster: dev-cluster
 	@$(PY) -m bench.control_plane_bench
 	@$(PY) -m bench.recovery_bench
 	@$(PY) -m bench.launcher_bench
+	@$(PY) -m bench.image_rebuild_bench
 	@$(PY) -m bench.report
 
 bench-trainer: venv
