@@ -136,6 +136,17 @@ def test_sigterm_reaches_the_child_and_the_supervisor_dies_of_it_too(tmp_path: P
     assert not alive(child)
 
 
+def test_a_sigkilled_child_makes_the_supervisor_die_of_sigkill(tmp_path: Path) -> None:
+    """What the OOM killer does in a container: it kills the biggest process, the training child. The
+    supervisor must end as SIGKILL (137, retried under ExitCode), not with an error of its own (1, which
+    fails the job); as a container's PID 1 it exits 137 (tested on the real node, tests/e2e)."""
+    proc, record = start(tmp_path, "sleep")
+    child = wait_for_child(proc, record)
+    os.kill(child, signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, err
+
+
 def test_a_sigkilled_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
     proc, record = start(tmp_path, "sleep")
     child = wait_for_child(proc, record)

@@ -145,7 +145,8 @@ def _run_child(main: Callable[[], int], parent: int) -> None:
 def _die_of(signum: int) -> None:
     """End this process by `signum`, as the child did; as PID 1 (where the kernel ignores a signal with no
     handler) exit 128+signum, the code a shell or the container runtime reports for it."""
-    signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(OSError):  # SIGKILL and SIGSTOP have no handler to reset
+        signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     exit_now(128 + signum)
 
