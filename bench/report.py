@@ -172,6 +172,18 @@ def recovery(result: Result) -> list[str]:
     return out + table(["strategy", "killed", "kills", "median (s)", "max (s)", f"goal <= {goal:g} s"], rows)
 
 
+def recovery_nodes(result: Result) -> list[str]:
+    goal = result["goal_s"]
+    rows = [
+        [r["case"], f"{r['node']} node", r["victim"], str(len(r["recovery_s"])), f"{r['median_s']:.2f}",
+         f"{min(r['recovery_s']):.2f}", f"{r['max_s']:.2f}", verdict(r["median_s"] <= goal)]
+        for r in result["rows"]
+    ]  # fmt: skip
+    reps = f"{result['kills']} kills per node kind, alternating between them, each in a fresh job"
+    header = ["strategy", "node", "killed", "kills", "median (s)", "min (s)", "max (s)", f"goal <= {goal:g} s"]
+    return [provenance(result, reps), "", *table(header, rows)]
+
+
 def checkpoint(result: Result) -> list[str]:
     goal = result["goal_share"]
     rows = [
@@ -240,6 +252,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
     ("strategies", "Data plane: step time per strategy (~25M-parameter wide MLP)", "make bench-trainer", strategies),
     ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),
+    (
+        "recovery_nodes",
+        "Recovery per node kind: process node vs real node (containers, trainer image)",
+        "python -m bench.recovery_bench --cases allreduce --nodes process real",
+        recovery_nodes,
+    ),
     ("checkpoint", "Checkpoint overhead at the default interval", "make bench-trainer", checkpoint),
     ("launchers", "Launchers: job creation to every rank past init_process_group", "make bench-cluster", launchers),
     ("devcluster", "Dev cluster: start, and pod start per node kind", "make bench-cluster", devcluster),

@@ -10,6 +10,14 @@ from ringleader_devcluster import images, realnode
 from tests.devcluster.helpers import logs, wait_for
 from tests.operator.helpers import GROUP, VERSION, condition, get, pods_of
 
+# Run inside a rank's container: SIGKILL the training process the trainer's supervisor (pid 1) forked.
+KILL_TRAINING_PROCESS = (
+    "import os; me = os.getpid(); "
+    "victims = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me) "
+    "and b'ringleader_trainer' in open(f'/proc/{p}/cmdline', 'rb').read()]; "
+    "[os.kill(p, 9) for p in victims]; print('killed', victims)"
+)
+
 
 def real_node_template(*args: str, memory: str | None = None) -> dict[str, Any]:
     """A rank in the trainer image on the real node, meeting Pod Security "restricted" (read-only root: the

@@ -13,17 +13,9 @@ from ringleader_devcluster.layout import Layout
 from tests.devcluster.helpers import kubectl, logs, wait_for
 from tests.operator.helpers import condition, create, pods_of
 
-from .helpers import diagnosis, is_true, trainer_job, wait_finished
+from .helpers import KILL_TRAINING_PROCESS, diagnosis, is_true, trainer_job, wait_finished
 
 pytestmark = pytest.mark.usefixtures("operator")
-
-# Run inside a rank's container: SIGKILL the training process the trainer's supervisor (pid 1) forked.
-KILL_TRAINING_PROCESS = (
-    "import os; me = os.getpid(); "
-    "victims = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me) "
-    "and b'ringleader_trainer' in open(f'/proc/{p}/cmdline', 'rb').read()]; "
-    "[os.kill(p, 9) for p in victims]; print('killed', victims)"
-)
 
 
 def test_a_rank_over_its_memory_limit_is_oom_killed_and_the_job_says_so(
