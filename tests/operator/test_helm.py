@@ -1,23 +1,15 @@
-"""The helm chart: it lints, renders, passes the API server's dry run with several value sets, rejects bad
-values by name, and installed with `helm install` runs a job to Succeeded through its own operator; `helm
-uninstall` then leaves nothing of what it added."""
+"""The helm chart: it lints, renders, passes the API server's dry run with several value sets and rejects bad
+values by name. Installed from the operator image, upgraded and uninstalled: tests/e2e/test_chart_from_image.py."""
 
 from __future__ import annotations
 
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import REPO_ROOT, Layout
-
-from tests.devcluster.helpers import wait_for
-
-from .helpers import create, training_job, wait_condition
 
 CHART = REPO_ROOT / "helm" / "ringleader"
 
@@ -82,54 +74,3 @@ def test_invalid_values_fail_on_the_schema_naming_the_value(layout: Layout, valu
     out = helm(layout, "template", "rl", str(CHART), "--set", value, check=False)
     assert out.returncode != 0
     assert named in out.stderr, out.stderr
-
-
-def test_installed_chart_runs_a_job_and_uninstall_removes_it(
-    layout: Layout, core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, api: client.ApiClient,
-    chart_operator: str,
-) -> None:  # fmt: skip
-    release, release_ns = chart_operator, "ringleader-system"
-    apps = client.AppsV1Api(api)
-    deployment = apps.read_namespaced_deployment(f"{release}-ringleader", release_ns)
-    pod = core.list_namespaced_pod(release_ns, label_selector=f"app.kubernetes.io/instance={release}").items[0]
-    security = pod.spec.containers[0].security_context
-    assert security.read_only_root_filesystem and not security.allow_privilege_escalation
-    assert pod.spec.security_context.run_as_non_root and deployment.status.ready_replicas == 1
-
-    create(custom, namespace, training_job("via-chart", "print('hello from', __import__('os').environ['RANK'])"))
-    wait_condition(custom, namespace, "via-chart", "Succeeded", timeout=120)
-
-    helm(layout, "uninstall", release, "--namespace", release_ns, "--wait", "--timeout", "120s")
-    rbac = client.RbacAuthorizationV1Api(api)
-    selector = f"app.kubernetes.io/instance={release}"
-    wait_for(
-        "everything the release added to be gone",
-        lambda: (
-            not (
-                apps.list_namespaced_deployment(release_ns, label_selector=selector).items
-                or core.list_namespaced_pod(release_ns, label_selector=selector).items
-                or core.list_namespaced_service(release_ns, label_selector=selector).items
-                or core.list_namespaced_service_account(release_ns, label_selector=selector).items
-                or rbac.list_cluster_role(label_selector=selector).items
-                or rbac.list_cluster_role_binding(label_selector=selector).items
-            )
-            or None
-        ),
-        timeout=90,
-    )
-
-
-@pytest.fixture
-def chart_operator(layout: Layout) -> Iterator[str]:
-    """The chart installed as a fresh release instead of the dev operator (restored afterwards: the two would
-    both act on every job)."""
-    release = f"rl-{uuid.uuid4().hex[:6]}"
-    cluster.operator_up()  # removes the release `make demo` may have left: no other chart's operator runs
-    cluster.operator_down()
-    try:
-        helm(layout, "install", release, str(CHART), "--namespace", "ringleader-system", "--create-namespace",
-             "--set", "image.tag=dev", "--wait", "--timeout", "180s")  # fmt: skip
-        yield release
-    finally:
-        helm(layout, "uninstall", release, "--namespace", "ringleader-system", "--wait", check=False)
-        cluster.operator_up()
