@@ -2,16 +2,22 @@
 
     python -m ringleader_devcluster.demo [--example examples/digits-allreduce.yaml] [--timeout 900]
 
-Expects the dev cluster to run (`make demo` starts it first). Installs the chart in helm/ringleader as the
-release `ringleader` in namespace `ringleader-system` (the operator's Deployment pod runs on the process
-node), applies the example in the `default` namespace (deleting an earlier run of the same job first),
-prints the job's phase, step, each rank's loss and a progress bar until it ends, then the final accuracy
-and what to look at next. Exits 1 if the job fails or does not finish within --timeout seconds.
+Expects the dev cluster to run (`make demo` starts it first). With the real node (the default), it builds the
+operator and trainer images from their Dockerfiles (buildah; again only when their inputs changed) and pushes
+them to the dev cluster's registry, installs the chart in helm/ringleader from the operator image as the release
+`ringleader` in namespace `ringleader-system`, and runs the example's ranks in the trainer image, both on the
+real node, in namespaces enforcing Pod Security "restricted" (the example's pod template is given the real
+node's selector and toleration, the image and the restricted security settings: realpods.on_real_node).
+Without the real node (RINGLEADER_REAL_NODE=0) both run on the process node from this checkout's code. It
+applies the example in namespace `ringleader-demo` (deleting an earlier run of the same job first), prints the
+job's phase, step, each rank's loss and a progress bar until it ends, then the final accuracy and what to look
+at next. Exits 1 if the job fails or does not finish within --timeout seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import hashlib
 import json
@@ -23,14 +29,29 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from . import cluster
+from . import cluster, images, realnode
 from .cluster import ClusterError
 from .layout import REPO_ROOT, Layout
+from .realpods import on_real_node
+from .tools import RealNodeError
 
 RELEASE, RELEASE_NAMESPACE = cluster.CHART_RELEASE, cluster.CHART_NAMESPACE
+DEMO_NAMESPACE = "ringleader-demo"
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 CHART = REPO_ROOT / "helm" / "ringleader"
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
-DEV_VALUES = ["--set", "image.tag=dev"]  # the process node records the image; it runs the checkout's code
+PROCESS_NODE_VALUES = ["--set", "image.tag=dev"]  # the process node records the image; it runs the checkout's code
+
+
+def real_node_values() -> list[str]:
+    """The chart's operator from the operator image, on the real node."""
+    repository, tag = images.OPERATOR.name.rsplit(":", 1)
+    return [
+        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Always",
+        "--set-string", f"nodeSelector.{realnode.LABEL.replace('.', chr(92) + '.')}=true",
+        "--set", f"tolerations[0].key={realnode.TAINT}", "--set", "tolerations[0].operator=Exists",
+        "--set", "tolerations[0].effect=NoSchedule",
+    ]  # fmt: skip
 
 
 def code_hash() -> str:
@@ -48,16 +69,24 @@ BAR = 30
 say = functools.partial(cluster.say, prefix="demo")
 
 
-def install_operator(layout: Layout) -> None:
+def ensure_namespace(layout: Layout, name: str, labels: dict[str, str]) -> None:
+    if cluster.kubectl(layout, "get", "namespace", name, check=False).returncode != 0:
+        cluster.kubectl(layout, "create", "namespace", name)
+    cluster.kubectl(layout, "label", "--overwrite", "namespace", name, *(f"{k}={v}" for k, v in labels.items()))
+
+
+def install_operator(layout: Layout, real: bool) -> None:
     """helm upgrade --install the chart and wait until the operator's pod is ready."""
     if cluster.operator_pid():
         say("stopping the operator started by 'make operator-up' (the chart's takes over)")
         cluster.operator_down()
     t0 = time.monotonic()
-    say(f"installing the operator with helm (release {RELEASE}, namespace {RELEASE_NAMESPACE})")
+    where = "from the operator image on the real node" if real else "on the process node"
+    say(f"installing the operator with helm {where} (release {RELEASE}, namespace {RELEASE_NAMESPACE})")
+    ensure_namespace(layout, RELEASE_NAMESPACE, RESTRICTED if real else {})
     cluster.helm(
         layout, "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
-        "--create-namespace", "--wait", "--timeout", "180s", *DEV_VALUES,
+        "--wait", "--timeout", "180s", *(real_node_values() if real else PROCESS_NODE_VALUES),
         "--set-string", f"podAnnotations.ringleader\\.dev/code={code_hash()}", timeout=200,
     )  # fmt: skip
     say("operator ready", t0)
@@ -90,19 +119,21 @@ def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
 
 
-def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, total: int, timeout: float) -> bool:
+def follow(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, name: str, total: int, timeout: float
+) -> bool:
     """Print a status line every second until the job ends; True if it succeeded."""
     deadline = time.monotonic() + timeout
     tty = sys.stdout.isatty()
     last = ""
     while time.monotonic() < deadline:
-        job = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+        job = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
         status = job.get("status") or {}
         ended = next((k for k in ("Succeeded", "Failed") if (condition(job, k) or {}).get("status") == "True"), None)
         # Progress is sampled every few seconds; a job that succeeded did every step.
         step = total if ended == "Succeeded" else int((status.get("progress") or {}).get("step") or 0)
         losses = " ".join(f"{pod.rsplit('-', 2)[-2]}-{pod.rsplit('-', 1)[-1]}={loss:.3f}"
-                          for pod, loss in sorted(rank_losses(core, "default", name).items()))  # fmt: skip
+                          for pod, loss in sorted(rank_losses(core, ns, name).items()))  # fmt: skip
         line = f"[demo] {status.get('phase', 'Pending'):<10} step {bar(step, total)}  loss {losses or '-'}"
         if line != last:
             print(("\r\033[K" if tty else "") + line, end="" if tty else "\n", flush=True)
@@ -119,8 +150,8 @@ def follow(core: client.CoreV1Api, custom: client.CustomObjectsApi, name: str, t
     return False
 
 
-def final_accuracy(core: client.CoreV1Api, name: str) -> float | None:
-    text = core.read_namespaced_pod_log(f"{name}-worker-0", "default", container="trainer", _request_timeout=10)
+def final_accuracy(core: client.CoreV1Api, ns: str, name: str) -> float | None:
+    text = core.read_namespaced_pod_log(f"{name}-worker-0", ns, container="trainer", _request_timeout=10)
     done = [json.loads(x) for x in (text or "").splitlines() if x.startswith("{") and '"event": "done"' in x]
     return float(done[-1]["test_accuracy"]) if done and "test_accuracy" in done[-1] else None
 
@@ -133,29 +164,37 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     layout = Layout.from_env()
     t0 = time.monotonic()
+    ns = DEMO_NAMESPACE
     try:
         if not cluster.api_ready(layout):
             raise ClusterError("the dev cluster is not running: run 'make dev-cluster' (make demo does)")
+        real = cluster.real_node_wanted()
         body = yaml.safe_load(args.example.read_text())
         name = body["metadata"]["name"]
         total = _steps(body)
-        install_operator(layout)
+        if real:
+            for image in (images.OPERATOR, images.TRAINER):
+                images.publish(layout, image)
+            body = for_real_node(body)
+        install_operator(layout, real)
         config.load_kube_config(str(layout.kubeconfig))
         core, custom = client.CoreV1Api(), client.CustomObjectsApi()
-        if cluster.kubectl(layout, "get", "tj", name, "-n", "default", check=False).returncode == 0:
+        ensure_namespace(layout, ns, RESTRICTED if real else {})
+        if cluster.kubectl(layout, "get", "tj", name, "-n", ns, check=False).returncode == 0:
             say(f"deleting the previous run of {name}")
-            cluster.kubectl(layout, "delete", "tj", name, "-n", "default", "--wait=true", timeout=120)
-        cluster.kubectl(layout, "apply", "-n", "default", "-f", str(args.example))
-        say(f"applied {args.example.relative_to(REPO_ROOT)}: TrainingJob {name}")
-        ok = follow(core, custom, name, total, args.timeout)
-    except (ClusterError, OSError, KeyError, yaml.YAMLError) as e:
+            cluster.kubectl(layout, "delete", "tj", name, "-n", ns, "--wait=true", timeout=120)
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        where = "its ranks in the trainer image on the real node" if real else "its ranks on the process node"
+        say(f"applied {args.example.relative_to(REPO_ROOT)} in namespace {ns}: TrainingJob {name}, {where}")
+        ok = follow(core, custom, ns, name, total, args.timeout)
+    except (ClusterError, RealNodeError, OSError, KeyError, yaml.YAMLError, client.ApiException) as e:
         sys.exit(f"demo: {e}")
     except KeyboardInterrupt:
         sys.exit("demo: interrupted (the job keeps running; 'make dev-cluster-down' stops everything)")
     if not ok:
-        print(f"[demo] look at: kubectl describe tj {name}; kubectl logs {name}-worker-0", flush=True)
+        print(f"[demo] look at: kubectl -n {ns} describe tj {name}; kubectl -n {ns} logs {name}-worker-0", flush=True)
         sys.exit(1)
-    accuracy = final_accuracy(core, name)
+    accuracy = final_accuracy(core, ns, name)
     shown = f"{accuracy:.4f}" if accuracy is not None else "unknown"
     say(f"TrainingJob {name} Succeeded: test accuracy {shown}", t0)
     print(
@@ -163,14 +202,36 @@ def main(argv: list[str] | None = None) -> None:
 Look around (kubectl from the cache, pointed at the dev cluster):
   export KUBECONFIG={layout.kubeconfig}
   alias kubectl={layout.binary("kubectl")}
+  kubectl config set-context --current --namespace {ns}
   kubectl get tj                          # every TrainingJob: phase, workers, step, age
   kubectl describe tj {name}         # conditions, ranks, events
   kubectl logs {name}-worker-0       # the trainer's JSON lines
+  kubectl get pods -o wide               # the ranks' pods and the node they ran on
   kubectl -n {RELEASE_NAMESPACE} logs deploy/{RELEASE}   # the operator
-Run another: kubectl apply -f examples/digits-ps-sync.yaml
+Run another: python -m ringleader_devcluster.demo --example examples/digits-ps-sync.yaml
 Tear down:   make dev-cluster-down       (everything: cluster, operator, jobs)""",
         flush=True,
     )
+
+
+def for_real_node(body: dict[str, Any]) -> dict[str, Any]:
+    """The example's TrainingJob with every role's pod template made for the real node and the trainer image.
+    Checkpoints without a claim go to an emptyDir at /checkpoints in each pod (the root filesystem is
+    read-only; the dev cluster has no storage provisioner: a claim keeps them across pods,
+    examples/checkpoint-pvc.yaml)."""
+    out = copy.deepcopy(body)
+    spec = out["spec"]
+    scratch = "checkpoint" in spec and not (spec["checkpoint"] or {}).get("claimName")
+    for role in ("workers", "parameterServers"):
+        if role not in spec:
+            continue
+        template = on_real_node(spec[role].get("template") or {}, images.TRAINER.name)
+        if scratch:
+            template["spec"]["volumes"].append({"name": "checkpoints", "emptyDir": {}})
+            for c in template["spec"]["containers"]:
+                c["volumeMounts"].append({"name": "checkpoints", "mountPath": "/checkpoints"})
+        spec[role]["template"] = template
+    return out
 
 
 def _steps(body: dict[str, Any]) -> int:

@@ -2,8 +2,9 @@
 registered with the dev cluster as `real-node`. Pods there run in containers from images, with cgroups,
 limits, `kubectl logs` and `kubectl exec`, as on any cluster.
 
-Everything it runs and writes is the dev cluster's own: containerd's root, state and socket, the kubelet's root,
-certificates and pod logs, the CNI configuration and IP leases live under `.dev/realnode/`; its cgroups under
+Everything it runs and writes is the dev cluster's own: containerd's state and socket, the kubelet's root,
+certificates and pod logs, the CNI configuration and IP leases live under `.dev/realnode/`; containerd's root
+(its images, kept for the next dev cluster) in the cache; its cgroups under
 `/ringleader-real-node` in every hierarchy; its pods on the bridge `rl-cni0` (198.18.250.0/24). The node is
 tainted `ringleader.dev/real-node:NoSchedule`, so only pods that tolerate the taint land there. `stop` removes
 all of it, also after a kill -9 of the kubelet or containerd (see `stop`), and puts back what the bridge plugin
@@ -68,11 +69,14 @@ class Paths:
     root: Path
     binaries: Path
     coredns: Path
+    # containerd's content store and snapshots: images pulled once stay for the next dev cluster, as the Go
+    # and registry caches do (what a pod ran in is removed with the pod at teardown; only images remain)
+    image_store: Path
 
     @classmethod
     def of(cls, layout: Layout) -> Paths:
         binaries = layout.cache / f"realnode-{read_versions()['KUBE_VERSION']}"
-        return cls(layout.state / "realnode", binaries, layout.binary("coredns"))
+        return cls(layout.state / "realnode", binaries, layout.binary("coredns"), layout.cache / "containerd")
 
     def binary(self, name: str) -> Path:
         return self.binaries / name
@@ -126,7 +130,7 @@ def containerd_config(paths: Paths) -> str:
     """containerd 1.6's configuration (version 2) with its root, state and socket under `paths`."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{paths.root / "containerd" / "root"}"
+root = "{paths.image_store}"
 state = "{paths.root / "run" / "containerd"}"
 [grpc]
   address = "{paths.socket}"
@@ -407,7 +411,7 @@ def stop(layout: Layout) -> None:
     _stop(paths, "containerd", 20)
     _kill_shims(paths)
     _kill_cgroup_members()  # whatever the sweep could not stop (containerd would not start, say)
-    for point in _mounts_under(paths.root):
+    for point in [*_mounts_under(paths.root), *_mounts_under(paths.image_store)]:
         subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False, timeout=30)
     subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False, timeout=30)
     record = paths.root / "ip_forward.before"
@@ -489,7 +493,7 @@ def leftovers(layout: Layout) -> list[str]:
     cgroups, fixed host paths. The teardown test uses it to prove that `stop` leaves nothing."""
     paths = Paths.of(layout)
     found = [f"process {pid}" for d in (paths.root, registry.state_dir(layout)) for pid in _pids_with(str(d).encode())]
-    found += [f"mount {p}" for p in _mounts_under(paths.root)]
+    found += [f"mount {p}" for p in (*_mounts_under(paths.root), *_mounts_under(paths.image_store))]
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")
     found += [f"cgroup {d}" for d in _cgroup_dirs() if d.exists()]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client
-from ringleader_devcluster import images, realnode
+from ringleader_devcluster import images
+from ringleader_devcluster.realpods import on_real_node
 
 from tests.devcluster.helpers import logs, wait_for
 from tests.operator.helpers import GROUP, VERSION, condition, get, pods_of
@@ -20,32 +21,12 @@ KILL_TRAINING_PROCESS = (
 
 
 def real_node_template(*args: str, memory: str | None = None) -> dict[str, Any]:
-    """A rank in the trainer image on the real node, meeting Pod Security "restricted" (read-only root: the
-    trainer writes only to /tmp, an emptyDir)."""
-    container: dict[str, Any] = {
-        "name": "trainer",
-        "image": images.TRAINER.name,
-        "imagePullPolicy": "Always",  # the newest push of a mutable tag
-        "args": list(args),  # the image's entry point is `python -m ringleader_trainer`
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
+    """A rank in the trainer image on the real node, meeting Pod Security "restricted"."""
+    container: dict[str, Any] = {"name": "trainer", "args": list(args)}  # the image's entry point is the trainer
     if memory:
         container["resources"] = {"limits": {"memory": memory}}
-    return {
-        "spec": {
-            "nodeSelector": {realnode.LABEL: "true"},
-            "tolerations": [{"key": realnode.TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 5,
-            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {}}],
-        }
-    }
+    template = {"spec": {"terminationGracePeriodSeconds": 5, "containers": [container]}}
+    return on_real_node(template, images.TRAINER.name)
 
 
 def trainer_job(

@@ -6,7 +6,7 @@ import ipaddress
 import tomllib
 from pathlib import Path
 
-from ringleader_devcluster import realnode, servicenet
+from ringleader_devcluster import realnode, realpods, servicenet
 from ringleader_devcluster.layout import Layout
 
 PATHS = realnode.Paths.of(Layout(cache=Path("/c"), state=Path("/s/.dev")))
@@ -16,7 +16,8 @@ def test_containerd_config_keeps_its_state_under_the_node_folder_and_fits_this_m
     config = tomllib.loads(realnode.containerd_config(PATHS))
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
     runc = cri["containerd"]["runtimes"]["runc"]
-    assert all(Path(p).is_relative_to(PATHS.root) for p in (config["root"], config["state"], config["grpc"]["address"]))
+    assert all(Path(p).is_relative_to(PATHS.root) for p in (config["state"], config["grpc"]["address"]))
+    assert config["root"] == str(PATHS.image_store)  # images outlive a dev cluster, in the cache
     assert Path(runc["options"]["Root"]).is_relative_to(PATHS.root)
     assert Path(cri["cni"]["conf_dir"]).is_relative_to(PATHS.root)
     assert cri["netns_mounts_under_state_dir"] is True
@@ -76,3 +77,26 @@ def test_kube_proxy_leaves_conntrack_sysctls_alone_and_masquerades_service_traff
     assert config["iptables"]["masqueradeAll"] is True
     assert ipaddress.IPv4Network(realnode.POD_CIDR).subnet_of(ipaddress.IPv4Network(config["clusterCIDR"]))
     assert all(str(a).startswith("127.0.0.1:") for a in (config["healthzBindAddress"], config["metricsBindAddress"]))
+
+
+def test_a_template_made_for_the_real_node_keeps_its_own_settings_and_passes_restricted() -> None:
+    template = {
+        "spec": {
+            "nodeSelector": {"zone": "a"},
+            "securityContext": {"runAsUser": 1000},
+            "containers": [{"name": "c", "image": "x", "securityContext": {"readOnlyRootFilesystem": False}}],
+        }
+    }
+    out = realpods.on_real_node(template, "localhost/ringleader/trainer:dev")["spec"]
+    assert template["spec"]["nodeSelector"] == {"zone": "a"}  # the input is left alone
+    assert out["nodeSelector"] == {"zone": "a", realnode.LABEL: "true"} and realpods.TOLERATION in out["tolerations"]
+    assert out["securityContext"] == {**realpods.RESTRICTED_POD, "runAsUser": 1000}
+    [c] = out["containers"]
+    assert (c["image"], c["imagePullPolicy"]) == ("localhost/ringleader/trainer:dev", "Always")
+    assert c["securityContext"]["readOnlyRootFilesystem"] is False  # the template's choice wins
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": realpods.TMP, "mountPath": "/tmp"} in c["volumeMounts"]
+    assert (
+        realpods.on_real_node({"spec": {"containers": [{"name": "c", "image": "y"}]}})["spec"]["containers"][0]["image"]
+        == "y"
+    )
