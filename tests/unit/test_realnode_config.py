@@ -6,7 +6,7 @@ import ipaddress
 import tomllib
 from pathlib import Path
 
-from ringleader_devcluster import realnode, realpods, servicenet
+from ringleader_devcluster import demo, images, realnode, realpods, servicenet
 from ringleader_devcluster.layout import Layout
 
 PATHS = realnode.Paths.of(Layout(cache=Path("/c"), state=Path("/s/.dev")))
@@ -100,3 +100,18 @@ def test_a_template_made_for_the_real_node_keeps_its_own_settings_and_passes_res
         realpods.on_real_node({"spec": {"containers": [{"name": "c", "image": "y"}]}})["spec"]["containers"][0]["image"]
         == "y"
     )
+
+
+def test_the_demo_puts_every_role_on_the_real_node_and_unclaimed_checkpoints_in_an_empty_dir() -> None:
+    template = {"spec": {"containers": [{"name": "trainer", "image": "ringleader/trainer:0.1.0"}]}}
+    job = {"spec": {"workers": {"template": template}, "parameterServers": {"template": template},
+                    "checkpoint": {"intervalSteps": 100}}}  # fmt: skip
+    out = demo.for_real_node(job)
+    for role in ("workers", "parameterServers"):
+        spec = out["spec"][role]["template"]["spec"]
+        assert spec["nodeSelector"][realnode.LABEL] == "true"
+        assert spec["containers"][0]["image"] == images.TRAINER.name
+        assert {"name": "checkpoints", "emptyDir": {}} in spec["volumes"]
+        assert {"name": "checkpoints", "mountPath": "/checkpoints"} in spec["containers"][0]["volumeMounts"]
+    claimed = demo.for_real_node({**job, "spec": {**job["spec"], "checkpoint": {"claimName": "ckpt"}}})
+    assert all(v["name"] != "checkpoints" for v in claimed["spec"]["workers"]["template"]["spec"]["volumes"])
