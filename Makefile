@@ -88,7 +88,9 @@ lint: venv binaries
 unit: venv
 	@$(PY) -m pytest --durations=10 tests/unit tests/trainer
 
+# The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
 integration: dev-cluster
+	@$(PY) -m ringleader_devcluster images --push operator trainer
 	@$(PY) -m pytest --durations=10 tests/devcluster tests/operator tests/e2e
 
 test: lint unit integration

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("operator-down", help="stop the operator started by operator-up")
     im = sub.add_parser("images", help="build the operator and trainer images with buildah (no Docker engine)")
     im.add_argument("names", nargs="*", help=f"some of: {', '.join(images.IMAGES)} (default: all)")
+    im.add_argument("--push", action="store_true",
+                    help="push to the running dev cluster's registry instead of writing archives")  # fmt: skip
     args = p.parse_args(argv)
     try:
         if args.command == "up":
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
             if unknown := set(args.names) - set(images.IMAGES):
                 p.error(f"no image named {', '.join(sorted(unknown))}: one of {', '.join(images.IMAGES)}")
             for name in args.names or images.IMAGES:
-                print(images.build(layout, images.IMAGES[name]))
+                image = images.IMAGES[name]
+                print(images.publish(layout, image) if args.push else images.build(layout, image))
         else:
             sys.exit(cluster.status())
     except (cluster.ClusterError, realnode.RealNodeError) as e:

@@ -198,7 +198,10 @@ def publish(layout: Layout, image: Image, context: Path = REPO_ROOT) -> str:
     if marker.exists():
         return image.name
     t0 = time.monotonic()
-    say(f"building {image.name} from {image.dockerfile} (buildah) and pushing it to the dev cluster's registry")
+    first = (
+        "" if marker.parent.exists() else " (a first build takes minutes: the trainer image installs torch's wheels)"
+    )
+    say(f"building {image.name} from {image.dockerfile} (buildah) and pushing it to the dev cluster's registry{first}")
     _bud(layout, image, context)
     run([*_buildah(layout), "push", "--quiet", "--tls-verify=false", image.name, registry.reference(image.name)],
         f"buildah push {image.name}", 1800)  # fmt: skip
