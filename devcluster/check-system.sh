@@ -7,7 +7,8 @@ command -v unshare >/dev/null && command -v setpriv >/dev/null || missing+=(util
 command -v mount >/dev/null || missing+=(mount)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 # The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah and debootstrap
-# for images, openssl for the node's certificate, a static busybox for the node's test image.
+# for images, openssl for the node's certificate, a static busybox for the node's test image, iptables for
+# kube-proxy.
 if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
@@ -15,6 +16,7 @@ if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
   command -v buildah >/dev/null || missing+=(buildah)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v openssl >/dev/null || missing+=(openssl)
+  command -v iptables-save >/dev/null || missing+=(iptables)
   { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || missing+=(busybox-static)  # static: no ldd
 fi
 if [ ${#missing[@]} -gt 0 ]; then

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import realnode, servicenet
+from . import realnode, registry, servicenet
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, PACKAGE_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
@@ -531,6 +531,7 @@ def down() -> None:
         realnode.stop(layout)
         if left := realnode.leftovers(layout):
             say(f"the real node left behind: {', '.join(left)}")
+    registry.stop(layout)  # also when the real node's start failed before its folder existed
     if layout.binary("kwokctl").exists() and layout.cluster_dir.exists():
         say("deleting the control plane")
         pids = _component_pids(layout)

@@ -230,6 +230,8 @@ def preflight(paths: Paths) -> None:
     for program, package in (("containerd", "containerd"), ("runc", "runc"), ("buildah", "buildah")):
         if shutil.which(program) is None:
             raise RealNodeError(f"'{program}' is missing: apt-get install {package} (make dev-cluster installs it)")
+    if shutil.which("iptables-save") is None:
+        raise RealNodeError("'iptables' is missing (kube-proxy needs it): apt-get install iptables")
     if not (CNI_BIN / "bridge").exists():
         raise RealNodeError(f"no CNI bridge plugin in {CNI_BIN}: apt-get install containernetworking-plugins")
     if "overlay" not in Path("/proc/filesystems").read_text():
@@ -310,9 +312,9 @@ def _start_containerd(paths: Paths) -> None:
 
 
 def start(layout: Layout, server: str) -> None:
-    """Start containerd, CoreDNS, the kubelet and kube-proxy (each once; a running one is left alone) and return
-    once the kubelet is started and kube-proxy's rules are in place; the caller waits for the node to be Ready
-    (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
+    """Start the image registry, CoreDNS, containerd, the kubelet and kube-proxy (each once; a running one is left
+    alone) and return once the kubelet is started and kube-proxy's rules are in place; the caller waits for the
+    node to be Ready (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
     paths = Paths.of(layout)
     preflight(paths)
     registry.start(layout)

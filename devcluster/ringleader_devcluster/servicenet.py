@@ -202,6 +202,7 @@ def stop(files: Files, kube_proxy: Path) -> None:
             stop_pid(pid, 10)
         files.pidfile(program).unlink(missing_ok=True)
     if kube_proxy.exists() and iptables_leftovers():
+        files.root.mkdir(parents=True, exist_ok=True)
         with files.log("kube-proxy-cleanup").open("ab") as log:
             subprocess.run([str(kube_proxy), "--cleanup"], stdout=log, stderr=log, timeout=60, check=False)
     _remove_kube_chains()
@@ -211,7 +212,10 @@ IPTABLES_TABLES = ("nat", "filter", "mangle")
 
 
 def _iptables_save(table: str) -> list[str]:
-    res = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True, timeout=30, check=False)
+    try:
+        res = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:  # no iptables here: kube-proxy never ran, so it left nothing
+        return []
     return res.stdout.splitlines()
 
 
