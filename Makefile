@@ -122,7 +122,8 @@ demo:
 
 # ---- for users with Docker and kind (the standard kind workflow; not exercised where no Docker engine runs) ----
 # With Docker: docker build. Without: buildah on a base image made with debootstrap, into OCI archives in the
-# cache (devcluster/ringleader_devcluster/images.py), which the dev cluster's real node imports.
+# cache (devcluster/ringleader_devcluster/images.py); the dev cluster's real node pulls them from its registry
+# instead (`images --push`, which make test and make demo do).
 images:
 	@if command -v $(DOCKER) >/dev/null && $(DOCKER) info >/dev/null 2>&1; then \
 		$(DOCKER) build -t $(OPERATOR_IMAGE) . && $(DOCKER) build -f trainer-image/Dockerfile -t $(TRAINER_IMAGE) .; \

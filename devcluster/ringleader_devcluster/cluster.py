@@ -25,7 +25,7 @@ from . import realnode, registry, servicenet
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, PACKAGE_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
-from .pids import is_running, pid_from, stop_pid, wait_gone
+from .pids import is_running, pid_from, spawn, stop_pid, stop_pidfile, wait_gone, wait_until
 
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
 KUBELET_PORT = 10250
@@ -317,10 +317,7 @@ def _spawn_agent(
         os.environ.get("RINGLEADER_BACKOFF_BASE", "10"),
         *extra,
     ]
-    with (state_dir / "agent.log").open("ab") as logf:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
-    (state_dir / "agent.pid").write_text(str(proc.pid))
-    return proc.pid
+    return spawn(argv, state_dir / "agent.pid", state_dir / "agent.log")
 
 
 def start_node(layout: Layout, gpus: int, nodes: int) -> None:
@@ -587,30 +584,22 @@ def operator_up() -> None:
         str(OPERATOR_HEALTH_PORT),
     ]
     env = {**os.environ, "KUBECONFIG": str(layout.kubeconfig)}
-    with log.open("ab") as logf:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, start_new_session=True
-        )
-    pidfile.write_text(str(proc.pid))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if not is_running(proc.pid):
-            tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-            raise ClusterError(f"the operator exited: {tail[0] if tail else 'no log'} (log: {log})")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", OPERATOR_HEALTH_PORT), timeout=1):
-            say(f"operator running (pid {proc.pid}, log {log})")
-            return
-        time.sleep(0.2)
-    raise ClusterError(f"the operator did not become healthy in 30s (log: {log})")
+    pid = spawn(argv, pidfile, log, env)
+    wait_until("the operator", lambda: _listening(OPERATOR_HEALTH_PORT), pid, log, 30, ClusterError)
+    say(f"operator running (pid {pid}, log {log})")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def operator_down() -> None:
-    layout = Layout.from_env()
-    pid = pid_from(_operator_pidfile(layout))
-    if pid:
-        stop_pid(pid, timeout=20)
+    if stop_pidfile(_operator_pidfile(Layout.from_env()), timeout=20):
         say("operator stopped")
-    _operator_pidfile(layout).unlink(missing_ok=True)
 
 
 def _operator_pidfile(layout: Layout) -> Path:

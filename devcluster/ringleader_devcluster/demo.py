@@ -32,7 +32,7 @@ from kubernetes import client, config
 from . import cluster, images, realnode
 from .cluster import ClusterError
 from .layout import REPO_ROOT, Layout
-from .realpods import on_real_node
+from .realpods import on_real_node, with_empty_dir
 from .tools import RealNodeError
 
 RELEASE, RELEASE_NAMESPACE = cluster.CHART_RELEASE, cluster.CHART_NAMESPACE
@@ -226,11 +226,7 @@ def for_real_node(body: dict[str, Any]) -> dict[str, Any]:
         if role not in spec:
             continue
         template = on_real_node(spec[role].get("template") or {}, images.TRAINER.name)
-        if scratch:
-            template["spec"]["volumes"].append({"name": "checkpoints", "emptyDir": {}})
-            for c in template["spec"]["containers"]:
-                c["volumeMounts"].append({"name": "checkpoints", "mountPath": "/checkpoints"})
-        spec[role]["template"] = template
+        spec[role]["template"] = with_empty_dir(template, "checkpoints", "/checkpoints") if scratch else template
     return out
 
 

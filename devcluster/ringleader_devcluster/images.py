@@ -1,8 +1,9 @@
 """Ringleader's images without a Docker engine: a Python base image made locally with debootstrap, and the
-project's own Dockerfiles built on it with buildah, each kept as an OCI archive in the cache and rebuilt only
-when its inputs change. The real node imports the archives into its containerd (`realnode.import_image`).
+project's own Dockerfiles built on it with buildah, rebuilt only when their inputs change: pushed to the dev
+cluster's registry, which the real node pulls from (`publish`), or kept as OCI archives in the cache (`build`,
+for `docker load` or `kind load image-archive`; the node imports its small from-scratch images this way).
 
-    python -m ringleader_devcluster images [operator] [trainer]   # `make images` where no Docker engine runs
+    python -m ringleader_devcluster images [--push] [operator] [trainer]   # `make images` without Docker
 
 The base, `localhost/ringleader/python:3.11-bookworm`, stands in for python:3.11-slim-bookworm (which this
 machine cannot pull): Debian bookworm's minimal system with python3 and its venv module, `python` as python3.
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +66,21 @@ def _buildah(layout: Layout) -> list[str]:
     return ["buildah", "--root", str(layout.cache / "buildah" / "root"), "--runroot", str(layout.state / "buildah")]
 
 
+def _keyed(folder: Path, name: str, key: str, suffix: str = "") -> Path:
+    """Where the build of image `name` from inputs `key` is recorded in `folder` (an archive, a push marker)."""
+    return folder / f"{name.rsplit('/', 1)[-1].replace(':', '-')}-{key[:12]}{suffix}"
+
+
+def _replace_earlier(path: Path, made: Callable[[], object]) -> None:
+    """Record a new build at `path` (`made` creates it) and drop the earlier builds of the same image beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob(path.name.rsplit("-", 1)[0] + "-*" + path.suffix):
+        old.unlink()
+    made()
+
+
 def _archive(layout: Layout, name: str, key: str) -> Path:
-    return layout.cache / "images" / f"{name.rsplit('/', 1)[-1].replace(':', '-')}-{key[:12]}.tar"
+    return _keyed(layout.cache / "images", name, key, ".tar")
 
 
 def _save(layout: Layout, name: str, archive: Path) -> None:
@@ -73,9 +88,7 @@ def _save(layout: Layout, name: str, archive: Path) -> None:
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(".partial")
     run([*_buildah(layout), "push", "--quiet", name, f"oci-archive:{partial}:{name}"], f"buildah push {name}", 1800)
-    for old in archive.parent.glob(archive.name.rsplit("-", 1)[0] + "-*.tar"):
-        old.unlink()  # earlier builds of the same image
-    partial.rename(archive)
+    _replace_earlier(archive, lambda: partial.rename(archive))
 
 
 def scratch_archive(layout: Layout, name: str, steps: list[list[str]], key: str = "") -> Path:
@@ -194,7 +207,7 @@ def publish(layout: Layout, image: Image, context: Path = REPO_ROOT) -> str:
     its unchanged layers; return the name pods use (pulled with `imagePullPolicy: Always`, so a node takes
     the newest push). `context` is the build's folder (the repository; a copy of it in the rebuild benchmark)."""
     key = _inputs_key(image, base_archive(layout), context)
-    marker = registry.storage(layout) / "pushed" / f"{image.name.rsplit('/', 1)[-1]}-{key[:12]}"
+    marker = _keyed(registry.storage(layout) / "pushed", image.name, key)
     if marker.exists():
         return image.name
     t0 = time.monotonic()
@@ -205,9 +218,6 @@ def publish(layout: Layout, image: Image, context: Path = REPO_ROOT) -> str:
     _bud(layout, image, context)
     run([*_buildah(layout), "push", "--quiet", "--tls-verify=false", image.name, registry.reference(image.name)],
         f"buildah push {image.name}", 1800)  # fmt: skip
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    for old in marker.parent.glob(marker.name.rsplit("-", 1)[0] + "-*"):
-        old.unlink()
-    marker.touch()
+    _replace_earlier(marker, marker.touch)
     say(f"{image.name} pushed", t0)
     return image.name

@@ -53,6 +53,7 @@ class Layout:
             "kwokctl": f"kwok-{v['KWOK_VERSION']}",
             "helm": f"helm-{v['HELM_VERSION']}",
             "coredns": f"coredns-{v['COREDNS_VERSION']}",
+            "registry": f"registry-{v['REGISTRY_VERSION']}",
         }[name]
         return self.cache / folder / name
 

@@ -14,23 +14,25 @@ from pathlib import Path
 from .tools import RealNodeError
 
 
-def spawn(argv: list[str], pidfile: Path, log: Path) -> int:
+def spawn(argv: list[str], pidfile: Path, log: Path, env: dict[str, str] | None = None) -> int:
     """Start `argv` in its own session, appending its output to `log`, and record its pid in `pidfile`."""
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True)
     pidfile.write_text(str(proc.pid))
     return proc.pid
 
 
-def wait_until(what: str, ready: Callable[[], bool], pid: int, log: Path, timeout: float) -> None:
-    """Wait until `ready()` is true; fail at once, with the log's last line, when `pid` exits."""
+def wait_until(
+    what: str, ready: Callable[[], bool], pid: int, log: Path, timeout: float, error: type[Exception] = RealNodeError
+) -> None:
+    """Wait until `ready()` is true; fail at once with `error`, quoting the log's last line, when `pid` exits."""
     deadline = time.monotonic() + timeout
     while not ready():
         if not is_running(pid):
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-            raise RealNodeError(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
+            raise error(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
         if time.monotonic() > deadline:
-            raise RealNodeError(f"{what} not ready after {timeout:.0f}s (log: {log})")
+            raise error(f"{what} not ready after {timeout:.0f}s (log: {log})")
         time.sleep(0.1)
 
 
@@ -66,6 +68,16 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def stop_pidfile(pidfile: Path, timeout: float) -> bool:
+    """Stop the daemon `pidfile` names, if it runs (SIGTERM, then SIGKILL after `timeout` seconds), and remove
+    the pid file; True if one was running."""
+    pid = pid_from(pidfile)
+    if pid:
+        stop_pid(pid, timeout)
+    pidfile.unlink(missing_ok=True)
+    return pid is not None
 
 
 def pid_from(pidfile: Path) -> int | None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import images, registry, servicenet
 from .certs import client_certificate
 from .layout import Layout, read_versions
-from .pids import pid_from, spawn, stop_pid, wait_until
+from .pids import pid_from, spawn, stop_pidfile, wait_until
 from .tools import RealNodeError, remove_empty_dirs, run
 
 __all__ = ["RealNodeError"]  # raised by everything here (defined with the tool runner)
@@ -388,9 +388,7 @@ def _mounts_under(prefix: Path) -> list[Path]:
 
 
 def _stop(paths: Paths, program: str, timeout: float) -> None:
-    if pid := pid_from(paths.pidfile(program)):
-        stop_pid(pid, timeout)
-    paths.pidfile(program).unlink(missing_ok=True)
+    stop_pidfile(paths.pidfile(program), timeout)
 
 
 def stop(layout: Layout) -> None:

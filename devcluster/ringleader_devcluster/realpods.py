@@ -34,9 +34,17 @@ def on_real_node(template: dict[str, Any], image: str | None = None) -> dict[str
             container["image"] = image
             container["imagePullPolicy"] = "Always"
         container["securityContext"] = {**RESTRICTED_CONTAINER, **(container.get("securityContext") or {})}
+    return with_empty_dir(out, TMP, "/tmp")  # torch and Python write scratch files there
+
+
+def with_empty_dir(template: dict[str, Any], name: str, path: str) -> dict[str, Any]:
+    """`template` (changed in place, and returned) with an emptyDir volume `name` mounted at `path` in every
+    container that mounts nothing there yet: writable scratch space under a read-only root filesystem."""
+    spec = template.setdefault("spec", {})
+    for container in spec.get("containers") or []:
         mounts = container.setdefault("volumeMounts", [])
-        if not any(m.get("mountPath") == "/tmp" for m in mounts):  # torch and Python write scratch files there
-            mounts.append({"name": TMP, "mountPath": "/tmp"})
-    if not any(v.get("name") == TMP for v in spec.get("volumes") or []):
-        spec["volumes"] = [*(spec.get("volumes") or []), {"name": TMP, "emptyDir": {}}]
-    return out
+        if not any(m.get("mountPath") == path for m in mounts):
+            mounts.append({"name": name, "mountPath": path})
+    if not any(v.get("name") == name for v in spec.get("volumes") or []):
+        spec["volumes"] = [*(spec.get("volumes") or []), {"name": name, "emptyDir": {}}]
+    return template

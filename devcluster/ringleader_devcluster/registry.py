@@ -14,16 +14,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .layout import Layout, read_versions
-from .pids import pid_from, spawn, stop_pid, wait_until
+from .layout import Layout
+from .pids import pid_from, spawn, stop_pidfile, wait_until
 from .tools import RealNodeError, http_ok
 
 ADDRESS = "127.0.0.1:15000"
 MIRRORED_HOST = "localhost"  # images named localhost/... are pulled from here
-
-
-def binary(layout: Layout) -> Path:
-    return layout.cache / f"registry-{read_versions()['REGISTRY_VERSION']}" / "registry"
 
 
 def storage(layout: Layout) -> Path:
@@ -53,22 +49,20 @@ def start(layout: Layout) -> None:
     state = state_dir(layout)
     if pid_from(state / "registry.pid"):
         return
-    if not binary(layout).exists():
-        raise RealNodeError(f"{binary(layout)} is missing: run devcluster/build-binaries.sh")
+    program = layout.binary("registry")
+    if not program.exists():
+        raise RealNodeError(f"{program} is missing: run devcluster/build-binaries.sh")
     state.mkdir(parents=True, exist_ok=True)
     storage(layout).mkdir(parents=True, exist_ok=True)
     settings = state / "config.yml"
     settings.write_text(json.dumps(config(storage(layout)), indent=2))  # JSON is YAML
     log = state / "registry.log"
-    pid = spawn([str(binary(layout)), "serve", str(settings)], state / "registry.pid", log)
+    pid = spawn([str(program), "serve", str(settings)], state / "registry.pid", log)
     wait_until("the image registry", serving, pid, log, 30)
 
 
 def stop(layout: Layout) -> None:
-    pidfile = state_dir(layout) / "registry.pid"
-    if pid := pid_from(pidfile):
-        stop_pid(pid, 10)
-    pidfile.unlink(missing_ok=True)
+    stop_pidfile(state_dir(layout) / "registry.pid", 10)
 
 
 def reference(name: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .certs import client_certificate
-from .pids import pid_from, spawn, stop_pid, wait_until
+from .pids import pid_from, spawn, stop_pidfile, wait_until
 from .tools import RealNodeError, http_ok, run
 
 SERVICE_CIDR = "10.0.0.0/24"  # the API server's --service-cluster-ip-range (set in cluster.py)
@@ -198,9 +198,7 @@ def stop(files: Files, kube_proxy: Path) -> None:
     """Stop CoreDNS and kube-proxy and remove kube-proxy's iptables rules (also after a kill -9 of either);
     what could not be removed shows in `iptables_leftovers`."""
     for program in ("coredns", "kube-proxy"):
-        if pid := pid_from(files.pidfile(program)):
-            stop_pid(pid, 10)
-        files.pidfile(program).unlink(missing_ok=True)
+        stop_pidfile(files.pidfile(program), 10)
     if kube_proxy.exists() and iptables_leftovers():
         files.root.mkdir(parents=True, exist_ok=True)
         with files.log("kube-proxy-cleanup").open("ab") as log:
