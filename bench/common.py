@@ -34,6 +34,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
+def range_verdict(runs: dict[str, list[float]], better: str = "faster") -> str:
+    """Whether the systems' repetitions tell them apart: "not distinguishable" when any two of their ranges
+    overlap, else which one has the lowest median."""
+    ranges = [(min(v), max(v)) for v in runs.values()]
+    if any(a[0] <= b[1] and b[0] <= a[1] for i, a in enumerate(ranges) for b in ranges[i + 1 :]):
+        return "not distinguishable (the runs' ranges overlap)"
+    return f"{min(runs, key=lambda k: statistics.median(runs[k]))} is {better}"
+
+
 def summary(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),

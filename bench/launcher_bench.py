@@ -22,7 +22,7 @@ from kubernetes import client, config
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
-from bench.common import delete_namespace, new_namespace, summary, write_result
+from bench.common import delete_namespace, new_namespace, range_verdict, summary, write_result
 
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 MARK = "initialized-at"
@@ -117,12 +117,7 @@ def main() -> None:
             runs[launcher].append(run_once(core, custom, launcher, args.workers))
             print(f"[bench] rep {rep + 1}/{args.reps} {launcher}: {runs[launcher][-1]:.2f}s", flush=True)
     medians = {k: statistics.median(v) for k, v in runs.items()}
-    overlap = min(runs["torchrun"]) <= max(runs["trainer"]) and min(runs["trainer"]) <= max(runs["torchrun"])
-    verdict = (
-        "not distinguishable (the runs' ranges overlap)"
-        if overlap
-        else (f"{min(medians, key=lambda k: medians[k])} is faster")
-    )
+    verdict = range_verdict(runs)
     result = {
         "settings": {"workers": args.workers, "reps": args.reps, "strategy": "allreduce", "node": "process"},
         "create_to_all_initialized_s": {k: {"summary": summary(v), "runs": v} for k, v in runs.items()},

@@ -21,6 +21,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 from ringleader_devcluster.layout import REPO_ROOT
 
+from bench.common import range_verdict
+
 RESULTS = REPO_ROOT / "bench" / "results"
 PLOTS = REPO_ROOT / "bench" / "plots"
 REPORT = REPO_ROOT / "BENCHMARKS.md"
@@ -181,7 +183,11 @@ def recovery_nodes(result: Result) -> list[str]:
     ]  # fmt: skip
     reps = f"{result['kills']} kills per node kind, alternating between them, each in a fresh job"
     header = ["strategy", "node", "killed", "kills", "median (s)", "min (s)", "max (s)", f"goal <= {goal:g} s"]
-    return [provenance(result, reps), "", *table(header, rows)]
+    verdicts = []
+    for case in dict.fromkeys(r["case"] for r in result["rows"]):
+        runs = {f"the {r['node']} node": r["recovery_s"] for r in result["rows"] if r["case"] == case}
+        verdicts.append(f"{case}: {range_verdict(runs, 'faster to recover')}")
+    return [provenance(result, reps), "", *table(header, rows), "", "; ".join(verdicts) + "."]
 
 
 def checkpoint(result: Result) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench import report
+from bench.common import range_verdict
 
 METRICS = ("created_s", "running_s", "requests_per_job", "cpu_s", "peak_rss_mb")
 MACHINE = {"date": "2026-11-23 10:00 UTC", "commit": "abc1234", "cpus": 2, "cpu_model": "Test CPU", "memory_gb": 24}
@@ -150,3 +151,16 @@ def test_launchers_and_devcluster_sections_report_their_figures_and_verdicts() -
     assert "torchrun / trainer: 2.00x; trainer is faster." in text
     assert "| pod create -> Running, process node | 100 | 300 ms | 600 ms (p99) | p99 <= 1 s | **met** |" in text
     assert "| pod create -> Running, real node | 100 | 300 ms | 2500 ms (p99) | p99 <= 2 s | **missed** |" in text
+
+
+@pytest.mark.parametrize(
+    ("runs", "verdict"),
+    [
+        ({"a": [1.0, 2.0], "b": [1.5, 3.0]}, "not distinguishable (the runs' ranges overlap)"),
+        ({"a": [1.0, 2.0], "b": [2.5, 3.0]}, "a is faster"),
+        ({"a": [4.0, 5.0], "b": [1.0, 2.0], "c": [2.1, 3.0]}, "b is faster"),
+        ({"a": [4.0, 5.0], "b": [1.0, 2.0], "c": [1.9, 3.0]}, "not distinguishable (the runs' ranges overlap)"),
+    ],
+)
+def test_systems_are_told_apart_only_when_no_two_ranges_overlap(runs: dict[str, list[float]], verdict: str) -> None:
+    assert range_verdict(runs) == verdict
