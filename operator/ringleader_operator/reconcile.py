@@ -131,6 +131,41 @@ class ObservedPod:
         return classify(self.exit_code, self.reason, self.disruption)
 
 
+FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest are counted
+
+
+def own_ranks(job: TrainingJob, pods: list[dict[str, Any]]) -> tuple[list[ObservedPod], list[str]]:
+    """The job's ranks among `pods` (the pods carrying its job label), and the names of the others.
+
+    A rank is a pod with valid rank labels whose controller is this job (by UID) and whose name is that rank's
+    name. A pod that only carries the labels (made by hand, by another controller) is never counted, restarted
+    or deleted: two such pods marked Succeeded must not finish the job."""
+    uid = str(job.metadata.get("uid", ""))
+    ranks, foreign = [], []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        rank = ObservedPod.from_pod(pod)
+        controlled = any(
+            o.get("controller") and o.get("kind") == KIND and o.get("uid") == uid
+            for o in meta.get("ownerReferences") or []
+        )
+        if rank is not None and controlled and rank.name == pod_name(job.name, rank.role, rank.index):
+            ranks.append(rank)
+        else:
+            foreign.append(str(meta.get("name", "")))
+    return ranks, sorted(foreign)
+
+
+def foreign_pods_message(names: list[str]) -> str:
+    """The Warning event's message for pods carrying a job's labels that are not its ranks (a few named)."""
+    shown = ", ".join(names[:FOREIGN_PODS_NAMED])
+    more = f" and {len(names) - FOREIGN_PODS_NAMED} more" if len(names) > FOREIGN_PODS_NAMED else ""
+    return (
+        f"{len(names)} pods carry this job's labels but are not its ranks (not controlled by it, or not named as "
+        f"one); ignored: {shown}{more}"
+    )
+
+
 @dataclass
 class Plan:
     create_pods: list[dict[str, Any]] = field(default_factory=list)
@@ -144,6 +179,7 @@ class Plan:
     ungate_pods: list[str] = field(default_factory=list)  # gang admitted: lift the gate from these pods
     waiting_for_room: bool = False  # gated pods wait for room; a round is due when others free some
     pod_group: dict[str, Any] | None = None  # the gang scheduler's PodGroup, created before the pods
+    foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
 
 
 ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}
@@ -188,7 +224,7 @@ def plan(
     out = Plan(status=old.model_copy(deep=True))
     st = out.status
     st.observed_generation = gen
-    observed = [p for p in (ObservedPod.from_pod(x) for x in pods) if p is not None]
+    observed, out.foreign_pods = own_ranks(job, pods)
     desired = desired_ranks(job)
     workers = job.spec.workers.replicas
     restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
@@ -436,8 +472,9 @@ def plan(
 
     if out.create_pods and gangs.gang_scheduler(job) is not None:
         out.pod_group = build_pod_group(job)
-    going = {p.name for p in observed if p.deleting} | set(out.delete_pods)
-    gated = [x for x in pods if admission.gated(x) and (x.get("metadata") or {}).get("name") not in going]
+    staying = {p.name for p in observed if not p.deleting} - set(out.delete_pods)
+    going = {p.name for p in observed} - staying
+    gated = [x for x in pods if admission.gated(x) and (x.get("metadata") or {}).get("name") in staying]
     every_rank_has_a_pod = not out.create_pods and all(
         any(p.name not in going for p in by_rank.get(rank, [])) for rank in desired
     )

@@ -35,7 +35,7 @@ from .builders import METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .podcache import PodCache, digest
-from .reconcile import earlier_job_leftovers, format_time, plan
+from .reconcile import earlier_job_leftovers, foreign_pods_message, format_time, plan
 
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
@@ -93,6 +93,8 @@ class Reconciler:
         # Jobs whose Service exists (read or created by a round) -> the job's uid; later rounds skip reading it.
         self.services: dict[tuple[str, str], str] = {}
         self.fresh_reads: dict[tuple[str, str], float] = {}  # job -> when a round last read it fresh
+        # job -> the pods carrying its labels that are not its ranks, as last reported in an event
+        self.foreign: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
@@ -171,6 +173,7 @@ class Reconciler:
         self.waiting.pop(key, None)
         self.services.pop(key, None)
         self.fresh_reads.pop(key, None)
+        self.foreign.pop(key, None)
 
     def _cached(self) -> PodCache | None:
         """The pod cache once kopf has filled it, else None (read from the API server)."""
@@ -263,6 +266,10 @@ class Reconciler:
             await self.kube.patch_status(namespace, name, new_status, resource_version=version)
         for kind, reason, message in p.events:
             self.emit(obj, kind, reason, message)
+        if tuple(p.foreign_pods) != self.foreign.get((namespace, name), ()):  # reported once, not every round
+            self.foreign[(namespace, name)] = tuple(p.foreign_pods)
+            if p.foreign_pods:
+                self.emit(obj, "Warning", Reason.FOREIGN_PODS, foreign_pods_message(p.foreign_pods))
         metrics.RESTARTS.inc(
             sum(r.restarts for r in p.status.replica_statuses.values())
             - sum(r.restarts for r in job.status.replica_statuses.values())

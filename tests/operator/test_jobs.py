@@ -13,6 +13,8 @@ from kubernetes import client
 from kubernetes.client import ApiException
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
+from ringleader_operator.api import Role
+from ringleader_operator.builders import rank_labels
 
 from tests.devcluster.helpers import kubectl, logs, wait_for
 
@@ -227,6 +229,42 @@ def test_a_job_created_again_under_the_same_name_runs_its_own_pods(
     job = wait_condition(custom, namespace, "again", "Failed", timeout=90)
     assert not condition(job, "Succeeded")
     assert not first & {p.metadata.uid for p in pods_of(core, namespace, "again")}
+
+
+def test_pods_that_only_carry_the_jobs_labels_are_never_taken_for_its_ranks(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """Two pods made by hand under the ranks' names and labels, finished Succeeded, do not finish the job: it
+    neither adopts nor deletes them, says so in an event, and runs its own ranks once they are gone."""
+    body = training_job("stray", "print('my own rank')")
+    template = body["spec"]["workers"]["template"]
+    for i in range(2):
+        labels = rank_labels("stray", Role.WORKER, i)
+        spec = {**template["spec"], "restartPolicy": "Never"}
+        spec["containers"] = [{**spec["containers"][0], "command": ["python", "-c", "print('not a rank')"]}]
+        core.create_namespaced_pod(
+            namespace, {"metadata": {"name": f"stray-worker-{i}", "labels": labels}, "spec": spec}
+        )
+    wait_for("the hand-made pods Succeeded", lambda: [
+        p.status.phase for p in pods_of(core, namespace, "stray")] == ["Succeeded"] * 2, timeout=60)  # fmt: skip
+    create(custom, namespace, body)
+
+    def ignored() -> list[str]:
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stray").items
+        return [e.message for e in events if e.reason == "ForeignPodsIgnored"]
+
+    message = wait_for("the event about the hand-made pods", ignored, timeout=30)[0]
+    assert message.endswith("ignored: stray-worker-0, stray-worker-1"), message
+    time.sleep(3)  # more rounds: the job still waits for its own ranks
+    job = get(custom, namespace, "stray")
+    assert not condition(job, "Succeeded") and (job.get("status") or {}).get("phase") != "Succeeded", job
+    assert len(ignored()) == 1  # once, not every round
+    assert all(not p.metadata.owner_references for p in pods_of(core, namespace, "stray"))  # nor adopted
+    for i in range(2):
+        core.delete_namespaced_pod(f"stray-worker-{i}", namespace, grace_period_seconds=0)
+    wait_condition(custom, namespace, "stray", "Succeeded", timeout=90)
+    assert all(p.metadata.owner_references for p in pods_of(core, namespace, "stray"))
+    assert "my own rank" in logs(core, namespace, "stray-worker-0", container="trainer")
 
 
 def test_restarting_the_operator_mid_job_creates_no_duplicate_pod(

@@ -10,7 +10,7 @@ from ringleader_operator.api import RestartPolicy, Role, TrainingJob
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.conditions import Reason
 from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
-from ringleader_operator.reconcile import earlier_job_leftovers, plan
+from ringleader_operator.reconcile import earlier_job_leftovers, foreign_pods_message, own_ranks, plan
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -122,7 +122,11 @@ def pod(
         status["reason"] = reason
     if disruption:
         status["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
-    meta: dict[str, Any] = {"name": f"j-{role.value}-{index}", "labels": rank_labels("j", role, index)}
+    meta: dict[str, Any] = {
+        "name": f"j-{role.value}-{index}",
+        "labels": rank_labels("j", role, index),
+        "ownerReferences": [{"kind": "TrainingJob", "name": "j", "uid": "u", "controller": True}],
+    }
     if attempt is not None:
         meta["annotations"] = {"ringleader.dev/attempt": str(attempt)}
     if deleting:
@@ -403,6 +407,53 @@ def test_objects_an_earlier_job_of_the_same_name_left_are_waited_for(
     objects: list[dict[str, Any]], leftovers: list[str]
 ) -> None:
     assert earlier_job_leftovers("new", objects) == leftovers
+
+
+def _foreign(p: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    """`p` with its metadata changed: a pod that carries the job's labels without being its rank."""
+    return {**p, "metadata": {**p["metadata"], **meta}}
+
+
+OWNER = {"kind": "TrainingJob", "name": "j", "uid": "u", "controller": True}
+
+
+@pytest.mark.parametrize(
+    ("changes", "rank"),
+    [
+        ({}, True),
+        ({"ownerReferences": []}, False),  # made by hand
+        ({"ownerReferences": [{**OWNER, "uid": "other"}]}, False),  # another job's (a copy of its labels)
+        ({"ownerReferences": [{**OWNER, "controller": False}]}, False),  # owned, but another controller's
+        ({"ownerReferences": [{**OWNER, "kind": "ReplicaSet"}]}, False),
+        ({"name": "j-worker-0-copy"}, False),  # controlled by the job, but not a rank's name
+        ({"labels": {"ringleader.dev/job-name": "j"}}, False),  # no rank labels
+    ],
+    ids=["rank", "unowned", "other-uid", "not-controller", "other-kind", "other-name", "no-rank-labels"],
+)
+def test_a_pod_is_a_rank_only_when_the_job_controls_it_under_the_ranks_name(
+    changes: dict[str, Any], rank: bool
+) -> None:
+    p = _foreign(pod(Role.WORKER, 0, "Running"), **changes)
+    ranks, foreign = own_ranks(job(), [p])
+    assert ([r.name for r in ranks], foreign) == ((["j-worker-0"], []) if rank else ([], [p["metadata"]["name"]]))
+
+
+def test_unowned_pods_marked_succeeded_do_not_finish_the_job() -> None:
+    fakes = [_foreign(pod(Role.WORKER, i, "Succeeded"), ownerReferences=[]) for i in range(2)]
+    p = plan(job(), fakes, True, NOW)
+    assert p.status.phase != "Succeeded" and p.status.completion_time is None
+    assert sorted(x["metadata"]["name"] for x in p.create_pods) == ["j-worker-0", "j-worker-1"]  # its own ranks
+    assert not p.delete_pods and p.foreign_pods == ["j-worker-0", "j-worker-1"]  # never deleted: not its own
+    # Beside the job's own running ranks they change nothing either.
+    ours = [pod(Role.WORKER, i, "Running") for i in range(2)]
+    extra = _foreign(pod(Role.WORKER, 1, "Succeeded"), name="j-worker-1-x")
+    assert again(p, [*ours, extra]).status.replica_statuses["worker"].succeeded == 0
+
+
+def test_the_foreign_pods_message_names_a_few_and_counts_the_rest() -> None:
+    assert foreign_pods_message(["a"]).endswith("ignored: a")
+    many = foreign_pods_message([f"p{i}" for i in range(12)])
+    assert many.startswith("12 pods carry") and many.endswith("ignored: p0, p1, p2, p3, p4 and 7 more")
 
 
 def gated(p: dict[str, Any], gpus: int = 3) -> dict[str, Any]:

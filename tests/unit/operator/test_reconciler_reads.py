@@ -24,6 +24,7 @@ class FakeKube:
         self.service_exists = service_exists
         self.pods = pods
         self.calls: list[str] = []
+        self.foreign: list[dict[str, Any]] = []  # pods carrying the job's labels that it does not own
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         self.calls.append("get_job")
@@ -36,11 +37,11 @@ class FakeKube:
         self.calls.append("list_pods")
         if not self.pods:
             return []
-        owner = {"kind": "TrainingJob", "uid": self.uid}
+        owner = {"kind": "TrainingJob", "name": job, "uid": self.uid, "controller": True}
         pods = [pod(Role.WORKER, i, "Running") for i in range(2)]
         for p in pods:
             p["metadata"]["ownerReferences"] = [owner]
-        return pods
+        return pods + self.foreign
 
     async def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append("read_service")
@@ -122,3 +123,31 @@ def test_a_round_that_created_gated_pods_asks_for_the_next_round_at_once() -> No
     due = asyncio.run(main())
     assert "create_pods" in kube.calls and all(g["name"] for p in kube.created for g in p["spec"]["schedulingGates"])
     assert due is not None and due <= 0.0
+
+
+def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
+    kube = FakeKube(service_exists=True)
+    events: list[tuple[str, str]] = []
+    r = Reconciler(kube, emit=lambda _obj, _kind, reason, message: events.append((reason, message)))  # type: ignore[arg-type]
+
+    def stray(name: str) -> dict[str, Any]:
+        p = pod(Role.WORKER, 0, "Succeeded")
+        p["metadata"] |= {"name": name, "ownerReferences": []}
+        return p
+
+    async def rounds(n: int) -> None:
+        for _ in range(n):
+            await r.round("ns", "j", True)
+
+    asyncio.run(rounds(2))
+    assert all(reason != "ForeignPodsIgnored" for reason, _ in events)
+    events.clear()
+    kube.foreign = [stray("j-worker-0-copy")]
+    asyncio.run(rounds(3))
+    kube.foreign.append(stray("by-hand"))
+    asyncio.run(rounds(2))
+    kube.foreign = []
+    asyncio.run(rounds(1))
+    foreign = [message for reason, message in events if reason == "ForeignPodsIgnored"]
+    assert len(foreign) == 2, events
+    assert foreign[0].endswith("ignored: j-worker-0-copy") and foreign[1].endswith("ignored: by-hand, j-worker-0-copy")
