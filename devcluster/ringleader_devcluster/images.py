@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import registry
+from .buildlog import BuildLog
 from .layout import REPO_ROOT, Layout
-from .tools import RealNodeError, remove_empty_dirs, run
+from .tools import RealNodeError, remove_empty_dirs, run, run_lines
 
 BASE_IMAGE = "localhost/ringleader/python:3.11-bookworm"
 SUITE = "bookworm"
@@ -168,24 +169,35 @@ def _inputs_key(image: Image, base: Path, context: Path = REPO_ROOT) -> str:
 
 
 def _bud(layout: Layout, image: Image, context: Path) -> None:
-    """Build the image from its Dockerfile on the base image into buildah's storage. buildah keeps the layers
-    (`--layers`), so a change to code copied last rebuilds only the layers after it."""
+    """Build the image from its Dockerfile on the base image into buildah's storage, showing each step as it
+    starts; a failure is one line naming the step. buildah keeps the layers (`--layers`), so a change to code
+    copied last rebuilds only the layers after it."""
     base = base_archive(layout)
     buildah = _buildah(layout)
     if subprocess.run(
         [*buildah, "inspect", "--type", "image", BASE_IMAGE], capture_output=True, check=False
     ).returncode:
         run([*buildah, "pull", "--quiet", f"oci-archive:{base}"], "buildah pull of the base image", 600)
+    log = BuildLog(image.dockerfile)
+    t0 = time.monotonic()
+
+    def progress(line: str) -> None:
+        if log.feed(line):
+            say(f"{image.dockerfile} {line.strip()}", t0)
+
     try:
-        run(
+        code = run_lines(
             [*buildah, "bud", "--layers", "--isolation", "chroot", "--network", "host", "--pull-never",
              "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-f", image.dockerfile, "-t", image.name, "."],
             f"building {image.dockerfile}",
+            progress,
             timeout=3600,  # the trainer's layers hold torch's CUDA wheels, about 5 GB
             cwd=context,
         )  # fmt: skip
     finally:
         remove_empty_dirs(BUILDAH_RUN_DIRS)
+    if code != 0:
+        raise RealNodeError(log.failure(code))
 
 
 def build(layout: Layout, image: Image) -> Path:

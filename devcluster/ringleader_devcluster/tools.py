@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import threading
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -26,6 +27,35 @@ def run(argv: list[str], what: str, timeout: float = 120, cwd: Path | None = Non
         lines = (res.stderr + res.stdout).strip().splitlines()
         raise RealNodeError(f"{what} failed: {lines[-1] if lines else f'exit code {res.returncode}'}")
     return res.stdout
+
+
+def run_lines(
+    argv: list[str], what: str, on_line: Callable[[str], None], timeout: float, cwd: Path | None = None
+) -> int:
+    """Run a tool, handing each line of its output (standard output and error together) to `on_line` as it comes,
+    and return its exit code; RealNodeError when it is missing or outlives `timeout` seconds (it is killed)."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", cwd=cwd
+        )
+    except FileNotFoundError as e:
+        raise RealNodeError(f"{what}: {argv[0]} not found (make dev-cluster installs it)") from e
+    late = threading.Event()
+    timer = threading.Timer(timeout, lambda: (late.set(), proc.kill()))
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_line(line.rstrip("\n"))
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:  # interrupted: the tool goes too
+            proc.kill()
+            proc.wait()
+    if late.is_set():
+        raise RealNodeError(f"{what}: {Path(argv[0]).name} did not finish within {timeout:.0f}s")
+    return code
 
 
 def remove_empty_dirs(dirs: Iterable[Path]) -> None:

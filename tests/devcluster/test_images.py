@@ -67,3 +67,15 @@ def test_the_operator_image_runs_non_root_without_torch_in_a_restricted_namespac
     assert phase == "Succeeded", out
     assert "uid 65532 torch False" in out and "usage: ringleader-operator" in out
     assert f"api user system:serviceaccount:{namespace}:default" in out
+
+
+def test_a_failed_build_names_the_dockerfile_step_and_why(layout: Layout, tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo fine\nRUN echo the reason >&2; exit 7\nRUN true\n"
+    )
+    broken = images.Image("localhost/ringleader/broken:dev", "Dockerfile", ())
+    with pytest.raises(realnode.RealNodeError) as failed:
+        images._bud(layout, broken, tmp_path)
+    assert str(failed.value) == (
+        "building Dockerfile failed at STEP 3/4 `RUN echo the reason >&2; exit 7` (exit status 7): the reason"
+    )
