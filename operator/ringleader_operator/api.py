@@ -108,8 +108,9 @@ class CheckpointSpec(Model):
         description="Path inside the pods where the ranks keep checkpoints. Default: "
         "/checkpoints/<namespace>/<name>/<uid>, this job's own, so a new job never resumes another's; give "
         "an earlier job's directory to continue from its checkpoints. The claim is mounted here, or at "
-        "/checkpoints by default; without claimName, whatever the template mounts (a host directory on the "
-        "dev cluster).",
+        "/checkpoints by default; without claimName, whatever the template mounts there, else the container's own "
+        "filesystem (the trainer image's /checkpoints is writable by its user; checkpoints then last as long as "
+        "the pod).",
     )
     keep: int = Field(3, ge=1, description="Newest checkpoints kept.")
 

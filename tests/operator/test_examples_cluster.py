@@ -1,7 +1,8 @@
 """Every example in examples/ applied to the dev cluster runs to Succeeded: the documents as written (the PVC
 example's volume pointed at the test's namespace), with the built-in trainer's step count cut to keep the
 suite short (the trainer's own tests judge accuracy; here the wiring is under test: scheduling against fake
-GPUs, the ConfigMap script, the claim, every strategy through the operator)."""
+GPUs, the ConfigMap script, the claim, every strategy through the operator). Every pod the operator makes of
+an example is admitted where Pod Security "restricted" is enforced."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client import ApiException
 from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_operator.api import TrainingJob
+from ringleader_operator.builders import build_pod, desired_ranks
 
 from tests.devcluster.helpers import kubectl
 
@@ -76,3 +80,26 @@ def test_example_runs_to_succeeded(
     for d in docs:
         if d["kind"] == "PersistentVolume":
             core.delete_persistent_volume(d["metadata"]["name"])
+
+
+def test_every_pod_of_every_example_passes_pod_security_restricted(core: client.CoreV1Api, namespace: str) -> None:
+    """The pods the operator builds from each example, as written, created (dry run) in a namespace enforcing
+    Pod Security "restricted": the API server's own admission judges them."""
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    loose = {"metadata": {"name": "loose"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    with pytest.raises(ApiException) as refused:  # the namespace does enforce it
+        core.create_namespaced_pod(namespace, loose, dry_run="All")
+    assert refused.value.status == 403 and "violates PodSecurity" in str(refused.value.body)
+
+    refusals, admitted = [], 0
+    for path in EXAMPLES:
+        doc = next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "TrainingJob")
+        job = TrainingJob.model_validate({**doc, "metadata": {**doc["metadata"], "namespace": namespace, "uid": "u"}})
+        for role, index in desired_ranks(job):
+            try:
+                core.create_namespaced_pod(namespace, build_pod(job, role, index), dry_run="All")
+                admitted += 1
+            except ApiException as e:
+                refusals.append(f"{path.name} {role.value}-{index}: {e.status} {e.body}")
+    assert not refusals, "\n".join(refusals)
+    assert admitted >= len(EXAMPLES)
