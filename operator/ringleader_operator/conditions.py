@@ -37,6 +37,7 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # the pods could not run together even on the cluster's empty nodes
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # they could, once others free the room
     FOREIGN_PODS = "ForeignPodsIgnored"  # pods carrying the job's labels that it does not own
+    PROGRESS_UNAVAILABLE = "ProgressUnavailable"  # worker 0's metrics page could not be read, several times
 
 
 def is_true(conditions: list[Condition], kind: ConditionType) -> bool:

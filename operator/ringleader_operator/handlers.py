@@ -113,13 +113,11 @@ def _running(status: Mapping[str, Any], **_: Any) -> bool:
 
 # Only jobs that run have a timer at all: kopf starts and stops it as the phase changes.
 @kopf.timer(GROUP, VERSION, PLURAL, interval=PROGRESS_SECONDS, initial_delay=PROGRESS_SECONDS, when=_running)
-async def progress(
-    namespace: str | None, name: str | None, status: Mapping[str, Any], memo: kopf.Memo, **kwargs: Any
-) -> None:
+async def progress(namespace: str | None, name: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     _attach(memo, kwargs)
     if namespace and name:
         with contextlib.suppress(ApiUnavailable):  # the next tick tries again
-            await memo.reconciler.scrape_progress(namespace, name, status.get("progress"))
+            await memo.reconciler.scrape_progress(dict(body))
 
 
 @kopf.on.cleanup()

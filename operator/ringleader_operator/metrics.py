@@ -6,6 +6,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 PODS_CREATED = Counter("ringleader_pods_created_total", "Pods the operator created.")
 RESTARTS = Counter("ringleader_rank_restarts_total", "Ranks restarted after a failure.")
+SCRAPE_FAILURES = Counter("ringleader_progress_scrape_failures_total", "Reads of worker 0's metrics page that failed.")
 RECONCILE_SECONDS = Histogram(
     "ringleader_reconcile_duration_seconds",
     "Duration of one reconcile round of one job.",

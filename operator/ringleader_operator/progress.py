@@ -2,10 +2,15 @@
 
 The trainer's side of the contract (docs/env-contract.md): worker 0 serves Prometheus text on
 RINGLEADER_METRICS_PORT at /metrics with the gauges below. `parse` is pure; `scrape` does one bounded GET.
+
+The page comes from a user's pod and is read as hostile: no redirects, no cookies, no compression, at most
+MAX_BYTES read within SCRAPE_TIMEOUT, only the lines of the three gauges parsed (a bounded scan of the rest),
+and values that are not finite or not in range dropped. Whatever goes wrong is a ScrapeError, never more.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import aiohttp
@@ -16,7 +21,18 @@ from .api import Progress
 STEP = "ringleader_trainer_step"
 LOSS = "ringleader_trainer_loss"
 SAMPLES_PER_SECOND = "ringleader_trainer_samples_per_second"
-SCRAPE_TIMEOUT = 2.0  # seconds
+GAUGES = (STEP, LOSS, SAMPLES_PER_SECOND)
+SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
+MAX_BYTES = 256 * 1024  # the trainer's page is about 5 KiB
+MAX_LINES = 64  # lines of the three gauges parsed at most
+CHUNK = 16 * 1024
+MAX_STEP = 2**53  # beyond any real run; a larger step is a pod's lie
+# What each gauge may hold: values outside are dropped.
+IN_RANGE = {
+    STEP: lambda v: 0 <= v <= MAX_STEP,
+    LOSS: lambda v: abs(v) <= 1e30,
+    SAMPLES_PER_SECOND: lambda v: 0 <= v <= 1e12,
+}
 
 
 class ScrapeError(Exception):
@@ -24,15 +40,18 @@ class ScrapeError(Exception):
 
 
 def parse(text: str, now: str) -> Progress | None:
-    """Progress from a metrics page, or None when it has no step gauge. NaN and infinities are dropped."""
+    """Progress from a metrics page, or None when it has no step gauge. Only the lines that start with the
+    three gauges' names are parsed (at most MAX_LINES); NaN, infinities and values out of range are dropped."""
+    wanted = itertools.islice((line for line in text.splitlines() if line.startswith(GAUGES)), MAX_LINES)
     values: dict[str, float] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families("\n".join(wanted) + "\n"):
             for sample in family.samples:
-                if sample.name in (STEP, LOSS, SAMPLES_PER_SECOND) and math.isfinite(sample.value):
+                check = IN_RANGE.get(sample.name)
+                if check is not None and math.isfinite(sample.value) and check(sample.value):
                     values[sample.name] = sample.value
-    except ValueError as e:
-        raise ScrapeError(f"unparsable metrics: {e}") from e
+    except (ValueError, TypeError, IndexError) as e:  # what prometheus_client's parser raises on bad text
+        raise ScrapeError(f"unparsable metrics: {str(e)[:200]}") from e
     if STEP not in values:
         return None
     return Progress(
@@ -43,12 +62,34 @@ def parse(text: str, now: str) -> Progress | None:
     )
 
 
-async def scrape(session: aiohttp.ClientSession, host: str, port: int, now: str) -> Progress | None:
+def session() -> aiohttp.ClientSession:
+    """The session scrapes go through: no cookie jar (a pod's cookies must not reach another pod) and no
+    decompression (a small compressed body must not become a large one in the operator's memory)."""
+    return aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False)
+
+
+async def scrape(client: aiohttp.ClientSession, host: str, port: int, now: str) -> Progress | None:
+    """One GET of worker 0's metrics page: ScrapeError for a redirect or any other status than 200, a body
+    over MAX_BYTES, a request not done within SCRAPE_TIMEOUT, or a page that does not parse."""
     url = f"http://{host}:{port}/metrics"
+    body = bytearray()
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT)) as resp:
+        async with client.get(
+            url,
+            allow_redirects=False,
+            headers={"Accept-Encoding": "identity"},
+            timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT),
+        ) as resp:
             if resp.status != 200:
                 raise ScrapeError(f"{url}: HTTP {resp.status}")
-            return parse(await resp.text(), now)
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise ScrapeError(f"{url}: {e or type(e).__name__}") from e
+            if (resp.content_length or 0) > MAX_BYTES:
+                raise ScrapeError(f"{url}: the page is larger than {MAX_BYTES // 1024} KiB")
+            async for chunk in resp.content.iter_chunked(CHUNK):
+                body += chunk
+                if len(body) > MAX_BYTES:
+                    raise ScrapeError(f"{url}: the page is larger than {MAX_BYTES // 1024} KiB")
+    except TimeoutError as e:
+        raise ScrapeError(f"{url}: no whole page within {SCRAPE_TIMEOUT:.0f} s") from e
+    except aiohttp.ClientError as e:
+        raise ScrapeError(f"{url}: {str(e)[:200] or type(e).__name__}") from e
+    return parse(body.decode("utf-8", errors="replace"), now)

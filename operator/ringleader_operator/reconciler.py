@@ -43,6 +43,7 @@ NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
+SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
 FRESH_SECONDS = 300.0
 
 EventSink = Callable[[dict[str, Any], str, str, str], None]
@@ -95,6 +96,7 @@ class Reconciler:
         self.fresh_reads: dict[tuple[str, str], float] = {}  # job -> when a round last read it fresh
         # job -> the pods carrying its labels that are not its ranks, as last reported in an event
         self.foreign: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.scrape_failures: dict[tuple[str, str], int] = {}  # job -> progress scrapes failed in a row
 
     def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
@@ -174,6 +176,7 @@ class Reconciler:
         self.services.pop(key, None)
         self.fresh_reads.pop(key, None)
         self.foreign.pop(key, None)
+        self.scrape_failures.pop(key, None)
 
     def _cached(self) -> PodCache | None:
         """The pod cache once kopf has filled it, else None (read from the API server)."""
@@ -317,19 +320,29 @@ class Reconciler:
         for i, key in enumerate(sorted(self.waiting, key=lambda k: (self.waiting[k], k))):
             self.wake_after(*key, NUDGE_SECONDS + i * 0.01)
 
-    async def scrape_progress(self, namespace: str, name: str, last: Mapping[str, Any] | None) -> None:
-        """Copy worker 0's step, loss and throughput into status.progress (called while the job runs;
-        `last` is the progress the job shows now)."""
+    async def scrape_progress(self, obj: Mapping[str, Any]) -> None:
+        """Copy worker 0's step, loss and throughput into status.progress (called while the job `obj` runs).
+        A page that cannot be read is counted; after SCRAPE_FAILURES_REPORTED failures in a row, one Warning
+        event says why, until a scrape succeeds again."""
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        last = (obj.get("status") or {}).get("progress")
         ip = await self._pod_ip(namespace, name)
         if not ip:
             return
         if self.session is None:
-            self.session = aiohttp.ClientSession()
+            self.session = progress.session()
+        key = (namespace, name)
         try:
             now = await progress.scrape(self.session, ip, METRICS_PORT, utcnow())
         except progress.ScrapeError as e:
+            metrics.SCRAPE_FAILURES.inc()
+            self.scrape_failures[key] = failures = self.scrape_failures.get(key, 0) + 1
             log.debug("[%s/%s] no progress: %s", namespace, name, e)
+            if failures == SCRAPE_FAILURES_REPORTED:
+                self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
             return
+        self.scrape_failures.pop(key, None)
         old = Progress.model_validate(last) if last else None
         if now is None or (
             old is not None

@@ -1,9 +1,17 @@
-"""Parsing rank 0's metrics page into status.progress."""
+"""Parsing rank 0's metrics page into status.progress, and reading it from a pod that may be hostile."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gzip
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
 import pytest
-from ringleader_operator.progress import ScrapeError, parse
+from aiohttp import web
+from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
 
 NOW = "2026-01-01T00:00:00Z"
 PAGE = """# HELP ringleader_trainer_step Optimizer steps done.
@@ -42,3 +50,202 @@ def test_parse_partial_pages(text: str, want: tuple[int, float | None, float | N
 def test_garbage_is_a_scrape_error() -> None:
     with pytest.raises(ScrapeError):
         parse("ringleader_trainer_step {{{ not metrics\n", NOW)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("ringleader_trainer_step +Inf\n", None),
+        ("ringleader_trainer_step -3\n", None),
+        ("ringleader_trainer_step 1e300\n", None),  # no run takes that many steps: a pod's lie
+        ("ringleader_trainer_step 7\nringleader_trainer_loss -Inf\nringleader_trainer_samples_per_second -5\n",
+         (7, None, None)),
+        ("ringleader_trainer_step 7\nringleader_trainer_samples_per_second 1e40\n", (7, None, None)),
+        ("x 1\n" * 20000 + "ringleader_trainer_step 9\n", (9, None, None)),  # other metrics are only scanned
+        ("ringleader_trainer_step 1\n" * 10000 + "ringleader_trainer_step 2\n", (1, None, None)),  # 64 lines read
+    ],
+    ids=["inf-step", "negative-step", "huge-step", "bad-loss-and-rate", "huge-rate", "many-others", "many-steps"],
+)  # fmt: skip
+def test_values_out_of_range_are_dropped(text: str, want: tuple[int, float | None, float | None] | None) -> None:
+    p = parse(text, NOW)
+    assert (None if p is None else (p.step, p.loss, p.samples_per_second)) == want
+
+
+# ---- scrape(): one GET against pages a hostile pod could serve (a real HTTP server on loopback) ----
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@contextlib.asynccontextmanager
+async def serving(**routes: Handler) -> AsyncIterator[int]:
+    """An HTTP server on a free loopback port with `routes` (path without the slash -> handler)."""
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_get(f"/{path}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+def _scrape_from(**routes: Handler) -> tuple[Any, float]:
+    """Scrape /metrics of a server with `routes` once: the result (or the ScrapeError) and the time taken."""
+
+    async def main() -> tuple[Any, float]:
+        async with serving(**routes) as port:
+            client = session()
+            t0 = time.monotonic()
+            try:
+                result: Any = await scrape(client, "127.0.0.1", port, NOW)
+            except ScrapeError as e:
+                result = e
+            took = time.monotonic() - t0
+            await client.close()
+            return result, took
+
+    return asyncio.run(main())
+
+
+async def _page(_: web.Request) -> web.StreamResponse:
+    return web.Response(text=PAGE)
+
+
+async def _huge_streamed(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse()  # chunked: no length announced
+    await resp.prepare(request)
+    lines = b"x_total 1\n" * 10000
+    for _ in range(1000):  # 100 MB, if anyone read it all
+        await resp.write(lines)
+    return resp
+
+
+async def _huge_announced(_: web.Request) -> web.StreamResponse:
+    return web.Response(body=b"x 1\n" * (MAX_BYTES // 4 + 1))
+
+
+async def _drip(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse()
+    await resp.prepare(request)
+    await resp.write(b"ringleader_trainer_step 5\n")
+    for _ in range(100):  # a byte every 0.1 s: never done
+        await asyncio.sleep(0.1)
+        await resp.write(b"#")
+    return resp
+
+
+async def _gzip_bomb(_: web.Request) -> web.StreamResponse:
+    bomb = gzip.compress(b"ringleader_trainer_step 5\n" + b"x 1\n" * 5_000_000)  # 20 MB in about 20 KB
+    return web.Response(body=bomb, headers={"Content-Encoding": "gzip"})
+
+
+async def _garbage(_: web.Request) -> web.StreamResponse:
+    return web.Response(body=bytes(range(256)) * 100)
+
+
+async def _redirect(_: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/elsewhere")
+
+
+async def _with_cookie(_: web.Request) -> web.StreamResponse:
+    resp = web.Response(text=PAGE)
+    resp.set_cookie("session", "from-one-pod")
+    return resp
+
+
+def test_a_normal_page_is_read() -> None:
+    result, _ = _scrape_from(metrics=_page)
+    assert (result.step, result.loss) == (1200, 0.123457)
+
+
+@pytest.mark.parametrize(
+    ("handler", "error"),
+    [
+        (_huge_streamed, "larger than 256 KiB"),
+        (_huge_announced, "larger than 256 KiB"),
+        (_drip, "no whole page within 2 s"),
+    ],
+    ids=["huge-chunked", "huge-announced", "slow-drip"],
+)
+def test_a_hostile_page_is_a_scrape_error_within_the_timeout(handler: Handler, error: str) -> None:
+    result, took = _scrape_from(metrics=handler)
+    assert isinstance(result, ScrapeError) and error in str(result), result
+    assert took < SCRAPE_TIMEOUT + 1.0
+
+
+def test_a_compressed_page_is_not_inflated() -> None:
+    # Inflated, it would be 20 MB (a ScrapeError for its size); read as sent, it is 20 KB of binary: no progress.
+    result, _ = _scrape_from(metrics=_gzip_bomb)
+    assert result is None
+
+
+def test_garbage_bytes_are_no_progress_and_no_crash() -> None:
+    result, _ = _scrape_from(metrics=_garbage)
+    assert result is None or isinstance(result, ScrapeError)
+
+
+def test_a_redirect_is_not_followed() -> None:
+    followed: list[str] = []
+
+    async def elsewhere(request: web.Request) -> web.StreamResponse:
+        followed.append(request.path)
+        return web.Response(text=PAGE)
+
+    result, _ = _scrape_from(metrics=_redirect, elsewhere=elsewhere)
+    assert isinstance(result, ScrapeError) and "HTTP 302" in str(result)
+    assert followed == []
+
+
+def test_a_pods_cookie_is_not_kept_for_the_next_scrape() -> None:
+    async def main() -> int:
+        async with serving(metrics=_with_cookie) as port:
+            client = session()
+            await scrape(client, "127.0.0.1", port, NOW)
+            kept = len(client.cookie_jar)
+            await client.close()
+            return kept
+
+    assert asyncio.run(main()) == 0
+
+
+def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringleader_operator import reconciler as reconciler_module
+    from ringleader_operator.reconciler import SCRAPE_FAILURES_REPORTED, Reconciler
+
+    serve = {"ok": False}
+    patched: list[dict[str, Any]] = []
+    events: list[tuple[str, str]] = []
+
+    async def page(_: web.Request) -> web.StreamResponse:
+        return web.Response(text=PAGE) if serve["ok"] else web.Response(status=500)
+
+    class Kube:
+        async def pod_ip(self, namespace: str, name: str) -> str:
+            return "127.0.0.1"
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any], **_: Any) -> None:
+            patched.append(status)
+
+    job = {"metadata": {"namespace": "ns", "name": "j"}, "status": {}}
+
+    async def main() -> None:
+        async with serving(metrics=page) as port:
+            monkeypatch.setattr(reconciler_module, "METRICS_PORT", port)
+            r = Reconciler(Kube(), lambda _o, _k, reason, message: events.append((reason, message)))  # type: ignore[arg-type]
+            for _ in range(SCRAPE_FAILURES_REPORTED + 2):
+                await r.scrape_progress(job)
+            assert len(events) == 1 and not patched
+            serve["ok"] = True
+            await r.scrape_progress(job)
+            assert patched and patched[-1]["progress"]["step"] == 1200
+            serve["ok"] = False
+            for _ in range(SCRAPE_FAILURES_REPORTED):
+                await r.scrape_progress(job)
+            assert r.session is not None
+            await r.session.close()
+
+    asyncio.run(main())
+    assert [reason for reason, _ in events] == ["ProgressUnavailable"] * 2
+    assert events[0][1].startswith("worker 0's metrics page: http://127.0.0.1:") and events[0][1].endswith("HTTP 500")
