@@ -33,6 +33,22 @@ NODE_LOSS_TOLERATION_SECONDS = 30
 NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
+# The variables of the environment contract the operator writes into the trainer container
+# (docs/env-contract.md; a unit test holds this to rank_env and to what the trainer reads). A template that sets
+# one is refused: RANK=0 on every worker would hang the rendezvous. torchrun's PET_* have their own check
+# (launchers.split_world): a template may raise PET_NPROC_PER_NODE.
+CONTRACT_ENV = frozenset(
+    {
+        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
+        "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
+        "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
+        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_CHECKPOINT_DIR",
+        "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP",
+    }
+)  # fmt: skip
+
+
 class InvalidTemplate(ValueError):
     """The pod template cannot make a pod; the message names the field."""
 
@@ -102,6 +118,12 @@ def validate(job: TrainingJob) -> None:
             continue
         trainer = trainer_container_index(spec.template, where)
         container = spec.template["spec"]["containers"][trainer]
+        taken = [e.get("name") for e in container.get("env") or [] if e.get("name") in CONTRACT_ENV]
+        if taken:
+            raise InvalidTemplate(
+                f"{where}.spec.containers[{trainer}].env sets {taken[0]}, which the operator sets for each rank "
+                "(docs/env-contract.md): remove it"
+            )
         if role == Role.WORKER and (
             split := launchers.split_world(container, worker_counts(job), f"{where}.spec.containers[{trainer}]")
         ):
@@ -163,6 +185,8 @@ def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
 
 
 def _add_missing_env(container: dict[str, Any], env: dict[str, str]) -> None:
+    """Add `env` to the container's own variables; one it already sets is kept (validate refuses templates that
+    set a contract variable; torchrun's PET_NPROC_PER_NODE is the template's to raise)."""
     present = {e.get("name") for e in container.get("env") or []}
     container["env"] = list(container.get("env") or []) + [
         {"name": k, "value": v} for k, v in env.items() if k not in present

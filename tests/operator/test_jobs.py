@@ -127,17 +127,30 @@ def test_the_api_server_rejects_an_invalid_spec_naming_the_field(
     assert "spec.parameterServer is only allowed when spec.strategy is parameter-server" in err.value.body
 
 
+@pytest.mark.parametrize(
+    ("container", "field"),
+    [
+        (None, "spec.workers.template.spec.containers must name at least one container"),
+        ({"env": [{"name": "RANK", "value": "0"}]}, "spec.workers.template.spec.containers[0].env sets RANK"),
+    ],
+    ids=["no-container", "sets-rank"],
+)
 def test_a_template_the_schema_cannot_check_fails_with_invalid_spec_and_creates_nothing(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
-) -> None:
-    body = training_job("empty", SLEEP)
-    body["spec"]["workers"]["template"]["spec"]["containers"] = []
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, container: dict[str, Any] | None,
+    field: str,
+) -> None:  # fmt: skip
+    body = training_job("bad", SLEEP)
+    containers = body["spec"]["workers"]["template"]["spec"]["containers"]
+    if container is None:
+        containers.clear()
+    else:
+        containers[0] |= container
     create(custom, namespace, body)
-    job = wait_condition(custom, namespace, "empty", "Failed")
+    job = wait_condition(custom, namespace, "bad", "Failed")
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "InvalidSpec"
-    assert "spec.workers.template.spec.containers" in failed["message"]
-    assert pods_of(core, namespace, "empty") == []
+    assert failed["message"].startswith(field), failed["message"]
+    assert pods_of(core, namespace, "bad") == []
 
 
 def test_a_pod_the_api_server_refuses_fails_the_job_and_leaves_no_pods(

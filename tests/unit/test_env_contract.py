@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from ringleader_operator.api import Role, TrainingJob
-from ringleader_operator.builders import desired_ranks, rank_env
+from ringleader_operator.builders import CONTRACT_ENV, desired_ranks, rank_env
 from ringleader_operator.launchers import TORCHRUN_ENV
 from ringleader_trainer.env import READS, EnvError, from_env
 
@@ -64,6 +64,7 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
 def test_the_operator_writes_exactly_what_the_trainer_and_torchrun_read() -> None:
     written = {key for name, role, i in RANKS for key in rank_env(JOBS[name], role, i)}
     assert written == READS | TORCHRUN_ENV and not READS & TORCHRUN_ENV
+    assert CONTRACT_ENV == READS  # what a template may not set
 
 
 def test_the_docs_list_exactly_the_contract() -> None:

@@ -219,7 +219,7 @@ def test_env_contract(
 
 def test_user_settings_are_kept_and_only_missing_env_added() -> None:
     t = template(
-        env=[{"name": "RANK", "value": "user"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
+        env=[{"name": "PET_NPROC_PER_NODE", "value": "4"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
         resources={"limits": {"nvidia.com/gpu": 4, "memory": "8Gi"}},
     )
     t["spec"]["tolerations"] = [
@@ -231,14 +231,14 @@ def test_user_settings_are_kept_and_only_missing_env_added() -> None:
     j = job(workers={"replicas": 1, "gpus": 2, "template": t})
     pod = build_pod(j, Role.WORKER, 0)
     env = env_of(pod)
-    assert env["RANK"] == "user" and env["NCCL_DEBUG"] == "INFO" and env["WORLD_SIZE"] == "1"
+    assert env["PET_NPROC_PER_NODE"] == "4" and env["NCCL_DEBUG"] == "INFO" and env["WORLD_SIZE"] == "1"
     c = pod["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": 4, "memory": "8Gi"}  # the user's own limit wins
     not_ready = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
     assert pod["spec"]["tolerations"] == [*t["spec"]["tolerations"], not_ready | {"tolerationSeconds": 30}]
     assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
     assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
-    assert j.spec.workers.template["spec"]["containers"][0]["env"][0] == {"name": "RANK", "value": "user"}
+    assert j.spec.workers.template["spec"]["containers"][0]["env"][0] == {"name": "PET_NPROC_PER_NODE", "value": "4"}
     assert len(j.spec.workers.template["spec"]["containers"][0]["env"]) == 2  # the job's template is untouched
 
 
@@ -291,6 +291,20 @@ def test_desired_ranks_parameter_servers_first() -> None:
 def test_invalid_templates_name_the_field(tmpl: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidTemplate, match=message):
         validate(job(workers={"replicas": 1, "template": tmpl}))
+
+
+@pytest.mark.parametrize("name", ["RANK", "MASTER_ADDR", "WORLD_SIZE", "RINGLEADER_INDEX", "RINGLEADER_PS_ADDRS"])
+def test_a_template_that_sets_a_contract_variable_is_refused_naming_it(name: str) -> None:
+    sidecar = {"name": "logger", "image": "x", "env": [{"name": name, "value": "0"}]}  # not the trainer: allowed
+    t = template(env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": name, "value": "0"}])
+    t["spec"]["containers"].append(sidecar)
+    for role in ("workers", "parameterServers"):
+        spec = {**PS_JOB, role: {"replicas": 2, "template": t}}
+        where = "spec.workers" if role == "workers" else "spec.parameterServers"
+        with pytest.raises(InvalidTemplate, match=rf"^{where}.template.spec.containers\[0\].env sets {name}, "):
+            validate(job(**spec))
+    t["spec"]["containers"][0]["env"] = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    validate(job(**{**PS_JOB, "workers": {"replicas": 2, "template": t}}))
 
 
 def scheduled_by(name: str, **container: Any) -> dict[str, Any]:
