@@ -28,7 +28,7 @@ from kubernetes_asyncio.client import ApiException
 from .hostsfile import Endpoint, endpoints_from_slice
 from .kubeletapi import ApiRelay, LogSource, serve_kubelet_api
 from .network import Bridge, IPPool, sweep_sandboxes
-from .podworker import GPUPool, NodeContext, PodWorker, remove_stale_pod_dirs
+from .podworker import NETWORK_ERRORS, GPUPool, NodeContext, PodWorker, remove_stale_pod_dirs
 from .runtime import kill_leftovers, log_path
 
 log = logging.getLogger("ringleader.node")
@@ -212,8 +212,8 @@ class Agent:
                 if loop.time() - last_status >= STATUS_EVERY:
                     await self.core.patch_node_status(name, {"status": self._status()}, _request_timeout=API_TIMEOUT)
                     last_status = loop.time()
-            except (ApiException, OSError, TimeoutError) as e:
-                log.warning("heartbeat for %s failed: %s", name, e)
+            except (ApiException, *NETWORK_ERRORS) as e:
+                log.warning("heartbeat for %s failed: %s", name, str(e) or type(e).__name__)
             await self._sleep(HEARTBEAT_EVERY)
 
     async def renew_lease(self, name: str) -> None:

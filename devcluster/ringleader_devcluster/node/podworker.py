@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio.client import ApiException, CoreV1Api
 
 from .hostsfile import Endpoint, render_hosts, resolv_conf
@@ -48,6 +49,10 @@ from .runtime import ContainerProcess, Mount, now
 log = logging.getLogger(__name__)
 
 API_TIMEOUT = 10  # seconds, every API call
+# A call to the API server that failed on the way, saying nothing about the request: the connection failed,
+# timed out or was closed (aiohttp's ServerDisconnectedError and payload errors are no OSError). The node
+# retries them, as the operator's I/O layer (ringleader_operator.kube) counts them as the API being unavailable.
+NETWORK_ERRORS = (OSError, TimeoutError, aiohttp.ClientError)
 RETRY_PREPARE = 2.0  # seconds between attempts while a config map or secret is missing
 
 
@@ -255,6 +260,10 @@ class PodWorker:
                 self._all_waiting("CreateContainerConfigError", str(e))
             except ApiException as e:
                 self._all_waiting("CreateContainerConfigError", f"reading referenced objects: {e.reason}")
+            except NETWORK_ERRORS as e:
+                self._all_waiting(
+                    "CreateContainerConfigError", f"reading referenced objects: {str(e) or type(e).__name__}"
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), RETRY_PREPARE)
         if self.node.gpus.allocate(self.uid, self.plan.gpus) is None:
@@ -270,8 +279,8 @@ class PodWorker:
                 await create_sandbox(
                     self.node.bridge, self.netns, self.pod_ip, self._hosts(), resolv_conf(self.plan.namespace)
                 )
-        except (OSError, ApiException, RuntimeError) as e:
-            return self._fail("FailedCreatePodSandBox", str(e))
+        except (*NETWORK_ERRORS, ApiException, RuntimeError) as e:
+            return self._fail("FailedCreatePodSandBox", str(e) or type(e).__name__)
         self.sandbox_ready = True
         self._mark()
         return True
@@ -528,6 +537,8 @@ class PodWorker:
             except ApiException as e:
                 if e.status not in (404, 409):
                     log.warning("[%s] final delete failed: %s", self.key, e.reason)
+            except NETWORK_ERRORS as e:  # the object stays; the next list or watch event brings it back
+                log.warning("[%s] final delete failed: %s", self.key, str(e) or type(e).__name__)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- status -----------------------------------------------------------------------------------------
@@ -594,8 +605,8 @@ class PodWorker:
                 log.warning("[%s] status patch failed (%s: %s); retrying", self.key, e.reason, _message(e))
                 await asyncio.sleep(0.5)
                 self._mark()
-            except (OSError, TimeoutError) as e:
-                log.warning("[%s] status patch failed (%s); retrying", self.key, e)
+            except NETWORK_ERRORS as e:
+                log.warning("[%s] status patch failed (%s); retrying", self.key, str(e) or type(e).__name__)
                 await asyncio.sleep(0.5)
                 self._mark()
 
