@@ -35,8 +35,14 @@ _SUFFIXES = {
 Resources = dict[str, Decimal]
 
 
-def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes quantity ("500m", "2Gi", "1e3", 4) as a number; ValueError names the bad value."""
+MAX_QUANTITY = Decimal(2**63)  # Kubernetes' own limit on a quantity's value
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes quantity ("500m", "2Gi", "1e3", 4) as a number; ValueError names the bad value: not a
+    string or number, not a quantity, not finite, or beyond what Kubernetes can hold."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{str(value)[:40]!r} is not a Kubernetes quantity")
     text = str(value).strip()
     number, suffix = text, ""
     for s in sorted(_SUFFIXES, key=len, reverse=True):
@@ -44,9 +50,12 @@ def parse_quantity(value: str | int | float) -> Decimal:
             number, suffix = text[: -len(s)], s
             break
     try:
-        return Decimal(number) * _SUFFIXES[suffix]
+        parsed = Decimal(number)
+        if not parsed.is_finite() or abs(parsed) > MAX_QUANTITY:
+            raise InvalidOperation
+        return parsed * _SUFFIXES[suffix]
     except InvalidOperation:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+        raise ValueError(f"{text[:40]!r} is not a Kubernetes quantity") from None
 
 
 def format_quantity(value: Decimal) -> str:

@@ -62,31 +62,53 @@ class Role(StrEnum):
     PS = "ps"
 
 
+# Upper bounds of the API (the CRD's `maximum`s): what no real job needs and what keeps the operator's arithmetic
+# in range (a deadline of 10^12 s overflowed datetime in every round). The operator's own cap on ranks per job
+# is lower (--max-replicas-per-job).
+MAX_REPLICAS = 100_000
+MAX_GPUS = 128  # per pod
+MAX_SECONDS = 10**9  # about 31 years
+MAX_STEPS = 10**9  # step counts, intervals, restart budgets
+MAX_KEEP = 1000  # checkpoints kept
+
+
 class ParameterServerSettings(Model):
     mode: PSMode = Field(PSMode.SYNCHRONOUS, description="How the parameter servers apply pushed gradients.")
     max_staleness: int | None = Field(
-        None, ge=1, description="bounded-staleness only: how many steps a worker may run ahead of the slowest."
+        None,
+        ge=1,
+        le=MAX_STEPS,
+        description="bounded-staleness only: how many steps a worker may run ahead of the slowest.",
     )
 
 
 class LocalSGDSettings(Model):
-    period: int = Field(8, ge=1, description="Local steps between parameter averaging rounds (tau).")
+    period: int = Field(8, ge=1, le=MAX_STEPS, description="Local steps between parameter averaging rounds (tau).")
 
 
 class ReplicaSpec(Model):
     replicas: int = Field(
         1,
         ge=1,
+        le=MAX_REPLICAS,
         description="Number of pods (ranks) of this role. Workers of an elastic job (minReplicas or maxReplicas "
         "set) may change it, also with `kubectl scale`; otherwise it is immutable.",
     )
     min_replicas: int | None = Field(
-        None, ge=1, description="Workers only, allreduce and local-sgd: the fewest workers `replicas` may be scaled to."
+        None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Workers only, allreduce and local-sgd: the fewest workers `replicas` may be scaled to.",
     )
     max_replicas: int | None = Field(
-        None, ge=1, description="Workers only, allreduce and local-sgd: the most workers `replicas` may be scaled to."
+        None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Workers only, allreduce and local-sgd: the most workers `replicas` may be scaled to.",
     )
-    gpus: int = Field(0, ge=0, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container.")
+    gpus: int = Field(
+        0, ge=0, le=MAX_GPUS, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container."
+    )
     restart_policy: RestartPolicy = Field(
         RestartPolicy.ON_FAILURE,
         description="What happens when a pod of this role fails: Never fails the job; OnFailure and Always "
@@ -101,7 +123,7 @@ class ReplicaSpec(Model):
 
 
 class CheckpointSpec(Model):
-    interval_steps: int = Field(100, ge=1, description="Steps between checkpoints (and one at the end).")
+    interval_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps between checkpoints (and one at the end).")
     claim_name: str | None = Field(None, description="PersistentVolumeClaim holding checkpoints, mounted in every pod.")
     directory: str | None = Field(
         None,
@@ -112,21 +134,30 @@ class CheckpointSpec(Model):
         "filesystem (the trainer image's /checkpoints is writable by its user; checkpoints then last as long as "
         "the pod).",
     )
-    keep: int = Field(3, ge=1, description="Newest checkpoints kept.")
+    keep: int = Field(3, ge=1, le=MAX_KEEP, description="Newest checkpoints kept.")
+
+
+def _wait(default: float, description: str) -> Any:
+    """A field holding a wait in seconds: a finite number from 0 to MAX_SECONDS."""
+    return Field(default, ge=0, le=MAX_SECONDS, allow_inf_nan=False, description=description)
 
 
 class RestartBackoff(Model):
-    base_seconds: float = Field(1.0, ge=0, description="Wait before a rank's first restart; doubled for each next.")
-    cap_seconds: float = Field(60.0, ge=0, description="Longest wait between two restarts of the same rank.")
+    base_seconds: float = _wait(1.0, "Wait before a rank's first restart; doubled for each next.")
+    cap_seconds: float = _wait(60.0, "Longest wait between two restarts of the same rank.")
 
 
 class RunPolicy(Model):
-    backoff_limit: int = Field(3, ge=0, description="Restarts allowed across the job before it fails.")
+    backoff_limit: int = Field(3, ge=0, le=MAX_STEPS, description="Restarts allowed across the job before it fails.")
     restart_backoff: RestartBackoff = Field(
         default_factory=RestartBackoff, description="Exponential back-off between restarts of the same rank."
     )
-    active_deadline_seconds: int | None = Field(None, ge=1, description="Fail a job running longer than this.")
-    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete a finished job after this.")
+    active_deadline_seconds: int | None = Field(
+        None, ge=1, le=MAX_SECONDS, description="Fail a job running longer than this."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None, ge=0, le=MAX_SECONDS, description="Delete a finished job after this."
+    )
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.RUNNING, description="Which pods to delete when the job finishes: None, Running or All."
     )
@@ -138,6 +169,7 @@ class RunPolicy(Model):
     scheduling_timeout_seconds: int | None = Field(
         None,
         ge=1,
+        le=MAX_SECONDS,
         description="Fail the job when its pods have waited this long for room to run all at once (gang admission).",
     )
     priority_class_name: str | None = Field(

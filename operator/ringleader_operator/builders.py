@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import admission, gangs, launchers
+from . import admission, gangs, launchers, templates
 from .api import API_VERSION, KIND, Role, Strategy, TrainingJob
 
 LABEL_JOB = "ringleader.dev/job-name"
@@ -110,12 +110,27 @@ def trainer_container_index(template: dict[str, Any], where: str) -> int:
     return names.index(TRAINER_CONTAINER) if TRAINER_CONTAINER in names else 0
 
 
-def validate(job: TrainingJob) -> None:
-    """What the CRD schema cannot check (the free-form pod templates). Raises InvalidTemplate."""
+DEFAULT_MAX_RANKS = 10_000  # pods per job this operator makes at most (--max-replicas-per-job)
+
+
+def validate(job: TrainingJob, max_ranks: int = DEFAULT_MAX_RANKS) -> None:
+    """What the CRD schema cannot check: the free-form pod templates, and the operator's own cap on the ranks
+    of one job (`max_ranks`, counting an elastic job at its maxReplicas). Raises InvalidTemplate."""
+    workers = job.spec.workers
+    ranks = max(workers.replicas, workers.max_replicas or 0) + (
+        job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
+    )
+    if ranks > max_ranks:
+        raise InvalidTemplate(
+            f"spec.workers.replicas: the job asks for {ranks} pods, more than this operator's limit of {max_ranks} "
+            "per job (its --max-replicas-per-job)"
+        )
     for role, where in ((Role.WORKER, "spec.workers.template"), (Role.PS, "spec.parameterServers.template")):
         spec = job.replicas(role)
         if spec is None:
             continue
+        if (wrong := templates.check(spec.template, where)) is not None:
+            raise InvalidTemplate(wrong)
         trainer = trainer_container_index(spec.template, where)
         container = spec.template["spec"]["containers"][trainer]
         taken = [e.get("name") for e in container.get("env") or [] if e.get("name") in CONTRACT_ENV]
@@ -184,6 +199,14 @@ def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
     return env
 
 
+def _without_nulls(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` (changed in place) without its null values: to Kubernetes a null field is an absent one, and
+    the pod builder adds to some of them (tolerations, volumes, ports)."""
+    for key in [k for k, v in fields.items() if v is None]:
+        del fields[key]
+    return fields
+
+
 def _add_missing_env(container: dict[str, Any], env: dict[str, str]) -> None:
     """Add `env` to the container's own variables; one it already sets is kept (validate refuses templates that
     set a contract variable; torchrun's PET_NPROC_PER_NODE is the template's to raise)."""
@@ -208,8 +231,12 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
     where = "spec.workers.template" if role == Role.WORKER else "spec.parameterServers.template"
     template = copy.deepcopy(replica.template)
     trainer = trainer_container_index(template, where)
-    meta = template.get("metadata") or {}
-    spec = template.get("spec") or {}
+    meta = _without_nulls(template.get("metadata") or {})
+    spec = _without_nulls(template.get("spec") or {})
+    for c in spec["containers"]:
+        _without_nulls(c)
+        if isinstance(c.get("resources"), dict):
+            _without_nulls(c["resources"])
     name = pod_name(job.name, role, index)
 
     container = spec["containers"][trainer]

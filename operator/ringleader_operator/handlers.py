@@ -13,7 +13,7 @@ from typing import Any, cast
 import kopf
 
 from .api import GROUP, PLURAL, VERSION
-from .builders import LABEL_JOB
+from .builders import DEFAULT_MAX_RANKS, LABEL_JOB
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest
 from .reconciler import POD_EVENTS_SECONDS, Reconciler
@@ -58,6 +58,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         _emit,
         cache,
         clusterwide=bool(memo.get("clusterwide", True)),
+        max_ranks=int(memo.get("max_ranks", DEFAULT_MAX_RANKS)),
     )
 
 

@@ -25,6 +25,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from . import handlers  # noqa: F401  (registers the handlers)
+from .builders import DEFAULT_MAX_RANKS
 from .handlers import PEERING_NAME, WATCHES_PER_NAMESPACE
 
 
@@ -37,6 +38,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--health-port", type=int, default=8081)
     p.add_argument("--standalone", action="store_true", help="no leader election: run exactly one replica")
     p.add_argument("--peering", default=PEERING_NAME, help="the kopf peering object replicas elect a leader in")
+    p.add_argument(
+        "--max-replicas-per-job",
+        type=int,
+        default=DEFAULT_MAX_RANKS,
+        help="the most pods (workers and parameter servers) one TrainingJob may have; a job asking for more fails "
+        "with InvalidSpec",
+    )
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -57,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         memo=kopf.Memo(
             clusterwide=not args.namespace,  # whether kopf's pod index holds the whole cluster
             watches=WATCHES_PER_NAMESPACE * max(1, len(args.namespace)),  # kopf's open watch streams, at most
+            max_ranks=args.max_replicas_per_job,
         ),
     )
 

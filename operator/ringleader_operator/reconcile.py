@@ -29,6 +29,7 @@ from .api import (
 from .builders import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_WORKERS,
+    DEFAULT_MAX_RANKS,
     LABEL_INDEX,
     LABEL_JOB,
     LABEL_ROLE,
@@ -216,16 +217,17 @@ def plan(
     service_exists: bool,
     now: str,
     cluster: admission.Cluster | None = None,
+    max_ranks: int = DEFAULT_MAX_RANKS,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `cluster` (every Node and pod) is
-    needed only while some of the job's pods carry the gang gate; without it they stay gated."""
+    needed only while some of the job's pods carry the gang gate; without it they stay gated. A job with more
+    than `max_ranks` pods fails as an invalid spec."""
     gen = int(job.metadata.get("generation", 0))
     old = job.status
     out = Plan(status=old.model_copy(deep=True))
     st = out.status
     st.observed_generation = gen
     observed, out.foreign_pods = own_ranks(job, pods)
-    desired = desired_ranks(job)
     workers = job.spec.workers.replicas
     restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
 
@@ -295,10 +297,11 @@ def plan(
         return finish_counts()
 
     try:
-        validate(job)
+        validate(job, max_ranks)
     except InvalidTemplate as e:
         fail(Reason.INVALID_SPEC, str(e))
         return finish_counts()
+    desired = desired_ranks(job)  # after validate: a job over the cap is refused without listing its ranks
 
     if not any(c.type == ConditionType.CREATED for c in st.conditions):
         set_cond(ConditionType.CREATED, True, Reason.CREATED, f"TrainingJob {job.name} is created")

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from . import admission, metrics, progress
 from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
-from .builders import METRICS_PORT, build_service, pod_name
+from .builders import DEFAULT_MAX_RANKS, METRICS_PORT, build_service, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .podcache import PodCache, digest
@@ -77,10 +77,19 @@ class _Slot:
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, emit: EventSink, cache: PodCache | None = None, clusterwide: bool = False) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        emit: EventSink,
+        cache: PodCache | None = None,
+        clusterwide: bool = False,
+        max_ranks: int = DEFAULT_MAX_RANKS,
+    ) -> None:
         """`cache`: pods as kopf's watch sees them (without one, every round lists them); `clusterwide`: the
-        cache holds every pod of the cluster, so gang admission weighs it instead of listing all pods."""
+        cache holds every pod of the cluster, so gang admission weighs it instead of listing all pods;
+        `max_ranks`: the most pods one job may have (more fails it as an invalid spec)."""
         self.kube = kube
+        self.max_ranks = max_ranks
         self.cache = cache
         self.clusterwide = clusterwide
         self.emit = emit
@@ -252,7 +261,7 @@ class Reconciler:
         cluster: admission.Cluster | None,
     ) -> None:
         namespace, name = job.namespace, job.name
-        p = plan(job, pods, service_exists, utcnow(), cluster)
+        p = plan(job, pods, service_exists, utcnow(), cluster, self.max_ranks)
         self._note_waiting(job, p.waiting_for_room)
         if p.delete_job:
             log.info("[%s/%s] ttlSecondsAfterFinished has run out: deleting the job", namespace, name)
