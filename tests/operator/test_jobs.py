@@ -127,6 +127,72 @@ def test_the_api_server_rejects_an_invalid_spec_naming_the_field(
     assert "spec.parameterServer is only allowed when spec.strategy is parameter-server" in err.value.body
 
 
+def _changed(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`body` with the value at `path` (dotted, from the object's top) set; `name` sets metadata.name."""
+    node = body
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return body
+
+
+PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "value", "named"),
+    [
+        ({}, "metadata.name", "1abc", "metadata.name must be a DNS-1035 label"),
+        ({}, "metadata.name", "a" * 50, "metadata.name is too long: '<name>-worker-<index>' must fit 63"),
+        ({}, "spec.localSGD", {"period": 4}, "spec.localSGD is only allowed when spec.strategy is local-sgd"),
+        (PS, "spec.parameterServer.maxStaleness", 2, "spec.parameterServer.maxStaleness is only allowed when"),
+        ({}, "spec.checkpoint", {"claimName": ""}, "spec.checkpoint.claimName must not be empty"),
+        ({}, "spec.workers.minReplicas", 3, "spec.workers.replicas must be at least spec.workers.minReplicas"),
+        ({}, "spec.workers.maxReplicas", 1, "spec.workers.replicas must be at most spec.workers.maxReplicas"),
+        (PS, "spec.workers.maxReplicas", 4, "spec.workers.minReplicas and maxReplicas (elastic resize) are for"),
+        ({}, "spec.workers.replicas", 100001, "spec.workers.replicas in body should be less than or equal to 100000"),
+        ({}, "spec.workers.gpus", 129, "spec.workers.gpus in body should be less than or equal to 128"),
+        ({}, "spec.runPolicy", {"activeDeadlineSeconds": 10**12}, "spec.runPolicy.activeDeadlineSeconds in body"),
+        ({}, "spec.runPolicy", {"ttlSecondsAfterFinished": 10**10}, "spec.runPolicy.ttlSecondsAfterFinished in body"),
+        ({}, "spec.runPolicy", {"restartBackoff": {"capSeconds": 1e10}}, "spec.runPolicy.restartBackoff.capSeconds"),
+        ({}, "spec.checkpoint", {"keep": 1001}, "spec.checkpoint.keep in body should be less than or equal to 1000"),
+    ],
+    ids=["dns-1035", "name-length", "local-sgd-on-allreduce", "staleness-without-bounded", "empty-claim",
+         "below-min", "above-max", "elastic-ps", "replicas-bound", "gpus-bound", "deadline-bound", "ttl-bound",
+         "backoff-bound", "keep-bound"],
+)  # fmt: skip
+def test_each_schema_rule_and_bound_is_enforced_by_the_api_server_naming_the_field(
+    custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any], path: str, value: Any, named: str
+) -> None:
+    body = _changed(training_job("ok", SLEEP, **spec), path, value)
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
+    assert err.value.status == 422 and named in err.value.body, err.value.body
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "value", "named"),
+    [
+        ({}, "spec.strategy", "local-sgd", "spec.strategy is immutable"),
+        ({}, "spec.workers.template", {"spec": {"containers": [{"name": "trainer", "image": "other"}]}},
+         "spec.workers.template is immutable"),
+        ({}, "spec.workers.replicas", 3, "spec.workers.replicas is immutable unless the job is elastic"),
+        (PS, "spec.parameterServers.replicas", 3, "spec.parameterServers.replicas is immutable"),
+    ],
+    ids=["strategy", "template", "replicas", "ps-replicas"],
+)  # fmt: skip
+def test_what_is_immutable_is_refused_on_update_naming_the_field(
+    custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any], path: str, value: Any, named: str
+) -> None:
+    body = training_job("frozen", SLEEP, runPolicy={"suspend": True}, **spec)  # suspended: no pods
+    create(custom, namespace, body)
+    patch = _changed({}, path, value)
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen", patch)
+    assert err.value.status == 422 and named in err.value.body, err.value.body
+
+
 @pytest.mark.parametrize(
     ("container", "field"),
     [
