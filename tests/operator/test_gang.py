@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client, watch
+from kubernetes.client import ApiException
 
 from tests.devcluster.helpers import wait_for
 
@@ -39,9 +41,12 @@ class PodLog:
     bound: dict[str, float] = field(default_factory=dict)
     ended: dict[str, float] = field(default_factory=dict)
     unschedulable: list[str] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)  # every pod an event came for: an empty log proves nothing
+    failure: BaseException | None = None  # what ended the watch thread, other than a broken watch
 
     def see(self, pod: Any, now: float) -> None:
         name = pod.metadata.name
+        self.seen.add(name)
         if not pod.spec.scheduling_gates:
             self.released.setdefault(name, now)
         if pod.spec.node_name:
@@ -73,8 +78,11 @@ def pod_log(core: client.CoreV1Api, namespace: str) -> Iterator[PodLog]:
                     log.see(event["object"], time.monotonic())
                     if stop.is_set():
                         break
-            except Exception:  # a watch that broke is opened again
+            except (ApiException, urllib3.exceptions.HTTPError, OSError):  # a watch that broke is opened again
                 time.sleep(0.2)
+            except BaseException as e:  # anything else is the test's own error: the test fails with it
+                log.failure = e
+                return
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -82,6 +90,7 @@ def pod_log(core: client.CoreV1Api, namespace: str) -> Iterator[PodLog]:
     stop.set()
     w.stop()
     thread.join(timeout=10)
+    assert log.failure is None, f"the pod watch failed: {log.failure!r}"
 
 
 def test_a_job_larger_than_the_cluster_never_runs_a_pod_and_says_why(
@@ -110,7 +119,7 @@ def test_a_job_larger_than_the_cluster_never_runs_a_pod_and_says_why(
     assert failed["reason"] == "Unschedulable"
     assert "schedulingTimeoutSeconds (20 s): needs 16 nvidia.com/gpu, 8 allocatable" in failed["message"]
     wait_for("its pods removed", lambda: not pods_of(core, namespace, "huge"), timeout=30)
-    assert pod_log.bound == {} and pod_log.unschedulable == []
+    assert pod_log.seen and pod_log.bound == {} and pod_log.unschedulable == []  # seen, never bound
 
 
 def test_two_jobs_that_fit_alone_but_not_together_run_one_after_the_other(
