@@ -41,7 +41,12 @@ def run_lines(
     except FileNotFoundError as e:
         raise RealNodeError(f"{what}: {argv[0]} not found (make dev-cluster installs it)") from e
     late = threading.Event()
-    timer = threading.Timer(timeout, lambda: (late.set(), proc.kill()))
+
+    def kill() -> None:
+        late.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
     timer.start()
     try:
         assert proc.stdout is not None

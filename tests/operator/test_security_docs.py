@@ -88,9 +88,11 @@ def test_the_docs_admission_policy_limits_the_operator_to_pods_a_training_job_ow
         return None
 
     # The policy takes a moment to be in force; until then the unowned pod is admitted.
-    message = wait_for("the policy in force", lambda: (
-        (m := refused(operator_core, pod("unowned", []))) and "only pods that a TrainingJob owns" in m and m),
-        timeout=30)  # fmt: skip
+    def in_force() -> str | None:
+        message = refused(operator_core, pod("unowned", []))
+        return message if message and "only pods that a TrainingJob owns" in message else None
+
+    message = wait_for("the policy in force", in_force, timeout=30)
     assert "ValidatingAdmissionPolicy" in message
     rs_owner = {**JOB_OWNER, "apiVersion": "apps/v1", "kind": "ReplicaSet"}
     assert "only pods that a TrainingJob owns" in (refused(operator_core, pod("by-rs", [rs_owner])) or "")

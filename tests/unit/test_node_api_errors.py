@@ -59,7 +59,7 @@ def test_a_status_patch_is_retried_after_a_dropped_connection(error: Exception) 
     worker.node = type("Node", (), {"api": type("Api", (), {"patch_namespaced_pod_status": patch})()})()
     worker.pod = {"metadata": {"name": "p", "namespace": "ns"}}
     worker.key, worker.gone, worker.gone_quiet, worker.published = "ns/p", False, False, None
-    worker.status = lambda at: {"phase": "Running", "conditions": []}  # type: ignore[method-assign,assignment]
+    worker.status = lambda at: {"phase": "Running", "conditions": []}  # type: ignore[method-assign]
 
     async def main() -> None:
         worker.dirty = asyncio.Event()

@@ -198,17 +198,21 @@ def check_plan(spec: dict[str, Any], name: str) -> None:
     plan(again, pods, True, NOW, Cluster(NODES, pods), max_ranks=MAX_RANKS)
 
 
-SETTINGS = {"deadline": None, "database": None, "derandomize": True,
-            "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}  # fmt: skip
+SETTINGS = settings(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
-@settings(max_examples=EXAMPLES, **SETTINGS)
+@settings(SETTINGS, max_examples=EXAMPLES)
 @given(spec=spec_strategy(garbage=False), name=names)
 def test_every_spec_within_the_bounds_plans_or_fails_as_invalid(spec: dict[str, Any], name: str) -> None:
     check_plan(spec, name)
 
 
-@settings(max_examples=EXAMPLES // 2, **SETTINGS)
+@settings(SETTINGS, max_examples=EXAMPLES // 2)
 @given(spec=spec_strategy(garbage=True), name=names)
 def test_a_template_of_any_shape_plans_or_fails_as_invalid(spec: dict[str, Any], name: str) -> None:
     check_plan(spec, name)
