@@ -82,6 +82,15 @@ def test_example_runs_to_succeeded(
             core.delete_persistent_volume(d["metadata"]["name"])
 
 
+def quantities_as_strings(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` with its resource quantities as strings: the API server takes numbers too, this client does not."""
+    for c in pod["spec"]["containers"]:
+        for part in ("limits", "requests"):
+            values = (c.get("resources") or {}).get(part) or {}
+            values.update({k: str(v) for k, v in values.items()})
+    return pod
+
+
 def test_every_pod_of_every_example_passes_pod_security_restricted(core: client.CoreV1Api, namespace: str) -> None:
     """The pods the operator builds from each example, as written, created (dry run) in a namespace enforcing
     Pod Security "restricted": the API server's own admission judges them."""
@@ -97,7 +106,7 @@ def test_every_pod_of_every_example_passes_pod_security_restricted(core: client.
         job = TrainingJob.model_validate({**doc, "metadata": {**doc["metadata"], "namespace": namespace, "uid": "u"}})
         for role, index in desired_ranks(job):
             try:
-                core.create_namespaced_pod(namespace, build_pod(job, role, index), dry_run="All")
+                core.create_namespaced_pod(namespace, quantities_as_strings(build_pod(job, role, index)), dry_run="All")
                 admitted += 1
             except ApiException as e:
                 refusals.append(f"{path.name} {role.value}-{index}: {e.status} {e.body}")
