@@ -43,8 +43,8 @@ NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
-SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
 FRESH_SECONDS = 300.0
+SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
 
 EventSink = Callable[[dict[str, Any], str, str, str], None]
 
