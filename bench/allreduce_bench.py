@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from ringleader_trainer.ring import ring_allreduce
 
-from bench.common import write_result
+from bench.record import write_result
 from tests.trainer.ranks import run_ranks
 
 GOAL_RATIO_AT_16M = 0.9

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import step_times, write_result
+from bench.record import step_times, write_result
 from tests.trainer.launch import job_spec, launch
 
 GOAL_SHARE = 0.03

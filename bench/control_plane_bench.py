@@ -36,8 +36,9 @@ from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
 from bench import audit
-from bench.common import RESULTS, delete_namespace, machine, new_namespace, proc_stats, write_result
+from bench.common import delete_namespace, new_namespace, proc_stats
 from bench.identity import ensure_namespace
+from bench.record import RESULTS, machine, write_result
 from bench.subjects import Subject, kubeflow_training_operator, ringleader, stop
 
 GOALS = {

@@ -26,7 +26,8 @@ from kubernetes import client, config, watch
 from ringleader_devcluster import realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from bench.common import machine, new_namespace, summary
+from bench.common import new_namespace
+from bench.record import machine, summary
 
 GOALS = {"warm_start_s": 30.0, "pod_running_p99_s": 1.0, "real_node_pod_running_p99_s": 2.0}
 PROCESS_CONTAINER = {"name": "main", "image": "python:3.11", "command": ["python", "-c", "import time; time.sleep(30)"]}

@@ -24,7 +24,8 @@ from kubernetes import client, config
 from ringleader_devcluster import images, realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from bench.common import delete_namespace, new_namespace, summary, write_result
+from bench.common import delete_namespace, new_namespace
+from bench.record import summary, write_result
 
 GOAL_S = 30.0
 MARK = "# image rebuild benchmark"

@@ -22,7 +22,8 @@ from kubernetes import client, config
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout
 
-from bench.common import delete_namespace, new_namespace, range_verdict, summary, write_result
+from bench.common import delete_namespace, new_namespace
+from bench.record import range_verdict, summary, write_result
 
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 MARK = "initialized-at"

@@ -38,7 +38,8 @@ from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.processes import kill_pod_processes
 from ringleader_trainer import checkpoint as ckpt
 
-from bench.common import delete_namespace, new_namespace, write_result
+from bench.common import delete_namespace, new_namespace
+from bench.record import write_result
 from tests.devcluster.helpers import kubectl, wait_for
 from tests.e2e.helpers import KILL_TRAINING_PROCESS, real_node_template
 from tests.operator.helpers import GROUP, PLURAL, VERSION, training_job

@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 from ringleader_devcluster.layout import REPO_ROOT
 
-from bench.common import range_verdict
+from bench.record import range_verdict
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PLOTS = REPO_ROOT / "bench" / "plots"
@@ -253,6 +253,30 @@ def image_rebuild(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(["what", "n", "median", "worst", "goal", ""], rows)]
 
 
+def gpu(result: Result) -> list[str]:
+    """The one-GPU figures (bench.gpu_bench), measured where a GPU was lent, so on another machine than the rest."""
+    rows = [
+        [r["config"], f"{r['median_step_s'] * 1000:.1f}", f"{r['min_s'] * 1000:.1f}-{r['max_s'] * 1000:.1f}",
+         f"{r['vs_allreduce_nccl']:.1f}x"]
+        for r in result["strategies"]
+    ]  # fmt: skip
+    ring = [
+        [size(r["bytes"]), f"{r['median_s']['cpu'] * 1000:.2f}", f"{r['median_s']['cuda'] * 1000:.2f}",
+         f"{r['median_s']['cuda'] / r['median_s']['cpu']:.2f}x", r["verdict"]]
+        for r in result["ring_cuda_vs_cpu"]
+    ]  # fmt: skip
+    reps = (
+        f"{result['gpu']}, torch {result['torch']}, NCCL {result['nccl']}; every rank on the one GPU; "
+        f"{result['model']}, batch {result['batch_per_worker']} per worker, {result['steps']} steps; median of "
+        f"{result['reps']} interleaved runs, each run's median window"
+    )
+    out = [provenance(result, reps), ""]
+    out += table(["configuration", "step (ms)", "runs (ms)", "vs allreduce, NCCL, 1 worker"], rows)
+    out += ["", "Our ring, 2 ranks, CUDA tensors (summed through host memory) against CPU tensors, same run:", ""]
+    out += table(["size", "cpu tensors (ms)", "cuda tensors (ms)", "cuda / cpu", "verdict"], ring)
+    return out
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
@@ -273,6 +297,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         "make bench-cluster",
         image_rebuild,
     ),
+    ("gpu", "One GPU: step time per strategy, and our ring on CUDA tensors", "python -m bench.gpu_bench", gpu),
 ]
 
 

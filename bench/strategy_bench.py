@@ -29,7 +29,7 @@ from typing import Any
 
 from ringleader_devcluster.layout import REPO_ROOT
 
-from bench.common import step_times, write_result
+from bench.record import step_times, write_result
 from tests.trainer.launch import job_spec, launch
 
 BATCH = 64  # the wide-mlp example's default

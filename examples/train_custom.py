@@ -42,6 +42,7 @@ def main() -> None:
         g = torch.Generator().manual_seed(step * strategy.world_size + strategy.rank)
         x = torch.randn(32, 8, generator=g)
         y = (x @ target).unsqueeze(1)
+        x, y = x.to(strategy.device), y.to(strategy.device)  # the model is there (a GPU when the pod has one)
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()

@@ -32,8 +32,9 @@ from kubernetes import client
 from ringleader_devcluster.cluster import AUDITED_NAMESPACE, kubectl
 from ringleader_devcluster.layout import Layout, read_versions
 
-from bench.common import PEER_VERSIONS, apply, spawn, wait_established
+from bench.common import apply, spawn, wait_established
 from bench.identity import ensure, kubeconfig_for
+from bench.record import PEER_VERSIONS
 
 ACCOUNT = "training-operator"
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"

@@ -40,16 +40,24 @@ def ring_allreduce(
     tensor: torch.Tensor, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> torch.Tensor:
     """Sum `tensor` over every rank of `group` (default: the world), in place; returns it. Same contract as
-    `dist.all_reduce(tensor)` with op SUM: every rank of the group calls it with a CPU tensor of the same shape
-    and dtype, in the same order as its other ring allreduces on that group. The first call on a group connects
-    its ranks (a collective); a rank calling with a different element count or dtype than its left neighbour
-    raises `RingError`, as do timeouts (the process group's) and lost neighbours."""
+    `dist.all_reduce(tensor)` with op SUM: every rank of the group calls it with a tensor of the same shape and
+    dtype, in the same order as its other ring allreduces on that group. A tensor on a GPU is summed through a
+    host copy (the ring's links are TCP sockets) and holds the sum when this returns. The first call on a group
+    connects its ranks (a collective); a rank calling with a different element count or dtype than its left
+    neighbour raises `RingError`, as do timeouts (the process group's) and lost neighbours."""
     group = group or dist.distributed_c10d._get_default_group()
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if rank < 0:
         raise RuntimeError("ring allreduce called on a rank outside its process group")
     if world == 1 or tensor.numel() == 0:
+        return tensor
+    if tensor.device.type != "cpu":
+        # .cpu() waits for the kernels that wrote the tensor; copy_ back is ordered before later kernels on the
+        # current stream, and the synchronize makes the sum visible to other streams (DDP's) once we return.
+        host = ring_allreduce(tensor.detach().cpu(), group, chunk_bytes)
+        tensor.copy_(host.view_as(tensor))
+        torch.cuda.current_stream(tensor.device).synchronize()
         return tensor
     link = link_for(group)
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)

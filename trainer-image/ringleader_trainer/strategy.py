@@ -530,6 +530,7 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     strategy._log_window = (time.perf_counter(), strategy.steps_done)
     if env.role == "worker" and env.index == 0:
         strategy.metrics.serve(env.metrics_port)
-    print(f"[ringleader] {env.role} {env.index}: {strategy.name}, rank {env.global_rank} of "
-          f"{env.global_world_size}, starting at step {strategy.steps_done}", file=sys.stderr, flush=True)  # fmt: skip
+    device = f", on {strategy.device}" if strategy.is_worker else ""  # shards serve from host memory
+    print(f"[ringleader] {env.role} {env.index}: {strategy.name}, rank {env.global_rank} of {env.global_world_size}"
+          f"{device}, starting at step {strategy.steps_done}", file=sys.stderr, flush=True)  # fmt: skip
     return strategy

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench import report
-from bench.common import range_verdict
+from bench.record import range_verdict
 
 METRICS = ("created_s", "running_s", "requests_per_job", "cpu_s", "peak_rss_mb")
 MACHINE = {"date": "2026-11-23 10:00 UTC", "commit": "abc1234", "cpus": 2, "cpu_model": "Test CPU", "memory_gb": 24}
@@ -94,6 +94,19 @@ def test_strategies_report_the_overhead_over_plain_ddp() -> None:
     assert "| 2 | allreduce (gloo) | 300 | 427 | 1.00x |" in text
     assert "(2 workers): +3.1% step time: **met**" in text
     assert "(4 workers): +7.0% step time: **missed**" in text
+
+
+def test_gpu_section_reports_each_strategy_against_nccl_and_the_rings_staging_cost() -> None:
+    result = {"machine": MACHINE, "gpu": "NVIDIA H100", "torch": "2.11", "nccl": "2.28.9", "model": "wide-mlp",
+              "batch_per_worker": 64, "steps": 60, "reps": 3,
+              "strategies": [{"config": "ps synchronous, 1 worker, 1 shard", "median_step_s": 0.298, "min_s": 0.2897,
+                              "max_s": 0.3075, "vs_allreduce_nccl": 95.6}],
+              "ring_cuda_vs_cpu": [{"bytes": 1 << 24, "median_s": {"cpu": 0.00632, "cuda": 0.0103},
+                                    "verdict": "cpu is faster"}]}  # fmt: skip
+    text = "\n".join(report.gpu(result))
+    assert "NVIDIA H100, torch 2.11, NCCL 2.28.9" in text and "median of 3 interleaved runs" in text
+    assert "| ps synchronous, 1 worker, 1 shard | 298.0 | 289.7-307.5 | 95.6x |" in text
+    assert "| 16 MB | 6.32 | 10.30 | 1.63x | cpu is faster |" in text
 
 
 def test_recovery_and_checkpoint_verdicts() -> None:
