@@ -116,7 +116,7 @@ bench-trainer: venv
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.
 demo:
-	@echo "[demo] a cold first run on a fresh machine takes about 23 minutes (Go builds of Kubernetes, torch, the trainer image: 5 GB of wheels); later runs about 70 s"
+	@echo "[demo] a cold first run on a fresh machine took 23 minutes here (Go builds of Kubernetes, torch, the trainer image: 5 GB of wheels); later runs about 72 s"
 	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
 
