@@ -26,6 +26,11 @@ PS_PORT = 29600  # parameter-server shards listen here
 METRICS_PORT = 9090  # rank 0 serves Prometheus metrics here
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
 CHECKPOINT_VOLUME = "ringleader-checkpoints"
+# The job's token (docs/env-contract.md): a Secret the operator creates per job, mounted read-only in every rank's
+# trainer container; the parameter server's and the ring's handshakes prove it (trainer: auth.py).
+TOKEN_VOLUME = "ringleader-token"
+TOKEN_DIR = "/var/run/ringleader"
+TOKEN_KEY = "token"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Kubernetes keeps a pod bound to an unreachable or not-ready node for 300 s before evicting it; a training job
 # stands still all that time, so ranks leave a lost node sooner (a template's own tolerations win).
@@ -44,7 +49,7 @@ CONTRACT_ENV = frozenset(
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
         "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_CHECKPOINT_DIR",
-        "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP",
+        "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE",
     }
 )  # fmt: skip
 
@@ -92,6 +97,30 @@ def checkpoint_directory(job: TrainingJob) -> str:
     return f"{DEFAULT_CHECKPOINT_DIR}/{job.namespace}/{job.name}/{job.metadata.get('uid', '')}".rstrip("/")
 
 
+def token_secret_name(job: TrainingJob) -> str:
+    """`<job>-token-<uid prefix>`: the uid keeps a new job of the same name off a leftover of the last one."""
+    uid = str(job.metadata.get("uid", ""))[:8]
+    return f"{job.name}-token-{uid}" if uid else f"{job.name}-token"
+
+
+def build_token_secret(job: TrainingJob, token: str) -> dict[str, Any]:
+    """The job's token Secret, owned by the job (deleted with it) and immutable (kubelets need not watch it).
+    `token` comes from the caller (a fresh random value: the I/O layer's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": token_secret_name(job),
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
 def dns_name(job: str, role: Role, index: int) -> str:
     """The rank's stable name `<pod>.<service>`, resolvable from any pod of the job's namespace."""
     return f"{pod_name(job, role, index)}.{job}"
@@ -132,6 +161,8 @@ def validate(job: TrainingJob, max_ranks: int = DEFAULT_MAX_RANKS) -> None:
         if (wrong := templates.check(spec.template, where)) is not None:
             raise InvalidTemplate(wrong)
         trainer = trainer_container_index(spec.template, where)
+        if any(v.get("name") == TOKEN_VOLUME for v in spec.template["spec"].get("volumes") or []):
+            raise InvalidTemplate(f"{where}.spec.volumes: the name {TOKEN_VOLUME} is the operator's (the job's token)")
         container = spec.template["spec"]["containers"][trainer]
         taken = [e.get("name") for e in container.get("env") or [] if e.get("name") in CONTRACT_ENV]
         if taken:
@@ -177,6 +208,7 @@ def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
         "RINGLEADER_GLOBAL_RANK": str(global_rank),
         "RINGLEADER_GLOBAL_WORLD_SIZE": str(workers + ps),
         "RINGLEADER_METRICS_PORT": str(METRICS_PORT),
+        "RINGLEADER_TOKEN_FILE": f"{TOKEN_DIR}/{TOKEN_KEY}",
     }
     if role == Role.WORKER:
         # What torchrun gives its children: an unmodified init_process_group(init_method="env://") script works.
@@ -249,6 +281,10 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
     if replica.gpus:
         limits = container.setdefault("resources", {}).setdefault("limits", {})
         limits.setdefault(GPU_RESOURCE, replica.gpus)
+    spec.setdefault("volumes", []).append(
+        {"name": TOKEN_VOLUME, "secret": {"secretName": token_secret_name(job), "defaultMode": 0o444}}
+    )  # readable by the trainer's non-root user; validate refuses templates that name this volume
+    container.setdefault("volumeMounts", []).append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     checkpoint = job.spec.checkpoint
     if checkpoint is not None and checkpoint.claim_name:
         target = checkpoint.directory or DEFAULT_CHECKPOINT_DIR

@@ -152,6 +152,15 @@ class Kube:
             absent=409,
         )
 
+    async def create_secret(self, body: dict[str, Any]) -> None:
+        """Create a Secret; one that exists already is left as it is (the operator may only create them)."""
+        meta = body["metadata"]
+        await self._call(
+            f"creating secret {meta['name']}",
+            self.core.create_namespaced_secret(meta["namespace"], body, _request_timeout=API_TIMEOUT),
+            absent=409,
+        )
+
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
         """Create all pods concurrently (bounded). Returns how many were new. Raises the first failure after
         every create has been attempted, RejectedObject before ApiUnavailable."""

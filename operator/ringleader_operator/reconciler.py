@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pydantic import ValidationError
 
 from . import admission, metrics, progress
 from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
-from .builders import DEFAULT_MAX_RANKS, METRICS_PORT, build_service, pod_name
+from .builders import DEFAULT_MAX_RANKS, METRICS_PORT, build_service, build_token_secret, pod_name
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .podcache import PodCache, digest
@@ -286,7 +287,8 @@ class Reconciler:
             sum(r.restarts for r in p.status.replica_statuses.values())
             - sum(r.restarts for r in job.status.replica_statuses.values())
         )
-        if p.create_service:
+        if p.create_service:  # the token before the service: a job whose service exists has its token
+            await self.kube.create_secret(build_token_secret(job, secrets.token_hex(32)))
             await self.kube.create_service(build_service(job))
             self.services[(namespace, name)] = str(job.metadata.get("uid", ""))
         if p.delete_pods:

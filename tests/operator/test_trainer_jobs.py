@@ -1,16 +1,21 @@
 """The real trainer through the operator on the dev cluster: one job per strategy runs the digits example to
-Succeeded, and status.progress shows the step rising while it runs."""
+Succeeded, and status.progress shows the step rising while it runs; a parameter-server job succeeds while its
+shards' ports take stray connections, which the shards drop and log."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.devcluster.helpers import wait_for
+from tests.devcluster.helpers import logs, wait_for
 
-from .helpers import condition, create, get, training_job
+from .helpers import condition, create, finished, get, pods_of, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -53,3 +58,48 @@ def test_each_strategy_trains_to_succeeded_with_rising_progress(
     job = wait_for("the digits job to finish", finished, timeout=300)
     assert condition(job, "Succeeded"), (condition(job, "Failed"), (job.get("status") or {}).get("ranks"))
     assert len(steps) >= 2 and steps == sorted(steps) and steps[0] < steps[-1], steps
+
+
+def test_a_parameter_server_job_succeeds_while_its_shard_ports_take_stray_connections(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """From the moment a shard has an address until the job ends, its port gets a bare connect, garbage and a
+    connection that stays silent, every 0.3 s: what a port scan or a tcpSocket probe does. Before the job token
+    a stray taking a worker's slot failed the shard and with it the job."""
+    create(custom, namespace, trainer_job("strays", strategy="parameter-server"))
+    stop = threading.Event()
+    silent: list[socket.socket] = []
+
+    def strays() -> None:
+        while not stop.is_set():
+            for pod in pods_of(core, namespace, "strays"):
+                if "-ps-" not in pod.metadata.name or not pod.status.pod_ip:
+                    continue
+                for payload in (None, b"GET / HTTP/1.0\r\n\r\n", b""):
+                    with contextlib.suppress(OSError):
+                        s = socket.create_connection((pod.status.pod_ip, 29600), timeout=1)
+                        if payload is None:
+                            silent.append(s)  # held open, says nothing
+                            continue
+                        s.sendall(payload)
+                        s.close()
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=strays, daemon=True)
+    thread.start()
+
+    def done() -> dict[str, Any] | None:
+        job = get(custom, namespace, "strays")
+        return job if finished(job) else None
+
+    try:
+        job = wait_for("the strays job to finish", done, timeout=300)
+    finally:
+        stop.set()
+        thread.join(10)
+        for s in silent:
+            s.close()
+    assert condition(job, "Succeeded"), (condition(job, "Failed"), (job.get("status") or {}).get("ranks"))
+    shard = logs(core, namespace, "strays-ps-0", container="trainer")
+    assert '"event": "connection-rejected"' in shard, shard[-3000:]
+    assert '"event": "done"' in shard

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -116,6 +117,10 @@ def launch(
     ps_addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(ps))
     local = LocalJob(metrics_port=metrics_port)
     logdir.mkdir(parents=True, exist_ok=True)
+    token = logdir / "token"  # what the operator's Secret holds, one per job
+    if not token.exists():
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
     roles = [(Role.WORKER, i) for i in range(workers)] + [(Role.PS, i) for i in range(ps)]
     for role, index in roles:
         if only is not None and (role.value, index) not in only:
@@ -125,6 +130,7 @@ def launch(
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(master_port),
             "RINGLEADER_METRICS_PORT": str(metrics_port),
+            "RINGLEADER_TOKEN_FILE": str(token),
         }
         if ps:
             env["RINGLEADER_PS_ADDRS"] = ps_addrs

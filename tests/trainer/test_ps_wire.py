@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import secrets
 import socket
 import threading
 from collections.abc import Iterator
@@ -91,26 +92,31 @@ def test_error_message_becomes_the_exception(pair: tuple[socket.socket, socket.s
         wire.expect(b, wire.recv_header(b), Op.PARAMS)
 
 
+TOKEN = secrets.token_hex(32).encode()
+
+
 def serve_one_shard(
-    mode: str, workers: int, model: nn.Module, lr: float = 0.5
+    mode: str, workers: int, model: nn.Module, lr: float = 0.5, accept_timeout: float = 5
 ) -> tuple[ShardServer, socket.socket, threading.Thread]:
     server = ShardServer(
-        0, list(model.parameters()), torch.optim.SGD(model.parameters(), lr=lr), workers, mode, None, 5
+        0, list(model.parameters()), torch.optim.SGD(model.parameters(), lr=lr), workers, mode, None, 5, TOKEN
     )
+    server.rejections = []  # type: ignore[attr-defined]
+    server.on_reject = lambda peer, reason: server.rejections.append(reason)  # type: ignore[attr-defined]
     listener = socket.create_server(("127.0.0.1", 0))
 
     def run() -> None:
         with contextlib.suppress(PeerLost):  # the test reads server.failure
-            server.serve(listener, 5)
+            server.serve(listener, accept_timeout)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return server, listener, thread
 
 
-def client_for(listener: socket.socket, worker: int, model: nn.Module) -> ShardClient:
+def client_for(listener: socket.socket, worker: int, model: nn.Module, token: bytes = TOKEN) -> ShardClient:
     port = listener.getsockname()[1]
-    return ShardClient([("127.0.0.1", port)], worker, shard_parameters(model, 1), 0, 5, 5)
+    return ShardClient([("127.0.0.1", port)], worker, shard_parameters(model, 1), 0, 5, 5, token)
 
 
 @pytest.mark.parametrize(("mode", "expected"), [(SYNCHRONOUS, -0.5 * 2.0), (ASYNCHRONOUS, -0.5 * 2.0)])
@@ -139,9 +145,11 @@ def test_one_step_from_two_workers(mode: str, expected: float) -> None:
         assert [m.weight.item() for m in models] == pytest.approx([expected, expected])
 
 
-def test_a_worker_with_another_model_is_refused() -> None:
+def test_a_worker_with_another_model_is_told_why_and_the_shard_serves_the_right_one() -> None:
     server, listener, thread = serve_one_shard(SYNCHRONOUS, 1, nn.Linear(4, 4))
     with pytest.raises(PeerLost, match="do all ranks build the same model"):
         client_for(listener, 0, nn.Linear(4, 5))
+    client_for(listener, 0, nn.Linear(4, 4)).done()
     thread.join(10)
-    assert server.failure and "do all ranks build the same model" in server.failure
+    assert not thread.is_alive() and server.failure is None
+    assert server.stats.rejected == 1 and "do all ranks build the same model" in server.rejections[0]  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ READS = frozenset(
         "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL",
         "RINGLEADER_CHECKPOINT_KEEP",
+        "RINGLEADER_TOKEN_FILE",
     }
 )
 
@@ -75,6 +76,7 @@ class RankEnv:
     checkpoint_dir: str | None = None
     checkpoint_interval: int | None = None
     checkpoint_keep: int | None = None
+    token_file: str = ""  # the job's token, for the parameter server's and the ring's handshakes (auth.py)
 
 
 def _get(env: Mapping[str, str], name: str) -> str:
@@ -132,6 +134,7 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         "master_addr": _get(env, "MASTER_ADDR"),
         "master_port": _req(_int(env, "MASTER_PORT", 1)),
         "metrics_port": _req(_int(env, "RINGLEADER_METRICS_PORT", 1)),
+        "token_file": env.get("RINGLEADER_TOKEN_FILE", ""),
     }
     if out["global_world_size"] != num_workers + num_ps:
         raise EnvError(

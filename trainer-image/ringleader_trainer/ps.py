@@ -11,9 +11,12 @@ same number of values, and applies the optimizer the user configured to them:
 - bounded-staleness: as asynchronous, but a worker more than `max_staleness` steps ahead of the slowest
   unfinished worker waits until the slowest catches up.
 
-Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`. A lost worker or
-shard ends everyone with `PeerLost` (exit 201): the operator recreates the ranks and they resume from the
-newest checkpoint all of them have, which keeps synchronous runs exact.
+Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`, each connection
+opened by `auth`'s handshake (both ends prove the job's token). A shard admits connections through a `Gate`:
+until every worker's slot is claimed by a proven peer, connections that fail the handshake or the hello, or
+claim a taken slot, are dropped and logged, and the shard keeps accepting. A lost worker or shard ends everyone
+with `PeerLost` (exit 201): the operator recreates the ranks and they resume from the newest checkpoint all of
+them have, which keeps synchronous runs exact.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ringleader_trainer import wire
+from ringleader_trainer import auth, wire
+from ringleader_trainer.gate import Gate, Refused
 from ringleader_trainer.wire import Op, PeerLost
 
 SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
@@ -45,6 +49,11 @@ def assign_shards(sizes: Sequence[int], num_shards: int) -> list[int]:
         out[i] = shard
         loads[shard] += sizes[i]
     return out
+
+
+def context(shard: int) -> bytes:
+    """What a connection to shard `shard` is for, bound into its handshake's proofs."""
+    return f"parameter-server/shard/{shard}".encode()
 
 
 def shard_parameters(model: nn.Module, num_shards: int) -> list[list[nn.Parameter]]:
@@ -82,6 +91,7 @@ class ServerStats:
     updates: int = 0
     max_lead_on_release: int = 0  # the most steps any worker was ahead of the slowest when let go
     waits: int = 0  # releases held back by the staleness bound
+    rejected: int = 0  # connections dropped: no proof of the job's token, a bad hello, a taken slot
 
 
 class ShardServer:
@@ -101,6 +111,7 @@ class ShardServer:
         mode: str,
         max_staleness: int | None,
         timeout: float,
+        token: bytes,
         start_step: int = 0,
     ) -> None:
         if mode not in (SYNCHRONOUS, ASYNCHRONOUS, BOUNDED):
@@ -108,7 +119,7 @@ class ShardServer:
         if mode == BOUNDED and not max_staleness:
             raise ValueError("bounded-staleness needs max_staleness >= 1")
         self.shard, self.mode, self.max_staleness = shard, mode, max_staleness or 0
-        self.num_workers, self.timeout = num_workers, timeout
+        self.num_workers, self.timeout, self.token = num_workers, timeout, token
         dtype = model_params[0].dtype if model_params else torch.float32
         numel = sum(p.numel() for p in model_params)
         self.flat = torch.cat([p.detach().reshape(-1) for p in model_params]) if model_params else torch.empty(0)
@@ -126,6 +137,7 @@ class ShardServer:
         self.finished = False  # every worker said DONE; on_progress is being called a last time
         self.stats = ServerStats()
         self.on_progress: Callable[[int], None] = lambda slowest: None
+        self.on_reject: Callable[[str, str], None] = lambda peer, reason: None  # (peer address, why)
         self._conns: list[socket.socket] = []
 
     # ---- state the strategy checkpoints -------------------------------------------------------------
@@ -147,27 +159,24 @@ class ShardServer:
 
     # ---- serving ------------------------------------------------------------------------------------
     def serve(self, listener: socket.socket, accept_timeout: float) -> None:
-        """Accept one connection per worker, serve them, return when all are DONE; raise PeerLost if any
-        connection fails (after closing the others so their workers fail fast too)."""
-        listener.settimeout(accept_timeout)
-        threads = []
+        """Admit one proven connection per worker and serve them; return when all are DONE. Raise PeerLost if
+        not every worker connected within `accept_timeout` or a worker's connection fails (after closing the
+        others so their workers fail fast too)."""
+        gate = Gate(listener, self._handshake, self.on_reject)
         try:
-            for _ in range(self.num_workers):
-                try:
-                    conn, _ = listener.accept()
-                except TimeoutError as e:
-                    raise PeerLost(f"shard {self.shard}: not every worker connected within {accept_timeout:g} s") from e
-                conn.settimeout(self.timeout)
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._conns.append(conn)
-                t = threading.Thread(target=self._connection, args=(conn,), daemon=True)
-                t.start()
-                threads.append(t)
-            for t in threads:
+            try:
+                gate.run(self.num_workers, time.monotonic() + accept_timeout, self._connection,
+                         stop=lambda: self.failure is not None)  # fmt: skip
+            except TimeoutError as e:
+                self._fail(f"shard {self.shard}: not every worker connected within {accept_timeout:g} s: {e}")
+            for t in list(gate.admitted):
                 t.join()
         finally:
-            for c in self._conns:
+            with self.cond:
+                conns = list(self._conns)
+            for c in conns:
                 c.close()
+            self.stats.rejected = gate.rejected
         if self.failure:
             raise PeerLost(self.failure)
         with self.cond:
@@ -183,27 +192,12 @@ class ShardServer:
                         c.shutdown(socket.SHUT_RDWR)
             self.cond.notify_all()
 
-    def _connection(self, conn: socket.socket) -> None:
-        try:
-            worker = self._hello(conn)
-            inbox = torch.empty_like(self.grad)
-            outbox = torch.empty_like(self.flat)
-            while True:
-                header = wire.recv_header(conn)
-                wire.expect(conn, header, Op.PUSH, Op.DONE)
-                if header.op == Op.DONE:
-                    with self.cond:
-                        self.done.add(worker)
-                        self.cond.notify_all()
-                    wire.send(conn, Op.DONE, worker, self.clock[worker])
-                    return
-                wire.recv_tensor_into(conn, header, inbox)
-                reply = self._push(worker, header.step, inbox, outbox)
-                wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply))
-        except (PeerLost, ValueError) as e:
-            self._fail(f"shard {self.shard}: {e}")
-
-    def _hello(self, conn: socket.socket) -> int:
+    def _handshake(self, conn: socket.socket) -> int:
+        """Authenticate a new connection and read its hello; the worker index it claims. Refused (after telling
+        the peer why, once it has proven the token) for a hello this shard cannot serve."""
+        conn.settimeout(self.timeout)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        auth.accept(conn, self.token, context(self.shard))
         header = wire.recv_header(conn)
         wire.expect(conn, header, Op.HELLO)
         info = wire.recv_json(conn, header)
@@ -221,12 +215,36 @@ class ShardServer:
         elif header.step != self.clock[worker]:
             problem = f"worker {worker} resumes at step {header.step}, shard {self.shard} at {self.clock[worker]}"
         if problem:
-            wire.send_error(conn, problem)
-            raise PeerLost(problem)
-        with self.cond:
-            snapshot = self.flat.clone()
-        wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(snapshot))
+            wire.send_error(conn, problem)  # the peer proved the token: it is one of this job's ranks
+            raise Refused(problem)
         return worker
+
+    def _connection(self, conn: socket.socket, worker: int) -> None:
+        """Serve one admitted worker (on its connection's thread) until it says DONE."""
+        with self.cond:
+            self._conns.append(conn)
+            if self.failure is not None:
+                conn.close()
+                return
+            snapshot = self.flat.clone()
+        try:
+            wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(snapshot))
+            inbox = torch.empty_like(self.grad)
+            outbox = torch.empty_like(self.flat)
+            while True:
+                header = wire.recv_header(conn)
+                wire.expect(conn, header, Op.PUSH, Op.DONE)
+                if header.op == Op.DONE:
+                    with self.cond:
+                        self.done.add(worker)
+                        self.cond.notify_all()
+                    wire.send(conn, Op.DONE, worker, self.clock[worker])
+                    return
+                wire.recv_tensor_into(conn, header, inbox)
+                reply = self._push(worker, header.step, inbox, outbox)
+                wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply))
+        except (PeerLost, ValueError) as e:
+            self._fail(f"shard {self.shard}: {e}")
 
     def _wait(self, predicate: Callable[[], bool], what: str) -> None:
         if not self.cond.wait_for(lambda: self.failure is not None or predicate(), timeout=self.timeout):
@@ -297,6 +315,7 @@ class ShardClient:
         step: int,
         connect_timeout: float,
         timeout: float,
+        token: bytes,
     ) -> None:
         self.worker, self.shards = worker, shards
         self.socks: list[socket.socket] = []
@@ -306,6 +325,10 @@ class ShardClient:
             for i, (host, port) in enumerate(addrs):
                 sock = wire.connect(host, port, connect_timeout, timeout)
                 self.socks.append(sock)
+                try:
+                    auth.initiate(sock, token, context(i))
+                except auth.AuthError as e:
+                    raise PeerLost(f"shard {i} at {host}:{port}: {e}") from e
                 flat = self.flats[i]
                 wire.send_json(
                     sock, Op.HELLO, worker, step, {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}

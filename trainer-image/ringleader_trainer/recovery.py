@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from ringleader_trainer.exitcodes import exit_now
-from ringleader_trainer.strategy import log_json
+from ringleader_trainer.logs import log_json
 
 RECOVERIES_ENV = "RINGLEADER_RECOVERIES"
 # A forked training process's request to its supervisor for a fresh copy; never the container's exit code.

@@ -10,8 +10,12 @@ thread writes, so a chunk costs only its bytes. Measured on 2 cores at 16-64 MB,
 
 Setup: each rank listens on an ephemeral port and publishes host:port in the default store under a key of the
 group's name and a generation (so a re-created group never reads a stale address), then connects to its right
-neighbour and accepts its left one, checking a hello. On the wire there are only raw tensor bytes and one
-fixed header per call (magic, element count, dtype) that catches ranks calling with different tensors. Every
+neighbour while admitting its left one on another thread. Both links open with `auth`'s handshake (each end
+proves the job's token, bound to the group, generation and link) and a hello naming the sender's group rank;
+anything else reaching the port (a scan, a probe, a silent or unproven connection) is dropped and logged by the
+`Gate`, which keeps accepting until the left neighbour has proven itself. On the wire there are only raw tensor
+bytes and one fixed header per call (magic, element count, dtype) that catches ranks calling with different
+tensors. Every
 socket operation runs under the process group's timeout; a timeout, a closed peer or a mismatch raises
 `RingError` and leaves the link unusable (it is closed, so the neighbours fail fast too).
 """
@@ -25,11 +29,15 @@ import queue
 import socket
 import struct
 import threading
+import time
 import weakref
 
 import torch
 import torch.distributed as dist
 
+from ringleader_trainer import auth
+from ringleader_trainer.gate import Gate, Refused
+from ringleader_trainer.logs import log_json
 from ringleader_trainer.wire import recv_exact, tensor_bytes
 
 MAGIC = b"RLRG"
@@ -69,20 +77,56 @@ class RingLink:
     def __init__(self, group: dist.ProcessGroup) -> None:
         self.timeout = _group_timeout(group)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
+        token = auth.load_token()
         store = dist.distributed_c10d._get_default_store()
         prefix = f"ringleader/ring/{group.group_name}"
         generation = (store.add(f"{prefix}/joined", 1) - 1) // world
+        left, right = (rank - 1) % world, (rank + 1) % world
+
+        def link(sender: int, receiver: int) -> bytes:
+            return f"ring/{group.group_name}/{generation}/{sender}->{receiver}".encode()
+
         listener = socket.create_server(("", 0), backlog=world)
-        listener.settimeout(self.timeout)
+        accepted: list[socket.socket] = []
+        failure: list[str] = []
+
+        def handshake(conn: socket.socket) -> int:
+            conn.settimeout(self.timeout)  # auth.accept shortens it for the handshake itself
+            auth.accept(conn, token, link(left, rank))
+            hello = bytearray(HELLO.size)
+            recv_exact(conn, memoryview(hello), Refused, LEFT)
+            if HELLO.unpack(hello) != (MAGIC, generation, left):
+                raise Refused("not this ring's left neighbour")
+            return 0  # the one slot: the left link
+
+        def admit() -> None:
+            gate = Gate(
+                listener,
+                handshake,
+                lambda peer, why: log_json(event="ring-connection-rejected", group_rank=rank, peer=peer, reason=why),
+            )
+            try:
+                gate.run(1, time.monotonic() + self.timeout, lambda conn, _: accepted.append(conn))
+            except TimeoutError:
+                failure.append(f"left ring neighbour (group rank {left}) did not connect within {self.timeout:g} s")
+
         with listener:
             store.set(f"{prefix}/{generation}/{rank}", f"{_advertised_host()}:{listener.getsockname()[1]}")
-            host, port = store.get(f"{prefix}/{generation}/{(rank + 1) % world}").decode().rsplit(":", 1)
+            admitting = threading.Thread(target=admit, name="ring-admit", daemon=True)
+            admitting.start()  # before connecting right: every rank's handshake waits for its right's answer
+            host, port = store.get(f"{prefix}/{generation}/{right}").decode().rsplit(":", 1)
             try:
                 self._out = socket.create_connection((host, int(port)), timeout=self.timeout)
+                auth.initiate(self._out, token, link(rank, right))
                 self._out.sendall(HELLO.pack(MAGIC, generation, rank))
-            except OSError as e:  # TimeoutError included
+            except (OSError, auth.AuthError) as e:  # TimeoutError included
                 raise RingError(f"cannot reach right ring neighbour at {host}:{port}: {e}") from e
-            self._in = self._accept(listener, generation, (rank - 1) % world)
+            admitting.join(self.timeout + 1)
+        if not accepted:
+            self._out.close()
+            raise RingError(failure[0] if failure else f"left ring neighbour (group rank {left}) did not connect")
+        self._in = accepted[0]
+        self._in.settimeout(self.timeout)
         for sock in (self._in, self._out):
             # The small header must not wait for an ACK. Buffer sizes stay with the kernel's autotuning: fixed
             # 4 MB buffers (the rmem_max here) measured slower.
@@ -91,25 +135,6 @@ class RingLink:
         self._error: str | None = None  # the first failure's message
         self._sender = threading.Thread(target=self._send_loop, name="ring-sender", daemon=True)
         self._sender.start()
-
-    def _accept(self, listener: socket.socket, generation: int, left: int) -> socket.socket:
-        while True:  # anything but the left neighbour's hello (a port scanner, a stale peer) is dropped
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError as e:
-                raise RingError(
-                    f"left ring neighbour (group rank {left}) did not connect within {self.timeout:g} s"
-                ) from e
-            conn.settimeout(self.timeout)
-            hello = bytearray(HELLO.size)
-            try:
-                recv_exact(conn, memoryview(hello), RingError, LEFT)
-            except RingError:
-                conn.close()
-                continue
-            if HELLO.unpack(hello) == (MAGIC, generation, left):
-                return conn
-            conn.close()
 
     def _send_loop(self) -> None:
         while (item := self._queue.get()) is not None:

@@ -26,7 +26,6 @@ the documented exit codes.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import random
 import socket
@@ -44,10 +43,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ringleader_trainer import auth
 from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.env import from_env as read_env
 from ringleader_trainer.exitcodes import one_line
+from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, flat_views, shard_parameters
 from ringleader_trainer.ring import ring_allreduce
@@ -69,11 +70,6 @@ class Options:
     timeout: float = 300.0  # seconds any one collective or parameter-server exchange may take
     allreduce: str = "native"  # "native": torch.distributed (gloo on CPU, NCCL on GPU); "ring": ours
     log_every: int = 20  # steps between JSON log lines (`report`)
-
-
-def log_json(**fields: Any) -> None:
-    """One JSON object per line on stdout: what every rank logs."""
-    print(json.dumps({"ts": round(time.time(), 3), **fields}), flush=True)
 
 
 class Strategy:
@@ -286,6 +282,7 @@ class ParameterServerStrategy(Strategy):
         super().__init__(env, options)
         self.listener: socket.socket | None = None
         self.client: ShardClient | None = None
+        self.token = auth.load_token(env.token_file)  # before anything is opened: without it, exit 2 at once
         if self.is_server:
             port = int(env.ps_addrs[env.index].rsplit(":", 1)[1])
             self.listener = socket.create_server(("", port), reuse_port=False)
@@ -302,7 +299,7 @@ class ParameterServerStrategy(Strategy):
             raise StrategyUsageError("parameter-server ranks call serve(), not distributed_optimizer()")
         self.client = ShardClient(
             self.addrs, self.rank, shard_parameters(model, self.env.num_ps), self.steps_done,
-            connect_timeout=self.options.rendezvous_timeout, timeout=self.options.timeout,
+            connect_timeout=self.options.rendezvous_timeout, timeout=self.options.timeout, token=self.token,
         )  # fmt: skip
 
         def exchange() -> None:
@@ -319,9 +316,12 @@ class ParameterServerStrategy(Strategy):
         index = self.env.index
         server = ShardServer(
             index, shard_parameters(model, self.env.num_ps)[index], optimizer, self.env.num_workers,
-            self.env.ps_mode or "synchronous", self.env.ps_max_staleness, self.options.timeout,
+            self.env.ps_mode or "synchronous", self.env.ps_max_staleness, self.options.timeout, self.token,
             start_step=self.steps_done,
         )  # fmt: skip
+        server.on_reject = lambda peer, reason: log_json(
+            role="ps", index=index, event="connection-rejected", peer=peer, reason=reason
+        )
         if self.resumed is not None:
             server.load_state_dict(self.resumed["shard"])
         checkpoints, saved = self.checkpoints, {self.steps_done}
@@ -339,7 +339,7 @@ class ParameterServerStrategy(Strategy):
             self.listener.close()
         stats = server.stats
         log_json(role="ps", index=index, event="done", updates=stats.updates, waits=stats.waits,
-                 max_lead_on_release=stats.max_lead_on_release)  # fmt: skip
+                 max_lead_on_release=stats.max_lead_on_release, rejected=stats.rejected)  # fmt: skip
         return stats
 
     def finish(self) -> None:
@@ -515,6 +515,8 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     if options.allreduce not in ALLREDUCE_IMPLEMENTATIONS:
         raise ValueError(f"allreduce={options.allreduce!r} is not one of {', '.join(ALLREDUCE_IMPLEMENTATIONS)}")
     env = read_env(os.environ if environ is None else environ)
+    if options.allreduce == "ring":
+        auth.load_token(env.token_file)  # the ring's links need it: fail now, not at the first allreduce
     strategy = STRATEGIES[env.strategy](env, options)
     if env.checkpoint_dir:
         assert env.checkpoint_interval is not None and env.checkpoint_keep is not None

@@ -24,13 +24,13 @@ from ringleader_trainer.checkpoint import CheckpointError
 from ringleader_trainer.data import Split
 from ringleader_trainer.env import EnvError
 from ringleader_trainer.exitcodes import ExitCode, one_line
+from ringleader_trainer.logs import log_json
 from ringleader_trainer.strategy import (
     ALLREDUCE_IMPLEMENTATIONS,
     RendezvousError,
     Strategy,
     StrategyUsageError,
     from_env,
-    log_json,
 )
 from ringleader_trainer.wire import PeerLost
 

@@ -11,6 +11,7 @@ from ringleader_operator.builders import (
     build_pod,
     build_pod_group,
     build_service,
+    build_token_secret,
     desired_ranks,
     rank_env,
     validate,
@@ -25,6 +26,11 @@ OWNER = {
     "controller": True,
     "blockOwnerDeletion": True,
 }
+
+
+# The job's token, mounted read-only in every rank's trainer container.
+TOKEN_VOLUME = {"name": "ringleader-token", "secret": {"secretName": "mnist-token-1111-222", "defaultMode": 0o444}}
+TOKEN_MOUNT = {"name": "ringleader-token", "mountPath": "/var/run/ringleader", "readOnly": True}
 
 
 # What every object the job owns as a whole (its Service, its PodGroup) carries.
@@ -92,6 +98,7 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "RINGLEADER_GLOBAL_RANK", "value": "0"},
                         {"name": "RINGLEADER_GLOBAL_WORLD_SIZE", "value": "2"},
                         {"name": "RINGLEADER_METRICS_PORT", "value": "9090"},
+                        {"name": "RINGLEADER_TOKEN_FILE", "value": "/var/run/ringleader/token"},
                         {"name": "WORLD_SIZE", "value": "2"},
                         {"name": "RANK", "value": "0"},
                         {"name": "LOCAL_RANK", "value": "0"},
@@ -106,8 +113,10 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "c10d", "containerPort": 29500, "protocol": "TCP"},
                         {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
                     ],
+                    "volumeMounts": [TOKEN_MOUNT],
                 }
             ],
+            "volumes": [TOKEN_VOLUME],
             "restartPolicy": "Never",
             "tolerations": [
                 {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
@@ -237,7 +246,7 @@ def test_user_settings_are_kept_and_only_missing_env_added() -> None:
     not_ready = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
     assert pod["spec"]["tolerations"] == [*t["spec"]["tolerations"], not_ready | {"tolerationSeconds": 30}]
     assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
-    assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}, TOKEN_VOLUME]
     assert j.spec.workers.template["spec"]["containers"][0]["env"][0] == {"name": "PET_NPROC_PER_NODE", "value": "4"}
     assert len(j.spec.workers.template["spec"]["containers"][0]["env"]) == 2  # the job's template is untouched
 
@@ -263,10 +272,27 @@ def test_gpus_become_the_trainer_containers_limit_and_trainer_is_found_by_name()
 def test_checkpoint_claim_is_mounted(checkpoint: dict[str, Any], mount: str, directory: str) -> None:
     pod = build_pod(job(checkpoint=checkpoint), Role.WORKER, 1)
     assert pod["spec"]["volumes"] == [
-        {"name": "ringleader-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
+        TOKEN_VOLUME,
+        {"name": "ringleader-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}},
     ]
-    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ringleader-checkpoints", "mountPath": mount}]
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert mounts == [TOKEN_MOUNT, {"name": "ringleader-checkpoints", "mountPath": mount}]
     assert env_of(pod)["RINGLEADER_CHECKPOINT_DIR"] == directory
+
+
+def test_token_secret_whole_object() -> None:
+    """Owned by the job (deleted with it), immutable, named with the uid's start (a new job of the same name
+    never mounts a leftover); every rank mounts it."""
+    assert build_token_secret(job(), "t" * 64) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {**JOB_OBJECT_META, "name": "mnist-token-1111-222"},
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": {"token": "t" * 64},
+    }
+    ps = build_pod(job(**PS_JOB), Role.PS, 1)
+    assert TOKEN_VOLUME in ps["spec"]["volumes"] and TOKEN_MOUNT in ps["spec"]["containers"][0]["volumeMounts"]
 
 
 def test_desired_ranks_parameter_servers_first() -> None:
@@ -285,8 +311,12 @@ def test_desired_ranks_parameter_servers_first() -> None:
         ({}, "spec.workers.template.spec.containers must name at least one container"),
         ({"spec": {"containers": [{"image": "x"}]}}, "every container needs a name"),
         ({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}, "container names must be unique"),
+        (
+            {"spec": {"containers": [{"name": "a"}], "volumes": [{"name": "ringleader-token", "emptyDir": {}}]}},
+            r"spec.workers.template.spec.volumes: the name ringleader-token is the operator's",
+        ),
     ],
-    ids=["no-containers", "unnamed", "duplicate"],
+    ids=["no-containers", "unnamed", "duplicate", "token-volume"],
 )
 def test_invalid_templates_name_the_field(tmpl: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidTemplate, match=message):

@@ -49,6 +49,9 @@ class FakeKube:
             return None
         return {"metadata": {"name": name, "ownerReferences": [{"kind": "TrainingJob", "uid": self.uid}]}}
 
+    async def create_secret(self, body: dict[str, Any]) -> None:
+        self.calls.append("create_secret")
+
     async def create_service(self, body: dict[str, Any]) -> None:
         self.calls.append("create_service")
         self.service_exists = True
@@ -72,13 +75,13 @@ def _rounds(kube: FakeKube, steps: list[tuple[bool, str]]) -> list[list[str]]:
             kube.uid = uid
             kube.calls.clear()
             await r.round("ns", "j", fresh)
-            out.append([c for c in kube.calls if "service" in c])
+            out.append([c for c in kube.calls if "service" in c or "secret" in c])
 
     asyncio.run(main())
     return out
 
 
-R, C = "read_service", "create_service"
+R, S, C = "read_service", "create_secret", "create_service"
 
 
 @pytest.mark.parametrize(
@@ -86,7 +89,7 @@ R, C = "read_service", "create_service"
     [
         (True, [(False, "u1")] * 3, [[R], [], []]),  # read once, then known
         (True, [(False, "u1"), (False, "u1"), (True, "u1"), (False, "u1")], [[R], [], [R], []]),  # fresh reads
-        (False, [(False, "u1")] * 3, [[R, C], [], []]),  # created: known without reading it back
+        (False, [(False, "u1")] * 3, [[R, S, C], [], []]),  # created, token first: known without reading back
         (True, [(False, "u1"), (False, "u2"), (False, "u2")], [[R], [R], []]),  # a new job of the same name
     ],
     ids=["read-once", "fresh-reads-again", "created", "new-uid-reads-again"],

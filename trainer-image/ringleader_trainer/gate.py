@@ -1,0 +1,143 @@
+"""Admission on a listening port the trainer opens: connections are accepted until every slot is claimed by a
+peer whose handshake succeeded; anything else (a port scan, a probe, a peer without the job's token, a second
+claim on a taken slot, a connection that says nothing) is dropped and reported, and the port keeps accepting.
+
+Each connection's handshake runs on its own thread under its own timeout (auth.HANDSHAKE_SECONDS), so a silent
+connection holds up no one; at most `max_pending` handshakes run at once and connections beyond them are closed
+at once. The whole wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from ringleader_trainer.auth import AuthError
+from ringleader_trainer.wire import PeerLost
+
+MAX_PENDING = 32
+MAX_REPORTED = 10  # rejections reported one by one; later ones are only counted
+
+
+class Refused(ConnectionError):
+    """A handshake saw a peer it will not take (the message says why, naming no secret)."""
+
+
+class Gate:
+    """`run(slots, deadline, admitted)` accepts on `listener` until slots 0..slots-1 are all claimed.
+
+    `handshake(conn)` authenticates a new connection and returns the slot it claims, or raises AuthError,
+    PeerLost or Refused to have it dropped. `admitted(conn, slot)` is then called on that connection's thread
+    (it may serve the connection there for as long as it likes). `on_reject(peer, reason)` hears of the first
+    MAX_REPORTED rejections; `rejected` counts them all."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        handshake: Callable[[socket.socket], int],
+        on_reject: Callable[[str, str], None],
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self.listener, self.handshake, self.on_reject, self.max_pending = listener, handshake, on_reject, max_pending
+        self.claimed: set[int] = set()
+        self.rejected = 0
+        self.admitted: list[threading.Thread] = []  # the threads of claimed slots, recorded as they claim
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+
+    def run(
+        self,
+        slots: int,
+        deadline: float,
+        admitted: Callable[[socket.socket, int], None],
+        stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Return once every slot is claimed or `stop()` is true; TimeoutError naming the missing slots past
+        the deadline."""
+        try:
+            while True:
+                with self._lock:
+                    if len(self.claimed) >= slots:
+                        return
+                if stop():
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    missing = sorted(set(range(slots)) - self.claimed)
+                    raise TimeoutError(f"no proven peer for {_ranges(missing)} ({len(missing)} of {slots})")
+                ready, _, _ = select.select([self.listener.fileno(), self._wake_r], [], [], min(remaining, 1.0))
+                if self._wake_r in ready:
+                    os.read(self._wake_r, 64)
+                if self.listener.fileno() not in ready:
+                    continue
+                try:
+                    conn, addr = self.listener.accept()
+                except (BlockingIOError, InterruptedError, TimeoutError):
+                    continue
+                peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "a peer"
+                with self._lock:
+                    busy = self._pending >= self.max_pending
+                    if not busy:
+                        self._pending += 1
+                if busy:
+                    conn.close()
+                    self._reject(peer, f"more than {self.max_pending} connections in their handshake")
+                    continue
+                threading.Thread(target=self._admit, args=(conn, peer, slots, admitted), daemon=True).start()
+        finally:
+            with self._lock:  # under the lock: a claiming thread writes to the pipe only while it is open
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+
+    def _admit(
+        self, conn: socket.socket, peer: str, slots: int, admitted: Callable[[socket.socket, int], None]
+    ) -> None:
+        try:
+            try:
+                slot = self.handshake(conn)
+            except (AuthError, PeerLost, Refused) as e:
+                conn.close()
+                self._reject(peer, str(e))
+                return
+            finally:
+                with self._lock:
+                    self._pending -= 1
+            with self._lock:
+                taken = slot in self.claimed or not 0 <= slot < slots
+                if not taken:
+                    self.claimed.add(slot)
+                    self.admitted.append(threading.current_thread())
+                    if len(self.claimed) >= slots and self._wake_w >= 0:
+                        os.write(self._wake_w, b"x")  # run() returns now instead of at its next poll
+            if taken:
+                conn.close()
+                self._reject(peer, f"slot {slot} is taken or out of range")
+                return
+            admitted(conn, slot)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _reject(self, peer: str, reason: str) -> None:
+        with self._lock:
+            self.rejected += 1
+            report = self.rejected <= MAX_REPORTED
+        if report:
+            self.on_reject(peer, reason)
+
+
+def _ranges(values: list[int]) -> str:
+    """`0-3,7` for [0, 1, 2, 3, 7]."""
+    out: list[str] = []
+    for v in values:
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ",".join(out)
