@@ -121,6 +121,39 @@ def build_token_secret(job: TrainingJob, token: str) -> dict[str, Any]:
     }
 
 
+def build_network_policy(job: TrainingJob, operator_namespace: str, operator_labels: dict[str, str]) -> dict[str, Any]:
+    """`<job>-ranks-<uid prefix>`: ingress to the job's pods only from the job's own pods (any port: the
+    rendezvous, gloo's and NCCL's ephemeral ports, the parameter server, the ring) and from the operator's pods to
+    the metrics port. Egress is left open. Policies add up: a user's own policy can admit more (a Prometheus)."""
+    uid = str(job.metadata.get("uid", ""))[:8]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{job.name}-ranks-{uid}" if uid else f"{job.name}-ranks",
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": job_labels(job.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": job_labels(job.name)}}]},
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+                            "podSelector": {"matchLabels": dict(operator_labels)},
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                },
+            ],
+        },
+    }
+
+
 def dns_name(job: str, role: Role, index: int) -> str:
     """The rank's stable name `<pod>.<service>`, resolvable from any pod of the job's namespace."""
     return f"{pod_name(job, role, index)}.{job}"

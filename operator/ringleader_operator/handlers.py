@@ -59,6 +59,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         cache,
         clusterwide=bool(memo.get("clusterwide", True)),
         max_ranks=int(memo.get("max_ranks", DEFAULT_MAX_RANKS)),
+        operator_pods=memo.get("operator_pods"),
     )
 
 

@@ -86,6 +86,7 @@ class Kube:
         self.api = api
         self.wrote = wrote
         self.core = client.CoreV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     async def _call(self, what: str, call: Awaitable[T], absent: int | None = None) -> T | None:
@@ -144,21 +145,17 @@ class Kube:
         )
         return None if svc is None else dict(self.api.sanitize_for_serialization(svc))
 
-    async def create_service(self, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
+    async def create_if_absent(self, body: dict[str, Any]) -> None:
+        """Create one of the objects a job owns besides its pods (its Service, token Secret, NetworkPolicy); one
+        that exists already is left as it is (the operator may only create Secrets, never read them)."""
+        meta, kind = body["metadata"], body["kind"]
+        create = {
+            "Service": self.core.create_namespaced_service,
+            "Secret": self.core.create_namespaced_secret,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
+        }[kind]
         await self._call(
-            f"creating service {meta['name']}",
-            self.core.create_namespaced_service(meta["namespace"], body, _request_timeout=API_TIMEOUT),
-            absent=409,
-        )
-
-    async def create_secret(self, body: dict[str, Any]) -> None:
-        """Create a Secret; one that exists already is left as it is (the operator may only create them)."""
-        meta = body["metadata"]
-        await self._call(
-            f"creating secret {meta['name']}",
-            self.core.create_namespaced_secret(meta["namespace"], body, _request_timeout=API_TIMEOUT),
-            absent=409,
+            f"creating {kind} {meta['name']}", create(meta["namespace"], body, _request_timeout=API_TIMEOUT), absent=409
         )
 
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:

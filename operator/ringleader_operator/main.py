@@ -45,6 +45,13 @@ def main(argv: list[str] | None = None) -> None:
         help="the most pods (workers and parameter servers) one TrainingJob may have; a job asking for more fails "
         "with InvalidSpec",
     )
+    p.add_argument(
+        "--network-policies",
+        metavar="NAMESPACE/LABELS",
+        type=operator_pods,
+        help="give every job a NetworkPolicy admitting to its pods only its own pods and, to the metrics port, the "
+        "operator's: the operator's namespace and its pods' labels, e.g. ringleader-system/app=ringleader,tier=op",
+    )
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -66,8 +73,18 @@ def main(argv: list[str] | None = None) -> None:
             clusterwide=not args.namespace,  # whether kopf's pod index holds the whole cluster
             watches=WATCHES_PER_NAMESPACE * max(1, len(args.namespace)),  # kopf's open watch streams, at most
             max_ranks=args.max_replicas_per_job,
+            operator_pods=args.network_policies,
         ),
     )
+
+
+def operator_pods(text: str) -> tuple[str, dict[str, str]]:
+    """`NAMESPACE/k=v,k=v` -> (namespace, labels); anything else is argparse's one-line usage error."""
+    namespace, _, labels = text.partition("/")
+    pairs = [item.partition("=") for item in labels.split(",") if item]
+    if not namespace or not pairs or any(not k or not eq for k, eq, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/key=value[,key=value...]")
+    return namespace, {k: v for k, _, v in pairs}
 
 
 def _name_the_user() -> None:

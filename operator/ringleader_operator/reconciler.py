@@ -32,7 +32,14 @@ from pydantic import ValidationError
 
 from . import admission, metrics, progress
 from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
-from .builders import DEFAULT_MAX_RANKS, METRICS_PORT, build_service, build_token_secret, pod_name
+from .builders import (
+    DEFAULT_MAX_RANKS,
+    METRICS_PORT,
+    build_network_policy,
+    build_service,
+    build_token_secret,
+    pod_name,
+)
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .podcache import PodCache, digest
@@ -85,12 +92,16 @@ class Reconciler:
         cache: PodCache | None = None,
         clusterwide: bool = False,
         max_ranks: int = DEFAULT_MAX_RANKS,
+        operator_pods: tuple[str, dict[str, str]] | None = None,
     ) -> None:
         """`cache`: pods as kopf's watch sees them (without one, every round lists them); `clusterwide`: the
         cache holds every pod of the cluster, so gang admission weighs it instead of listing all pods;
-        `max_ranks`: the most pods one job may have (more fails it as an invalid spec)."""
+        `max_ranks`: the most pods one job may have (more fails it as an invalid spec); `operator_pods`: (the
+        operator's namespace, its pods' labels) to give every job a NetworkPolicy admitting only its own pods
+        and, to the metrics port, the operator's (None: no policies)."""
         self.kube = kube
         self.max_ranks = max_ranks
+        self.operator_pods = operator_pods
         self.cache = cache
         self.clusterwide = clusterwide
         self.emit = emit
@@ -287,9 +298,11 @@ class Reconciler:
             sum(r.restarts for r in p.status.replica_statuses.values())
             - sum(r.restarts for r in job.status.replica_statuses.values())
         )
-        if p.create_service:  # the token before the service: a job whose service exists has its token
-            await self.kube.create_secret(build_token_secret(job, secrets.token_hex(32)))
-            await self.kube.create_service(build_service(job))
+        if p.create_service:  # token and policy before the service: a job whose service exists has them
+            await self.kube.create_if_absent(build_token_secret(job, secrets.token_hex(32)))
+            if self.operator_pods is not None:
+                await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
+            await self.kube.create_if_absent(build_service(job))
             self.services[(namespace, name)] = str(job.metadata.get("uid", ""))
         if p.delete_pods:
             await self.kube.delete_pods(namespace, p.delete_pods)

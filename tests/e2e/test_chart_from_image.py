@@ -17,7 +17,7 @@ from ringleader_devcluster import cluster, images, realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
 from tests.devcluster.helpers import wait_for
-from tests.operator.helpers import create
+from tests.operator.helpers import create, get
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
 
@@ -81,6 +81,24 @@ def test_the_chart_from_the_operator_image_installs_upgrades_and_uninstalls_on_t
         pod.spec.security_context.run_as_non_root and pod.spec.containers[0].security_context.read_only_root_filesystem
     )
     run_job(core, custom, restricted_namespace, "first")
+    # What the chart's operator made for the job besides its pods: the token Secret (its own) and, with the
+    # chart's default networkPolicy.enabled, a NetworkPolicy admitting the job's pods and the operator's pods.
+    uid = get(custom, restricted_namespace, "first")["metadata"]["uid"]
+    [secret] = core.list_namespaced_secret(restricted_namespace, label_selector="ringleader.dev/job-name=first").items
+    assert secret.metadata.name == f"first-token-{uid[:8]}" and secret.immutable
+    assert secret.metadata.owner_references[0].uid == uid
+    [policy] = (
+        client.NetworkingV1Api(api)
+        .list_namespaced_network_policy(restricted_namespace, label_selector="ringleader.dev/job-name=first")
+        .items
+    )
+    assert policy.metadata.owner_references[0].uid == uid
+    assert policy.spec.pod_selector.match_labels == {"ringleader.dev/job-name": "first"}
+    [own, operator] = policy.spec.ingress
+    assert own._from[0].pod_selector.match_labels == {"ringleader.dev/job-name": "first"} and not own.ports
+    assert operator._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": ns}
+    assert operator._from[0].pod_selector.match_labels["app.kubernetes.io/instance"] == name
+    assert [(x.protocol, x.port) for x in operator.ports] == [("TCP", 9090)]
 
     helm(layout, "upgrade", name, str(CHART), "--namespace", ns, "--reuse-values", "--set", "replicaCount=2",
          "--wait", "--timeout", "180s")  # fmt: skip

@@ -17,6 +17,15 @@ app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride | trunc 63 |
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* The selector labels as k=v,k=v (the operator's --network-policies names its own pods with them). */ -}}
+{{- define "ringleader.selectorLabelPairs" -}}
+{{- $out := list -}}
+{{- range $k, $v := (include "ringleader.selectorLabels" . | fromYaml) -}}
+{{- $out = append $out (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
 {{- define "ringleader.labels" -}}
 {{ include "ringleader.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}

@@ -8,6 +8,7 @@ import pytest
 from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import (
     InvalidTemplate,
+    build_network_policy,
     build_pod,
     build_pod_group,
     build_service,
@@ -293,6 +294,32 @@ def test_token_secret_whole_object() -> None:
     }
     ps = build_pod(job(**PS_JOB), Role.PS, 1)
     assert TOKEN_VOLUME in ps["spec"]["volumes"] and TOKEN_MOUNT in ps["spec"]["containers"][0]["volumeMounts"]
+
+
+def test_network_policy_admits_the_jobs_own_pods_and_the_operator_to_the_metrics_port() -> None:
+    labels = {"app.kubernetes.io/name": "ringleader", "app.kubernetes.io/instance": "rl"}
+    job_pods = {"matchLabels": {"ringleader.dev/job-name": "mnist"}}
+    assert build_network_policy(job(), "ringleader-system", labels) == {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {**JOB_OBJECT_META, "name": "mnist-ranks-1111-222"},
+        "spec": {
+            "podSelector": job_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": job_pods}]},
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ringleader-system"}},
+                            "podSelector": {"matchLabels": labels},
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": 9090}],
+                },
+            ],
+        },
+    }
 
 
 def test_desired_ranks_parameter_servers_first() -> None:

@@ -49,12 +49,13 @@ class FakeKube:
             return None
         return {"metadata": {"name": name, "ownerReferences": [{"kind": "TrainingJob", "uid": self.uid}]}}
 
-    async def create_secret(self, body: dict[str, Any]) -> None:
-        self.calls.append("create_secret")
-
-    async def create_service(self, body: dict[str, Any]) -> None:
-        self.calls.append("create_service")
-        self.service_exists = True
+    async def create_if_absent(self, body: dict[str, Any]) -> None:
+        kind = {"Secret": "secret", "NetworkPolicy": "network_policy", "Service": "service"}[body["kind"]]
+        self.calls.append(f"create_{kind}")
+        if kind == "network_policy":
+            self.policy = body
+        if kind == "service":
+            self.service_exists = True
 
     async def patch_status(self, *_: Any, **__: Any) -> None:
         self.calls.append("patch_status")
@@ -65,9 +66,10 @@ class FakeKube:
         return len(pods)
 
 
-def _rounds(kube: FakeKube, steps: list[tuple[bool, str]]) -> list[list[str]]:
-    """Run one round per step (fresh, job uid); the Service reads and creates of each round."""
-    r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
+def _rounds(kube: FakeKube, steps: list[tuple[bool, str]], **options: Any) -> list[list[str]]:
+    """Run one round per step (fresh, job uid); the Service reads and creates of each round (and the Secret's
+    and NetworkPolicy's creates, which go with the Service's)."""
+    r = Reconciler(kube, emit=lambda *_: None, **options)  # type: ignore[arg-type]
     out = []
 
     async def main() -> None:
@@ -75,7 +77,7 @@ def _rounds(kube: FakeKube, steps: list[tuple[bool, str]]) -> list[list[str]]:
             kube.uid = uid
             kube.calls.clear()
             await r.round("ns", "j", fresh)
-            out.append([c for c in kube.calls if "service" in c or "secret" in c])
+            out.append([c for c in kube.calls if any(k in c for k in ("service", "secret", "network_policy"))])
 
     asyncio.run(main())
     return out
@@ -98,6 +100,13 @@ def test_the_service_is_read_until_known(
     service_exists: bool, steps: list[tuple[bool, str]], want: list[list[str]]
 ) -> None:
     assert _rounds(FakeKube(service_exists), steps) == want
+
+
+def test_with_operator_pods_a_new_job_gets_its_network_policy_before_its_service() -> None:
+    kube = FakeKube(service_exists=False)
+    got = _rounds(kube, [(False, "u1")] * 2, operator_pods=("ops", {"app": "ringleader"}))
+    assert got == [[R, S, "create_network_policy", C], []]
+    assert kube.policy["spec"]["ingress"][1]["from"][0]["podSelector"] == {"matchLabels": {"app": "ringleader"}}
 
 
 def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
