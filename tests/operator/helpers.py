@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from ringleader_devcluster.cluster import OPERATOR_METRICS_PORT
 
 from tests.devcluster.helpers import PROCESS_NODE_SELECTOR, wait_for
 
@@ -78,3 +81,18 @@ def pods_of(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
 def live_pods(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
     """The job's pods that are not being deleted."""
     return [p for p in pods_of(core, ns, job) if not p.metadata.deletion_timestamp]
+
+
+def operator_rounds() -> int:
+    """Reconcile rounds the dev cluster's operator has run (its round-duration histogram's count)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_METRICS_PORT}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = re.search(r"^ringleader_reconcile_duration_seconds_count (\S+)$", text, flags=re.MULTILINE)
+    return int(float(found.group(1))) if found else 0
+
+
+def wait_rounds(n: int, timeout: float = 60) -> None:
+    """Wait until the operator has run `n` more rounds: to see that something does not happen, let the
+    operator decide that many times instead of sleeping."""
+    target = operator_rounds() + n
+    wait_for(f"{n} more reconcile rounds", lambda: operator_rounds() >= target or None, timeout=timeout)

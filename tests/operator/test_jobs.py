@@ -20,7 +20,18 @@ from ringleader_operator.builders import rank_labels
 
 from tests.devcluster.helpers import kubectl, logs, wait_for
 
-from .helpers import GROUP, PLURAL, VERSION, condition, create, get, pods_of, training_job, wait_condition
+from .helpers import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    create,
+    get,
+    pods_of,
+    training_job,
+    wait_condition,
+    wait_rounds,
+)
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -301,7 +312,7 @@ def test_a_job_created_again_under_the_same_name_runs_its_own_pods(
         body = training_job("again", "import sys; sys.exit(3)")
         body["spec"]["workers"]["restartPolicy"] = "Never"
         create(custom, namespace, body)
-        time.sleep(5)  # several rounds of the new job while the old pods are still there
+        wait_rounds(3)  # rounds of the new job while the old pods are still there (it retries every 2 s)
         job = get(custom, namespace, "again")
         assert not condition(job, "Succeeded"), job.get("status")  # it did not take the old pods for its own
         assert {p.metadata.uid for p in pods_of(core, namespace, "again")} == first
