@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from ringleader_trainer import auth
+from ringleader_trainer import auth, gate
 from ringleader_trainer.auth import AuthError
 from ringleader_trainer.env import EnvError
 from ringleader_trainer.ps import SYNCHRONOUS
@@ -189,6 +189,25 @@ def test_the_shard_serves_its_workers_past_stray_connections(monkeypatch: pytest
     assert len(reasons) == 5 and server.stats.rejected >= 4, reasons
     assert sum("slot 0 is taken" in r for r in reasons) == 1
     assert sum("no handshake within 0.5 s" in r for r in reasons) == 1
+
+
+def test_a_flood_of_silent_connections_does_not_lock_the_workers_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More silent connections than handshakes may run at once (4 here): each new one evicts the oldest, so the
+    workers' handshakes still get their turn, promptly."""
+    monkeypatch.setattr(gate, "MAX_PENDING", 4)
+    server, listener, thread = serve_one_shard(SYNCHRONOUS, 2, nn.Linear(1, 1, bias=False))
+    flood = [socket.create_connection(listener.getsockname()) for _ in range(12)]
+    started = time.monotonic()
+    clients = [client_for(listener, w, nn.Linear(1, 1, bias=False)) for w in range(2)]
+    assert time.monotonic() - started < 2  # not after a handshake timeout (10 s)
+    for c in clients:
+        c.done()
+    thread.join(10)
+    for f in flood:
+        f.close()
+    assert not thread.is_alive() and server.failure is None
+    assert sum("connection failed during the handshake" in r or "closed before" in r
+               for r in server.rejections) >= 8  # type: ignore[attr-defined]  # fmt: skip
 
 
 def ring_past_strays(rank: int, world: int) -> None:

@@ -3,12 +3,14 @@ peer whose handshake succeeded; anything else (a port scan, a probe, a peer with
 claim on a taken slot, a connection that says nothing) is dropped and reported, and the port keeps accepting.
 
 Each connection's handshake runs on its own thread under its own timeout (auth.HANDSHAKE_SECONDS), so a silent
-connection holds up no one; at most `max_pending` handshakes run at once and connections beyond them are closed
-at once. The whole wait is bounded by a deadline.
+connection holds up no one. At most `max_pending` handshakes run at once: a new connection beyond them evicts
+the oldest pending one (a flood of silent connections churns through the slots while a real peer's handshake,
+milliseconds long, completes). The whole wait is bounded by a deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -40,13 +42,14 @@ class Gate:
         listener: socket.socket,
         handshake: Callable[[socket.socket], int],
         on_reject: Callable[[str, str], None],
-        max_pending: int = MAX_PENDING,
+        max_pending: int | None = None,
     ) -> None:
-        self.listener, self.handshake, self.on_reject, self.max_pending = listener, handshake, on_reject, max_pending
+        self.listener, self.handshake, self.on_reject = listener, handshake, on_reject
+        self.max_pending = MAX_PENDING if max_pending is None else max_pending
         self.claimed: set[int] = set()
         self.rejected = 0
         self.admitted: list[threading.Thread] = []  # the threads of claimed slots, recorded as they claim
-        self._pending = 0
+        self._pending: dict[int, socket.socket] = {}  # connections in their handshake, oldest first
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
 
@@ -81,13 +84,13 @@ class Gate:
                     continue
                 peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "a peer"
                 with self._lock:
-                    busy = self._pending >= self.max_pending
-                    if not busy:
-                        self._pending += 1
-                if busy:
-                    conn.close()
-                    self._reject(peer, f"more than {self.max_pending} connections in their handshake")
-                    continue
+                    evicted = (
+                        self._pending.pop(next(iter(self._pending))) if len(self._pending) >= self.max_pending else None
+                    )
+                    self._pending[id(conn)] = conn
+                if evicted is not None:  # its thread's handshake fails now and reports it
+                    with contextlib.suppress(OSError):
+                        evicted.shutdown(socket.SHUT_RDWR)
                 threading.Thread(target=self._admit, args=(conn, peer, slots, admitted), daemon=True).start()
         finally:
             with self._lock:  # under the lock: a claiming thread writes to the pipe only while it is open
@@ -100,27 +103,26 @@ class Gate:
     ) -> None:
         try:
             try:
-                slot = self.handshake(conn)
+                slot, problem = self.handshake(conn), ""
             except (AuthError, PeerLost, Refused) as e:
-                conn.close()
-                self._reject(peer, str(e))
-                return
-            finally:
-                with self._lock:
-                    self._pending -= 1
+                slot, problem = -1, str(e)
             with self._lock:
-                taken = slot in self.claimed or not 0 <= slot < slots
-                if not taken:
+                if self._pending.pop(id(conn), None) is None and not problem:  # evicted as its handshake ended
+                    problem = "evicted by newer connections while in its handshake"
+                taken = not problem and (slot in self.claimed or not 0 <= slot < slots)
+                if not problem and not taken:
                     self.claimed.add(slot)
                     self.admitted.append(threading.current_thread())
                     if len(self.claimed) >= slots and self._wake_w >= 0:
                         os.write(self._wake_w, b"x")  # run() returns now instead of at its next poll
-            if taken:
+            if problem or taken:
                 conn.close()
-                self._reject(peer, f"slot {slot} is taken or out of range")
+                self._reject(peer, problem or f"slot {slot} is taken or out of range")
                 return
             admitted(conn, slot)
         except BaseException:
+            with self._lock:
+                self._pending.pop(id(conn), None)
             conn.close()
             raise
 
