@@ -145,8 +145,22 @@ EXAMPLE = ["--example", "digits-mlp", "--steps", "5"]
         (["--example", "resnet-9000"], {}, ExitCode.BAD_CONFIG, "--example 'resnet-9000' is not one of digits-mlp"),
         ([*EXAMPLE, "--steps", "0"], {}, ExitCode.BAD_CONFIG, "--steps must be at least 1"),
         ([*EXAMPLE, "--allreduce", "tree"], {}, ExitCode.BAD_CONFIG, "invalid choice: 'tree'"),
+        (
+            [*EXAMPLE, "--allreduce", "ring"],
+            {"RINGLEADER_TOKEN_FILE": ""},
+            ExitCode.BAD_ENVIRONMENT,
+            "RINGLEADER_TOKEN_FILE is not set: the parameter server and the ring authenticate",
+        ),
     ],
-    ids=["missing-role", "rank-out-of-range", "ps-without-shards", "unknown-example", "zero-steps", "bad-choice"],
+    ids=[
+        "missing-role",
+        "rank-out-of-range",
+        "ps-without-shards",
+        "unknown-example",
+        "zero-steps",
+        "bad-choice",
+        "ring-without-token",
+    ],
 )
 def test_bad_input_exits_with_a_one_line_error_and_its_code(
     tmp_path: Path, args: list[str], env: dict[str, str], code: ExitCode, message: str
