@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
+import selectors
 import socket
 import threading
 import time
@@ -62,6 +62,11 @@ class Gate:
     ) -> None:
         """Return once every slot is claimed or `stop()` is true; TimeoutError naming the missing slots past
         the deadline."""
+        # epoll, not select(): select() refuses descriptors past 1023, and a rank of a large job holds thousands
+        # (gloo's full mesh, a shard's workers).
+        events = selectors.DefaultSelector()
+        events.register(self.listener, selectors.EVENT_READ)
+        events.register(self._wake_r, selectors.EVENT_READ)
         try:
             while True:
                 with self._lock:
@@ -73,7 +78,7 @@ class Gate:
                 if remaining <= 0:
                     missing = sorted(set(range(slots)) - self.claimed)
                     raise TimeoutError(f"no proven peer for {_ranges(missing)} ({len(missing)} of {slots})")
-                ready, _, _ = select.select([self.listener.fileno(), self._wake_r], [], [], min(remaining, 1.0))
+                ready = {key.fd for key, _ in events.select(min(remaining, 1.0))}
                 if self._wake_r in ready:
                     os.read(self._wake_r, 64)
                 if self.listener.fileno() not in ready:
@@ -93,6 +98,7 @@ class Gate:
                         evicted.shutdown(socket.SHUT_RDWR)
                 threading.Thread(target=self._admit, args=(conn, peer, slots, admitted), daemon=True).start()
         finally:
+            events.close()
             with self._lock:  # under the lock: a claiming thread writes to the pipe only while it is open
                 os.close(self._wake_r)
                 os.close(self._wake_w)
