@@ -24,6 +24,7 @@ import os
 import secrets
 import socket
 import struct
+import time
 from pathlib import Path
 
 from ringleader_trainer.env import EnvError
@@ -71,13 +72,17 @@ def _mac(token: bytes, label: bytes, context: bytes, first: bytes, second: bytes
     return hmac.new(token, message, hashlib.sha256).digest()
 
 
-def _recv(sock: socket.socket, n: int, what: str) -> bytes:
+def _recv(sock: socket.socket, n: int, what: str, deadline: float | None = None) -> bytes:
+    """`n` bytes; by `deadline` (monotonic) if given, so a peer dripping a byte at a time gains nothing."""
     buf = bytearray()
     while len(buf) < n:
         try:
+            if deadline is not None:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
             chunk = sock.recv(n - len(buf))
         except TimeoutError as e:
-            raise AuthError(f"no {what} within {sock.gettimeout():g} s") from e
+            limit = HANDSHAKE_SECONDS if deadline is not None else sock.gettimeout()
+            raise AuthError(f"no {what} within {limit:g} s") from e
         except OSError as e:
             raise AuthError(f"connection failed during the handshake: {e}") from e
         if not chunk:
@@ -106,17 +111,17 @@ def initiate(sock: socket.socket, token: bytes, context: bytes) -> None:
 
 
 def accept(sock: socket.socket, token: bytes, context: bytes) -> None:
-    """The listening side: check the initiator proves the token, and prove it back. The socket's timeout is
-    HANDSHAKE_SECONDS (at most) for the handshake and restored after."""
+    """The listening side: check the initiator proves the token, and prove it back, all within
+    HANDSHAKE_SECONDS; the socket's timeout is restored after."""
     saved = sock.gettimeout()
-    sock.settimeout(min(saved, HANDSHAKE_SECONDS) if saved else HANDSHAKE_SECONDS)
+    deadline = time.monotonic() + HANDSHAKE_SECONDS
     try:
-        magic, version, theirs = OPENING.unpack(_recv(sock, OPENING.size, "handshake"))
+        magic, version, theirs = OPENING.unpack(_recv(sock, OPENING.size, "handshake", deadline))
         if magic != MAGIC or version != VERSION:
             raise AuthError("the peer does not speak Ringleader's handshake")
         mine = secrets.token_bytes(NONCE)
         _send(sock, mine + _mac(token, b"acceptor", context, theirs, mine))
-        proof = _recv(sock, MAC, "proof of the job's token")
+        proof = _recv(sock, MAC, "proof of the job's token", deadline)
         if not hmac.compare_digest(proof, _mac(token, b"initiator", context, mine, theirs)):
             raise AuthError("the peer did not prove it holds the job's token")
     finally:
