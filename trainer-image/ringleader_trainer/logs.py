@@ -1,4 +1,4 @@
-"""How every rank logs: one JSON object per line on stdout (docs/trainer.md lists the events)."""
+"""How every rank logs: one JSON object per line on stdout (docs/trainer.md, "Metrics and logs", lists the events)."""
 
 from __future__ import annotations
 
