@@ -83,12 +83,22 @@ def live_pods(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
     return [p for p in pods_of(core, ns, job) if not p.metadata.deletion_timestamp]
 
 
-def operator_rounds() -> int:
-    """Reconcile rounds the dev cluster's operator has run (its round-duration histogram's count)."""
+def round_durations() -> dict[str, int]:
+    """The dev cluster's operator's round-duration histogram: rounds so far ("count") and, per bucket bound
+    ("0.5", "2.5", ...), the rounds that took at most that many seconds."""
     with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_METRICS_PORT}/metrics", timeout=5) as r:
         text = r.read().decode()
+    out = {"count": 0}
+    for le, value in re.findall(r'^ringleader_reconcile_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M):
+        out[le] = int(float(value))
     found = re.search(r"^ringleader_reconcile_duration_seconds_count (\S+)$", text, flags=re.MULTILINE)
-    return int(float(found.group(1))) if found else 0
+    out["count"] = int(float(found.group(1))) if found else 0
+    return out
+
+
+def operator_rounds() -> int:
+    """Reconcile rounds the dev cluster's operator has run."""
+    return round_durations()["count"]
 
 
 def wait_rounds(n: int, timeout: float = 60) -> None:

@@ -1,6 +1,6 @@
 """A job's pods cannot hurt the operator: worker 0 serving a 100 MB metrics page (no length announced, as a
-stream) leaves the operator's memory where it was, the job gets one ProgressUnavailable event, and another
-job runs to Succeeded meanwhile."""
+stream) leaves the operator's memory where it was and every round quick, the job gets one ProgressUnavailable
+event, and another job runs to Succeeded meanwhile."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ringleader_devcluster import cluster
 
 from tests.devcluster.helpers import wait_for
 
-from .helpers import create, training_job, wait_condition
+from .helpers import create, round_durations, training_job, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -56,6 +56,7 @@ def test_a_hostile_metrics_page_leaves_the_operator_as_it_was(
     pid = cluster.operator_pid()
     assert pid is not None
     before = rss(pid)
+    rounds_before = round_durations()
     create(custom, namespace, training_job("hostile", HOSTILE))
     wait_condition(custom, namespace, "hostile", "Running", timeout=60)
 
@@ -78,3 +79,7 @@ def test_a_hostile_metrics_page_leaves_the_operator_as_it_was(
     took = time.monotonic() - t0
     assert peak - before < 64 * MIB, f"the operator grew {(peak - before) / MIB:.0f} MiB reading the page"
     assert took < 120
+    # Every round meanwhile (the hostile job's scrapes included, bounded at 2 s) took at most 2.5 s.
+    rounds_after = round_durations()
+    rounds, quick = (rounds_after[k] - rounds_before[k] for k in ("count", "2.5"))
+    assert rounds > 0 and quick == rounds, f"{rounds - quick} of {rounds} rounds took over 2.5 s"
