@@ -97,10 +97,24 @@ def checkpoint_directory(job: TrainingJob) -> str:
     return f"{DEFAULT_CHECKPOINT_DIR}/{job.namespace}/{job.name}/{job.metadata.get('uid', '')}".rstrip("/")
 
 
-def token_secret_name(job: TrainingJob) -> str:
-    """`<job>-token-<uid prefix>`: the uid keeps a new job of the same name off a leftover of the last one."""
+def job_metadata(job: TrainingJob, name: str) -> dict[str, Any]:
+    """The metadata of an object the job owns as a whole (its Service, PodGroup, token Secret, NetworkPolicy)."""
+    return {
+        "name": name,
+        "namespace": job.namespace,
+        "labels": job_labels(job.name),
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+def uid_suffixed(job: TrainingJob, what: str) -> str:
+    """`<job>-<what>-<uid prefix>`: the uid keeps a new job of the same name off a leftover of the last one."""
     uid = str(job.metadata.get("uid", ""))[:8]
-    return f"{job.name}-token-{uid}" if uid else f"{job.name}-token"
+    return f"{job.name}-{what}-{uid}" if uid else f"{job.name}-{what}"
+
+
+def token_secret_name(job: TrainingJob) -> str:
+    return uid_suffixed(job, "token")
 
 
 def build_token_secret(job: TrainingJob, token: str) -> dict[str, Any]:
@@ -109,12 +123,7 @@ def build_token_secret(job: TrainingJob, token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": token_secret_name(job),
-            "namespace": job.namespace,
-            "labels": job_labels(job.name),
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": job_metadata(job, token_secret_name(job)),
         "type": "Opaque",
         "immutable": True,
         "stringData": {TOKEN_KEY: token},
@@ -125,21 +134,16 @@ def build_network_policy(job: TrainingJob, operator_namespace: str, operator_lab
     """`<job>-ranks-<uid prefix>`: ingress to the job's pods only from the job's own pods (any port: the
     rendezvous, gloo's and NCCL's ephemeral ports, the parameter server, the ring) and from the operator's pods to
     the metrics port. Egress is left open. Policies add up: a user's own policy can admit more (a Prometheus)."""
-    uid = str(job.metadata.get("uid", ""))[:8]
+    ranks = {"matchLabels": job_labels(job.name)}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {
-            "name": f"{job.name}-ranks-{uid}" if uid else f"{job.name}-ranks",
-            "namespace": job.namespace,
-            "labels": job_labels(job.name),
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": job_metadata(job, uid_suffixed(job, "ranks")),
         "spec": {
-            "podSelector": {"matchLabels": job_labels(job.name)},
+            "podSelector": ranks,
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"from": [{"podSelector": {"matchLabels": job_labels(job.name)}}]},
+                {"from": [{"podSelector": ranks}]},
                 {
                     "from": [
                         {
@@ -385,12 +389,7 @@ def build_pod_group(job: TrainingJob) -> dict[str, Any] | None:
     return {
         "apiVersion": scheduler.api_version,
         "kind": "PodGroup",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "labels": job_labels(job.name),
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": job_metadata(job, job.name),
         "spec": gangs.pod_group_spec(job, scheduler, resources),
     }
 
@@ -404,12 +403,7 @@ def build_service(job: TrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "labels": job_labels(job.name),
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": job_metadata(job, job.name),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,

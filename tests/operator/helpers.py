@@ -88,11 +88,11 @@ def round_durations() -> dict[str, int]:
     ("0.5", "2.5", ...), the rounds that took at most that many seconds."""
     with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_METRICS_PORT}/metrics", timeout=5) as r:
         text = r.read().decode()
-    out = {"count": 0}
-    for le, value in re.findall(r'^ringleader_reconcile_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M):
-        out[le] = int(float(value))
-    found = re.search(r"^ringleader_reconcile_duration_seconds_count (\S+)$", text, flags=re.MULTILINE)
-    out["count"] = int(float(found.group(1))) if found else 0
+    out = {
+        le: int(float(value))
+        for le, value in re.findall(r'^ringleader_reconcile_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)
+    }
+    out["count"] = out.get("+Inf", 0)  # every round falls in the last bucket
     return out
 
 

@@ -10,14 +10,13 @@ thread writes, so a chunk costs only its bytes. Measured on 2 cores at 16-64 MB,
 
 Setup: each rank listens on an ephemeral port and publishes host:port in the default store under a key of the
 group's name and a generation (so a re-created group never reads a stale address), then connects to its right
-neighbour while admitting its left one on another thread. Both links open with `auth`'s handshake (each end
-proves the job's token, bound to the group, generation and link) and a hello naming the sender's group rank;
-anything else reaching the port (a scan, a probe, a silent or unproven connection) is dropped and logged by the
-`Gate`, which keeps accepting until the left neighbour has proven itself. On the wire there are only raw tensor
-bytes and one fixed header per call (magic, element count, dtype) that catches ranks calling with different
-tensors. Every
-socket operation runs under the process group's timeout; a timeout, a closed peer or a mismatch raises
-`RingError` and leaves the link unusable (it is closed, so the neighbours fail fast too).
+neighbour while admitting its left one on another thread. Both links open with `auth`'s handshake (each end proves
+the job's token, bound to the group, generation and link) and a hello naming the sender's group rank; anything else
+reaching the port (a scan, a probe, a silent or unproven connection) is dropped and logged by the `Gate`, which
+keeps accepting until the left neighbour has proven itself. On the wire there are only raw tensor bytes and one
+fixed header per call (magic, element count, dtype) that catches ranks calling with different tensors. Every socket
+operation runs under the process group's timeout; a timeout, a closed peer or a mismatch raises `RingError` and
+leaves the link unusable (it is closed, so the neighbours fail fast too).
 """
 
 from __future__ import annotations
@@ -125,8 +124,7 @@ class RingLink:
         if not accepted:
             self._out.close()
             raise RingError(failure[0] if failure else f"left ring neighbour (group rank {left}) did not connect")
-        self._in = accepted[0]
-        self._in.settimeout(self.timeout)
+        self._in = accepted[0]  # under the group's timeout, as the handshake left it
         for sock in (self._in, self._out):
             # The small header must not wait for an ACK. Buffer sizes stay with the kernel's autotuning: fixed
             # 4 MB buffers (the rmem_max here) measured slower.
