@@ -4,7 +4,8 @@ parameter-server step or a ring allreduce carries none of it; this measures the 
     python -m bench.auth_bench [--reps 200] [--ranks 2 4]
 
 - one handshake over loopback TCP (connect, both proofs), median and p90 of `--reps`, against a bare TCP connect
-  measured alternately in the same run;
+  measured alternately in the same run; the verdict compares the ranges of the medians of 10 batches of each
+  ("not distinguishable" when they overlap);
 - ring setup (the first allreduce of a group: its links, handshakes included) at each rank count, median of 5.
 Results go to bench/results/auth.json; nothing is asserted.
 """
@@ -26,7 +27,7 @@ import torch.distributed as dist
 from ringleader_trainer import auth
 from ringleader_trainer.ring import ring_allreduce
 
-from bench.record import summary, write_result
+from bench.record import range_verdict, summary, write_result
 from tests.trainer.ranks import run_ranks
 
 TOKEN = secrets.token_hex(32).encode()
@@ -69,6 +70,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     args = p.parse_args()
+    print(f"[bench] loopback TCP, {args.reps} connections each way, alternated; ring setup at {args.ranks} ranks, "
+          "5 groups each", flush=True)  # fmt: skip
     runs: dict[str, list[float]] = {"tcp connect": [], "tcp connect + handshake": []}
     with socket.create_server(("127.0.0.1", 0)) as listener:
         for _ in range(args.reps):  # alternately, so drift falls on both
@@ -78,7 +81,10 @@ def main() -> None:
     for name, s in rows.items():
         print(f"[bench] {name:24s}: median {s['median'] * 1e6:7.0f} us, p90 {s['p90'] * 1e6:7.0f} us", flush=True)
     extra = statistics.median(runs["tcp connect + handshake"]) - statistics.median(runs["tcp connect"])
-    print(f"[bench] the handshake adds {extra * 1e6:.0f} us per connection (median difference)", flush=True)
+    size = max(1, args.reps // 10)
+    batches = {k: [statistics.median(v[i : i + size]) for i in range(0, len(v), size)] for k, v in runs.items()}
+    verdict = range_verdict(batches)
+    print(f"[bench] the handshake adds {extra * 1e6:.0f} us per connection (median difference): {verdict}", flush=True)
     ring = {}
     with tempfile.TemporaryDirectory() as tmp:
         for world in args.ranks:
@@ -86,7 +92,8 @@ def main() -> None:
             run_ranks(world, ring_setup, 5, str(out))
             ring[str(world)] = summary(json.loads(out.read_text()))
             print(f"[bench] ring setup, {world} ranks: median {ring[str(world)]['median'] * 1000:.1f} ms", flush=True)
-    write_result("auth", {"reps": args.reps, "connection_s": rows, "handshake_extra_s": extra, "ring_setup_s": ring})
+    write_result("auth", {"reps": args.reps, "connection_s": rows, "handshake_extra_s": extra,
+                          "batch_medians_s": batches, "verdict": verdict, "ring_setup_s": ring})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ def main() -> None:
     p.add_argument("--megabytes", type=int, default=100)
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args()
+    print(f"[bench] a {args.megabytes} MB page, chunked, no length; the scraper at {BEFORE} and now, alternated, "
+          f"{args.reps} runs each, each in a fresh process", flush=True)  # fmt: skip
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", PAGE_SERVER, str(args.megabytes), str(port)],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
