@@ -66,8 +66,13 @@ def test_a_parameter_server_job_succeeds_while_its_shard_ports_take_stray_connec
 ) -> None:
     """From the moment a shard has an address until the job ends, its port gets a bare connect, garbage and a
     connection that stays silent, every 0.3 s: what a port scan or a tcpSocket probe does. Before the job token
-    a stray taking a worker's slot failed the shard and with it the job."""
-    create(custom, namespace, trainer_job("strays", strategy="parameter-server"))
+    a stray taking a worker's slot failed the shard and with it the job. The workers start 15 s late, so strays
+    are waiting at the shards' ports (open from the shards' start) when the shards begin admitting: once every
+    worker's slot is claimed, later connections only wait in the backlog."""
+    body = trainer_job("strays", strategy="parameter-server")
+    worker = body["spec"]["workers"]["template"]["spec"]["containers"][0]
+    worker["command"] = ["sh", "-c", 'sleep 15; exec "$@"', "sh", *worker["command"]]
+    create(custom, namespace, body)
     stop = threading.Event()
     silent: list[socket.socket] = []
 
