@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import urllib.request
 from pathlib import Path
@@ -28,7 +29,7 @@ def training_job(name: str, script: str, workers: int = 2, **spec: Any) -> dict[
     }
     body: dict[str, Any] = {"workers": {"replicas": workers, "template": template}, **spec}
     if body.get("strategy") == "parameter-server":
-        body.setdefault("parameterServers", {"replicas": 2, "template": template})
+        body.setdefault("parameterServers", {"replicas": 2, "template": copy.deepcopy(template)})
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": body}
 
 
@@ -37,10 +38,12 @@ def digits_job(name: str, workers: int, steps: int, directory: Path, **spec: Any
     worker 0 is slowed by 50 ms a step, so a test can act while it runs."""
     body = training_job(name, "", workers=workers, **spec)
     body["spec"]["checkpoint"] = {"directory": str(directory), "intervalSteps": 20}
-    body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] = [
-        "python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", str(steps),
-        "--log-every", "10", "--straggler", "0:0.05",
-    ]  # fmt: skip
+    for role in ("workers", "parameterServers"):
+        if role in body["spec"]:
+            body["spec"][role]["template"]["spec"]["containers"][0]["command"] = [
+                "python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", str(steps),
+                "--log-every", "10", "--straggler", "0:0.05",
+            ]  # fmt: skip
     return body
 
 
@@ -74,8 +77,8 @@ def wait_condition(
     return wait_for(f"TrainingJob {ns}/{name} condition {kind}", check, timeout)
 
 
-def pods_of(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
-    return list(core.list_namespaced_pod(ns, label_selector=f"ringleader.dev/job-name={job}").items)
+def pods_of(core: client.CoreV1Api, ns: str, job: str, **kw: Any) -> list[Any]:
+    return list(core.list_namespaced_pod(ns, label_selector=f"ringleader.dev/job-name={job}", **kw).items)
 
 
 def live_pods(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
