@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "ringleader.dev"
@@ -233,8 +233,37 @@ class Progress(Model):
     updated_at: str = ""
 
 
+class JobPhase(StrEnum):
+    """A one-word summary of a job's conditions, for `kubectl get tj`. Its lifecycle (written by `plan`)::
+
+        new -> Pending -> Running -> Succeeded
+                  ^  |  ^    |
+                  |  v  |    v
+                  |  Restarting   (a rank failed and waits out its back-off; or the world was resized)
+                  |
+        any of the above, not yet ended <-> Suspended    (runPolicy.suspend; resuming goes back to Pending)
+        any of the above, not yet ended  -> Failed       (a rank failed for good, backoffLimit, the deadline,
+                                                          an invalid spec, no room within the scheduling timeout)
+
+    Succeeded and Failed are final: the Succeeded or Failed condition is True and nothing changes any more."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
 class TrainingJobStatus(Model):
-    phase: str = Field("", description="Pending, Running, Restarting, Succeeded, Failed or Suspended.")
+    phase: JobPhase | None = Field(None, description="Pending, Running, Restarting, Succeeded, Failed or Suspended.")
+
+    @field_validator("phase", mode="before")
+    @classmethod
+    def _unset_phase(cls, value: object) -> object:
+        """An empty phase (written by versions that had no enum) reads as none yet."""
+        return None if value == "" else value
+
     conditions: list[Condition] = Field(default_factory=list)
     replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, description="Per role: worker, ps.")
     ranks: dict[str, RankStatus] = Field(

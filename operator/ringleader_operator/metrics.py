@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from .api import JobPhase
+
 PODS_CREATED = Counter("ringleader_pods_created_total", "Pods the operator created.")
 RESTARTS = Counter("ringleader_rank_restarts_total", "Ranks restarted after a failure.")
 SCRAPE_FAILURES = Counter("ringleader_progress_scrape_failures_total", "Reads of worker 0's metrics page that failed.")
@@ -13,4 +15,4 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 JOBS = Gauge("ringleader_jobs", "TrainingJobs by phase, as last seen.", ["phase"])
-KNOWN_PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+KNOWN_PHASES = tuple(p.value for p in JobPhase)

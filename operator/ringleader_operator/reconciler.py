@@ -31,7 +31,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from . import admission, metrics, progress
-from .api import ConditionType, Progress, Role, TrainingJob, TrainingJobStatus
+from .api import ConditionType, JobPhase, Progress, Role, TrainingJob, TrainingJobStatus
 from .builders import (
     DEFAULT_MAX_RANKS,
     METRICS_PORT,
@@ -42,8 +42,9 @@ from .builders import (
 )
 from .conditions import Reason, set_condition
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
+from .observed import earlier_job_leftovers, foreign_pods_message, format_time
 from .podcache import PodCache, digest
-from .reconcile import earlier_job_leftovers, foreign_pods_message, format_time, plan
+from .reconcile import plan
 
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
@@ -73,7 +74,7 @@ def _invalid_spec(status: TrainingJobStatus, generation: int, message: str) -> d
     failed.conditions = set_condition(
         failed.conditions, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, utcnow(), generation
     )
-    failed.phase = "Failed"
+    failed.phase = JobPhase.FAILED
     return status_json(failed)
 
 

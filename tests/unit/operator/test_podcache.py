@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from ringleader_operator.admission import Cluster, pod_requests
 from ringleader_operator.api import TrainingJob
+from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
 from ringleader_operator.podcache import OVERLAY_SECONDS, PodCache, digest, overlay
-from ringleader_operator.reconcile import ObservedPod, earlier_job_leftovers, plan
+from ringleader_operator.reconcile import plan
 
 LABEL = "ringleader.dev/job-name"
 NOW = "2026-01-01T00:00:00Z"

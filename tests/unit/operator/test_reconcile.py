@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.admission import GATE, Cluster
-from ringleader_operator.api import RestartPolicy, Role, TrainingJob
-from ringleader_operator.builders import rank_labels
+from ringleader_operator.admission import Cluster
+from ringleader_operator.api import RestartPolicy, Role
 from ringleader_operator.conditions import Reason
 from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
-from ringleader_operator.reconcile import earlier_job_leftovers, foreign_pods_message, own_ranks, plan
+from ringleader_operator.observed import earlier_job_leftovers, foreign_pods_message, own_ranks
+from ringleader_operator.reconcile import plan
 
-NOW = "2026-01-01T00:00:00Z"
-
+from .builders import NOW, TEMPLATE, after, gated, gpu_node, job, pod
 
 E, EV, NL, DEL = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED
 
@@ -82,60 +81,6 @@ def test_decide_restart(
 )  # fmt: skip
 def test_backoff_seconds(rank_restarts: int, base: float, cap: float, want: float) -> None:
     assert backoff_seconds(rank_restarts, base, cap) == want
-
-
-TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "t", "command": ["python", "t.py"]}]}}
-
-
-def job(status: dict[str, Any] | None = None, **spec: Any) -> TrainingJob:
-    body: dict[str, Any] = {"workers": {"replicas": 2, "template": TEMPLATE}, **spec}
-    return TrainingJob.model_validate(
-        {
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": body,
-            "status": status or {},
-        }
-    )
-
-
-def pod(
-    role: Role,
-    index: int,
-    phase: str,
-    exit_code: int | None = None,
-    deleting: bool = False,
-    ready: bool = True,
-    attempt: int | None = 0,
-    reason: str = "",
-    disruption: str = "",
-    deadline: str = NOW,
-) -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "phase": phase,
-        "conditions": [{"type": "Ready", "status": str(ready and phase == "Running")}],
-    }
-    if exit_code is not None:
-        status["containerStatuses"] = [
-            {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
-        ]
-    if reason:
-        status["reason"] = reason
-    if disruption:
-        status["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
-    meta: dict[str, Any] = {
-        "name": f"j-{role.value}-{index}",
-        "labels": rank_labels("j", role, index),
-        "ownerReferences": [{"kind": "TrainingJob", "name": "j", "uid": "u", "controller": True}],
-    }
-    if attempt is not None:
-        meta["annotations"] = {"ringleader.dev/attempt": str(attempt)}
-    if deleting:
-        meta["deletionTimestamp"] = deadline
-    return {"metadata": meta, "status": status}
-
-
-def after(seconds: int) -> str:
-    return f"2026-01-01T00:{seconds // 60:02d}:{seconds % 60:02d}Z"
 
 
 def again(p: Any, pods: list[dict[str, Any]], *, now: str = NOW, **spec: Any) -> Any:
@@ -454,23 +399,6 @@ def test_the_foreign_pods_message_names_a_few_and_counts_the_rest() -> None:
     assert foreign_pods_message(["a"]).endswith("ignored: a")
     many = foreign_pods_message([f"p{i}" for i in range(12)])
     assert many.startswith("12 pods carry") and many.endswith("ignored: p0, p1, p2, p3, p4 and 7 more")
-
-
-def gated(p: dict[str, Any], gpus: int = 3) -> dict[str, Any]:
-    """`p` still held back by the gang gate, asking for `gpus`."""
-    limits = {"nvidia.com/gpu": gpus}
-    spec = {"containers": [{"name": "trainer", "resources": {"limits": limits}}], "schedulingGates": [{"name": GATE}]}
-    return {**p, "spec": spec}
-
-
-def gpu_node(gpus: int) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "n1"},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
 
 
 PENDING_PAIR = [gated(pod(Role.WORKER, 0, "Pending")), gated(pod(Role.WORKER, 1, "Pending"))]

@@ -13,7 +13,7 @@ from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.api import Role
 from ringleader_operator.reconciler import Reconciler
 
-from tests.unit.operator.test_reconcile import TEMPLATE, pod
+from tests.unit.operator.builders import TEMPLATE, pod
 
 
 class FakeKube:

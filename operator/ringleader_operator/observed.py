@@ -1,0 +1,143 @@
+"""What a round observes of a job's pods: which are its ranks (and which only carry its labels), each rank
+pod's state as the decisions need it, and what an earlier job of the same name left behind. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .api import KIND, Role, TrainingJob
+from .builders import ANNOTATION_ATTEMPT, ANNOTATION_WORKERS, LABEL_INDEX, LABEL_ROLE, pod_name
+from .failures import Failure, classify
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def format_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    name: str
+    role: Role
+    index: int
+    phase: str
+    ready: bool
+    exit_code: int | None
+    reason: str  # pod.status.reason, else the failing container's terminated reason
+    disruption: str  # the DisruptionTarget condition's reason, when Kubernetes set one
+    attempt: int | None  # None for a pod made before attempts were recorded: taken as the current one
+    workers: int | None  # the world it was made for; None for a pod made before worlds were recorded
+    deletion_deadline: str | None  # metadata.deletionTimestamp: set once the pod is being deleted
+
+    @classmethod
+    def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
+        """None for a pod without valid rank labels (not ours to manage)."""
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        try:
+            role = Role(labels.get(LABEL_ROLE, ""))
+            index = int(labels.get(LABEL_INDEX, ""))
+        except ValueError:
+            return None
+        annotations = meta.get("annotations") or {}
+        try:
+            attempt: int | None = int(annotations[ANNOTATION_ATTEMPT])
+        except (KeyError, ValueError):
+            attempt = None
+        try:
+            workers: int | None = int(annotations[ANNOTATION_WORKERS])
+        except (KeyError, ValueError):
+            workers = None
+        status = pod.get("status") or {}
+        exit_code, reason = None, ""
+        for cs in status.get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated")
+            if term and term.get("exitCode", 0) != 0:
+                exit_code = int(term["exitCode"])
+                reason = term.get("reason") or ""
+                break
+        conditions = status.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        disruption = next(
+            (
+                c.get("reason") or ""
+                for c in conditions
+                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            ),
+            "",
+        )
+        return cls(
+            name=meta.get("name", ""),
+            role=role,
+            index=index,
+            phase=status.get("phase") or "Pending",
+            ready=ready,
+            exit_code=exit_code,
+            reason=status.get("reason") or reason,
+            disruption=disruption,
+            attempt=attempt,
+            workers=workers,
+            deletion_deadline=meta.get("deletionTimestamp"),
+        )
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_deadline is not None
+
+    def failure(self) -> Failure:
+        return classify(self.exit_code, self.reason, self.disruption)
+
+
+FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest are counted
+
+
+def own_ranks(job: TrainingJob, pods: list[dict[str, Any]]) -> tuple[list[ObservedPod], list[str]]:
+    """The job's ranks among `pods` (the pods carrying its job label), and the names of the others.
+
+    A rank is a pod with valid rank labels whose controller is this job (by UID) and whose name is that rank's
+    name. A pod that only carries the labels (made by hand, by another controller) is never counted, restarted
+    or deleted: two such pods marked Succeeded must not finish the job."""
+    uid = str(job.metadata.get("uid", ""))
+    ranks, foreign = [], []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        rank = ObservedPod.from_pod(pod)
+        controlled = any(
+            o.get("controller") and o.get("kind") == KIND and o.get("uid") == uid
+            for o in meta.get("ownerReferences") or []
+        )
+        if rank is not None and controlled and rank.name == pod_name(job.name, rank.role, rank.index):
+            ranks.append(rank)
+        else:
+            foreign.append(str(meta.get("name", "")))
+    return ranks, sorted(foreign)
+
+
+def foreign_pods_message(names: list[str]) -> str:
+    """The Warning event's message for pods carrying a job's labels that are not its ranks (a few named)."""
+    shown = ", ".join(names[:FOREIGN_PODS_NAMED])
+    more = f" and {len(names) - FOREIGN_PODS_NAMED} more" if len(names) > FOREIGN_PODS_NAMED else ""
+    return (
+        f"{len(names)} pods carry this job's labels but are not its ranks (not controlled by it, or not named as "
+        f"one); ignored: {shown}{more}"
+    )
+
+
+def earlier_job_leftovers(job_uid: str, objects: list[dict[str, Any]]) -> list[str]:
+    """Names of the pods and Service among `objects` that a deleted TrainingJob of the same name still owns.
+
+    Deleting a job leaves its pods and Service to the garbage collector, which removes them shortly after;
+    a job created again under the same name meanwhile would take the old, finished pods for its own (and be
+    Succeeded at once) and find every name it creates taken. Its round waits until these are gone."""
+    out = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND]
+        if owners and all(o.get("uid") != job_uid for o in owners):
+            out.append(str(meta.get("name", "")))
+    return out

@@ -1,0 +1,15 @@
+"""The reconcile round's policies, pure: one module per decision, each a function of the `Round`.
+
+In the order `reconcile.plan` applies them:
+
+| module        | decides                                                                              |
+|---------------|--------------------------------------------------------------------------------------|
+| cleanup       | which pods of an ended job go (runPolicy.cleanPodPolicy)                             |
+| outcome       | Created; Succeeded / Restarting / Running / Pending once the ranks are looked at     |
+| suspend       | runPolicy.suspend: delete every pod; resuming                                        |
+| deadline      | runPolicy.activeDeadlineSeconds: fail the job and stop its pods                      |
+| resize        | a changed worker count re-forms the whole world; ranks the job no longer has go     |
+| restarts      | each rank: create its pod, count its pod's failure, restart it after its back-off    |
+| gang          | gated pods: release them together once they fit, or wait (and fail past the timeout) |
+| ttl           | runPolicy.ttlSecondsAfterFinished: delete the ended job                              |
+"""

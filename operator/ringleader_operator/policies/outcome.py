@@ -1,0 +1,39 @@
+"""The job's outcome and phase as its ranks stand: Created once; then Succeeded, Restarting, Running or
+Pending (Failed is decided where a failure is seen: restarts, deadline, gang, an invalid spec)."""
+
+from __future__ import annotations
+
+from ..api import ConditionType, JobPhase, Role
+from ..conditions import Reason
+from ..round_state import Round
+from .cleanup import clean_pods
+
+
+def note_created(r: Round) -> None:
+    if not any(c.type == ConditionType.CREATED for c in r.status.conditions):
+        r.set_condition(ConditionType.CREATED, True, Reason.CREATED, f"TrainingJob {r.job.name} is created")
+
+
+def conclude(r: Round) -> None:
+    """Succeeded once every worker's pod has succeeded (parameter servers are then cleaned up); Restarting
+    while this round restarts ranks; Running once every rank runs (or is done); else Pending."""
+    st, workers = r.status, r.job.spec.workers.replicas
+    if all(_has(r, (Role.WORKER, i), ("Succeeded",)) for i in range(workers)):
+        r.set_condition(ConditionType.SUCCEEDED, True, Reason.SUCCEEDED, f"all {workers} workers succeeded")
+        st.phase = JobPhase.SUCCEEDED
+        st.completion_time = r.now
+        clean_pods(r)
+    elif r.restarting:
+        note = "; ".join(note for _, note in r.restarting)
+        r.set_condition(ConditionType.RESTARTING, True, r.restarting[0][0], note)
+        st.phase = JobPhase.RESTARTING
+    elif all(_has(r, rank, ("Running", "Succeeded")) for rank in r.desired):
+        r.set_condition(ConditionType.RUNNING, True, Reason.RUNNING, "all ranks are running")
+        st.phase = JobPhase.RUNNING
+    elif st.phase not in (JobPhase.RUNNING, JobPhase.RESTARTING):
+        st.phase = JobPhase.PENDING
+
+
+def _has(r: Round, rank: tuple[Role, int], phases: tuple[str, ...]) -> bool:
+    """The rank has a pod, not being deleted, in one of `phases`."""
+    return any(p.phase in phases and not p.deleting for p in r.by_rank.get(rank, []))

@@ -1,0 +1,42 @@
+"""A job whose worker count changed (kubectl scale, an elastic resize) re-forms its whole world; ranks it no
+longer has are deleted."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..api import ConditionType, JobPhase, RankStatus, Role
+from ..builders import rank_key
+from ..conditions import Reason
+from ..round_state import Event, Round
+
+
+def reform_resized_world(r: Round) -> None:
+    """Every worker of an older world size goes, not counted as a failure, and the new world starts together
+    from the latest checkpoint (the trainer reads its size from the env). From here on those pods count as
+    going in `r.observed`, as they will be once the deletions land."""
+    workers = r.job.spec.workers.replicas
+    current = [p for p in r.observed if p.role == Role.WORKER and not p.deleting]
+    old_world = sorted({p.workers for p in current if p.workers not in (None, workers)})
+    if not old_world:
+        return
+    r.plan.delete_pods += [p.name for p in current]
+    for p in current:
+        r.status.ranks.setdefault(rank_key(p.role, p.index), RankStatus()).pod_seen = False
+    message = (
+        f"workers {old_world[-1]} -> {workers}: every worker restarts at the new world size and resumes from "
+        "the latest checkpoint"
+    )
+    r.set_condition(ConditionType.RESTARTING, True, Reason.RESIZED, message)
+    r.plan.events.append(Event("Normal", Reason.RESIZED, message))
+    r.status.phase = JobPhase.RESTARTING
+    r.observed = [replace(p, deletion_deadline=r.now) if p in current else p for p in r.observed]
+
+
+def drop_unwanted_ranks(r: Round) -> None:
+    """Pods of ranks the job no longer has (scaled down) are deleted, and the ranks leave the status."""
+    wanted = set(r.desired)
+    r.plan.delete_pods += [p.name for p in r.observed if (p.role, p.index) not in wanted and not p.deleting]
+    keys = {rank_key(role, index) for role, index in r.desired}
+    for key in [k for k in r.status.ranks if k not in keys]:
+        del r.status.ranks[key]

@@ -1,0 +1,111 @@
+"""Each rank, every round: create its pod, or count its pod's failure and restart it after its back-off.
+
+Each pod carries the attempt it was created for (the rank's restart count at the time); status.ranks
+remembers every rank's restarts, so a failure is counted exactly once however often the operator stops
+between writing the count and deleting the pod. A pod being deleted still holds its name, so its
+replacement is created only once it is gone. Which failures restart a rank is in `failures`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from ..api import RankStatus, RestartPolicy, Role
+from ..builders import build_pod, pod_name, rank_key
+from ..conditions import Reason
+from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide_restart
+from ..observed import ObservedPod, format_time, parse_time
+from ..round_state import Event, Round
+
+# A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
+# live kubelet would have confirmed the deletion): remove it so the rank's name is free for its replacement.
+FORCE_DELETE_AFTER_SECONDS = 30.0
+
+ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}
+
+
+def reconcile_ranks(r: Round) -> None:
+    """Look at every desired rank once (r.desired, r.by_rank must be set)."""
+    for role, index in r.desired:
+        rank = r.status.ranks.setdefault(rank_key(role, index), RankStatus())
+        mine = r.by_rank.get((role, index), [])
+        live = [p for p in mine if not p.deleting]
+        if live:
+            _watch(r, rank, live[0])
+        elif mine:  # only a terminating pod holds the name
+            _watch_going(r, rank, mine[0])
+        elif rank.pod_seen:  # the pod vanished while the operator was not looking
+            gone = Failure(Kind.DELETED, None, "pod disappeared")
+            count_failure(r, role, index, rank, pod_name(r.job.name, role, index), gone)
+        elif rank.restart_after and (after := parse_time(rank.restart_after)) > r.at:
+            r.wake_at(after)
+        else:
+            r.plan.create_pods.append(build_pod(r.job, role, index, attempt=rank.restarts))
+
+
+def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
+    """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
+    if pod.attempt is not None and pod.attempt < rank.restarts:
+        r.plan.delete_pods.append(pod.name)  # counted already; the operator stopped before deleting it
+        return
+    rank.pod_seen = True
+    spec = r.job.replicas(pod.role)
+    assert spec is not None
+    if pod.phase == "Failed":
+        failure = pod.failure()
+    elif pod.phase == "Succeeded" and pod.role == Role.PS and spec.restart_policy == RestartPolicy.ALWAYS:
+        failure = Failure(Kind.EXITED)
+    else:
+        return
+    if count_failure(r, pod.role, pod.index, rank, pod.name, failure):
+        r.plan.delete_pods.append(pod.name)
+
+
+def _watch_going(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
+    """The rank's pod is being deleted. Deleted by someone else (eviction, node loss, a person): counted now,
+    while its reason shows. Stuck past its grace on a lost node: removed for good."""
+    if rank.pod_seen and (pod.attempt is None or pod.attempt >= rank.restarts):
+        f = pod.failure()
+        failure = f if f.kind != Kind.EXIT else Failure(Kind.DELETED, f.exit_code, f.detail)
+        count_failure(r, pod.role, pod.index, rank, pod.name, failure)
+    if pod.deletion_deadline:
+        stuck = parse_time(pod.deletion_deadline) + timedelta(seconds=FORCE_DELETE_AFTER_SECONDS)
+        if r.at >= stuck:
+            r.plan.force_delete_pods.append(pod.name)
+        else:
+            r.wake_at(stuck)
+
+
+def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, failure: Failure) -> bool:
+    """Count the failure of the rank's current attempt; True when the rank is to be restarted (after its
+    back-off), False when the job fails instead."""
+    spec = r.job.replicas(role)
+    assert spec is not None
+    policy = r.job.spec.run_policy
+    what = f"{ROLE_NAMES[role]} {index} (pod {pod}) {failure.describe()}"
+    total = sum(r.restarts.values())
+    decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit)
+    if decision == Decision.FAIL:
+        limit = f"; backoffLimit {policy.backoff_limit} reached" if reason == Reason.BACKOFF_LIMIT else ""
+        r.fail(reason or Reason.FAILED, what + limit)
+        return False
+    r.restarts[role] += 1
+    rank.restarts += 1
+    delay = backoff_seconds(rank.restarts, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
+    # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
+    # `delay` from the moment the failure was seen.
+    after = r.after(math.ceil(delay) + 1)
+    rank.pod_seen = False
+    rank.restart_after = format_time(after)
+    rank.last_reason = RESTART_REASONS[failure.kind]
+    rank.last_message = what
+    rank.last_exit_code = failure.exit_code
+    note = (
+        f"{what}; restarting it in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
+        f"{total + 1} of backoffLimit {policy.backoff_limit})"
+    )
+    r.restarting.append((rank.last_reason, note))
+    r.plan.events.append(Event("Warning", rank.last_reason, note))
+    r.wake_at(after)
+    return True

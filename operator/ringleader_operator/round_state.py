@@ -1,0 +1,144 @@
+"""One reconcile round's state, pure: what the round observed, the status it is building and the plan so far.
+
+`plan` (reconcile.py) opens a `Round` and hands it to the policies in turn (policies/); each reads the
+observation, writes status and adds to the plan through the few methods here, so that how a condition is
+set, how a job fails and how a timed wake-up is asked for are written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, NamedTuple
+
+from .api import ConditionType, JobPhase, ReplicaStatus, Role, TrainingJob, TrainingJobStatus
+from .builders import LABEL_JOB, LABEL_ROLE
+from .conditions import set_condition
+from .observed import ObservedPod, own_ranks, parse_time
+
+
+class Event(NamedTuple):
+    """A Kubernetes Event to emit about the job."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What the I/O layer is to do for the job after one round, and the status to write."""
+
+    create_pods: list[dict[str, Any]] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    create_service: bool = False
+    status: TrainingJobStatus = field(default_factory=TrainingJobStatus)
+    events: list[Event] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on a lost node
+    requeue_after: float | None = None  # seconds until the next timed decision (a back-off, deadline, TTL)
+    delete_job: bool = False  # ttlSecondsAfterFinished has run out: delete the job (its pods go with it)
+    ungate_pods: list[str] = field(default_factory=list)  # gang admitted: lift the gate from these pods
+    waiting_for_room: bool = False  # gated pods wait for room; a round is due when others free some
+    pod_group: dict[str, Any] | None = None  # the gang scheduler's PodGroup, created before the pods
+    foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
+
+
+RankKey = tuple[Role, int]
+
+
+@dataclass
+class Round:
+    """A round in progress. `old` is the status as read; `status` (the plan's) is the one being built.
+
+    `observed` are the job's rank pods; policies that decide a pod is going mark it deleting here too, so the
+    policies after them see the world as it will be. `desired` and `by_rank` are filled once the spec is
+    known to be valid (`plan` does it)."""
+
+    job: TrainingJob
+    pods: list[dict[str, Any]]  # every pod carrying the job's labels, as read
+    now: str  # RFC 3339, whole seconds
+    at: datetime  # `now`, parsed
+    old: TrainingJobStatus
+    plan: Plan
+    observed: list[ObservedPod]
+    restarts: dict[Role, int]  # per role, restarts so far (grows as this round decides restarts)
+    desired: list[RankKey] = field(default_factory=list)
+    by_rank: dict[RankKey, list[ObservedPod]] = field(default_factory=dict)
+    restarting: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) of restarts decided now
+
+    @classmethod
+    def open(cls, job: TrainingJob, pods: list[dict[str, Any]], now: str) -> Round:
+        old = job.status
+        out = Plan(status=old.model_copy(deep=True))
+        out.status.observed_generation = int(job.metadata.get("generation", 0))
+        observed, out.foreign_pods = own_ranks(job, pods)
+        restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
+        return cls(job, pods, now, parse_time(now), old, out, observed, restarts)
+
+    @property
+    def status(self) -> TrainingJobStatus:
+        return self.plan.status
+
+    @property
+    def generation(self) -> int:
+        return self.status.observed_generation
+
+    def index_ranks(self, desired: list[RankKey]) -> None:
+        self.desired = desired
+        self.by_rank = {}
+        for p in self.observed:
+            self.by_rank.setdefault((p.role, p.index), []).append(p)
+
+    def set_condition(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
+        """Set a condition; one that turns True says so in an event (Warning for Failed), except Restarting,
+        whose restarts have an event per rank already."""
+        before = self.status.conditions
+        self.status.conditions = set_condition(before, kind, ok, reason, message, self.now, self.generation)
+        if ok and self.status.conditions != before and kind != ConditionType.RESTARTING:
+            self.plan.events.append(Event("Warning" if kind == ConditionType.FAILED else "Normal", reason, message))
+
+    def fail(self, reason: str, message: str) -> None:
+        self.set_condition(ConditionType.FAILED, True, reason, message)
+        self.status.phase = JobPhase.FAILED
+        self.status.completion_time = self.now
+
+    @property
+    def failed(self) -> bool:
+        return self.status.phase == JobPhase.FAILED
+
+    def wake_at(self, moment: datetime) -> None:
+        """Ask for a round at `moment` (the soonest of all asked for in this round wins)."""
+        seconds = (moment - self.at).total_seconds()
+        current = self.plan.requeue_after
+        self.plan.requeue_after = seconds if current is None else min(current, seconds)
+
+    def after(self, seconds: float) -> datetime:
+        return self.at + timedelta(seconds=seconds)
+
+    def summarize(self) -> None:
+        """The counts in status: per role, the ready/desired workers for `kubectl get`, and the worker pods of
+        the current world size with their selector (what the scale subresource reads)."""
+        st, workers = self.status, self.job.spec.workers.replicas
+        for role in Role:
+            if self.job.replicas(role) is not None:
+                st.replica_statuses[role.value] = _counts(self.observed, role, self.restarts[role])
+        st.workers = f"{st.replica_statuses.get(Role.WORKER.value, ReplicaStatus()).ready}/{workers}"
+        st.replicas = sum(
+            p.role == Role.WORKER and self.live(p) and p.workers in (None, workers) for p in self.observed
+        )
+        st.selector = f"{LABEL_JOB}={self.job.name},{LABEL_ROLE}={Role.WORKER.value}"
+
+    def live(self, p: ObservedPod) -> bool:
+        """The pod stays: not being deleted, and not among the deletions planned so far."""
+        return not p.deleting and p.name not in self.plan.delete_pods
+
+
+def _counts(pods: list[ObservedPod], role: Role, restarts: int) -> ReplicaStatus:
+    mine = [p for p in pods if p.role == role and not p.deleting]
+    return ReplicaStatus(
+        active=sum(p.phase in ("Pending", "Running") for p in mine),
+        ready=sum(p.ready and p.phase == "Running" for p in mine),
+        succeeded=sum(p.phase == "Succeeded" for p in mine),
+        failed=sum(p.phase == "Failed" for p in mine),
+        restarts=restarts,
+    )

@@ -1,0 +1,93 @@
+"""Builders for the operator's pure-layer tests: a job, its rank pods as the API server shows them, times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ringleader_operator.admission import GATE
+from ringleader_operator.api import Role, TrainingJob
+from ringleader_operator.builders import desired_ranks, rank_labels
+from ringleader_operator.round_state import Round
+
+NOW = "2026-01-01T00:00:00Z"
+
+TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "t", "command": ["python", "t.py"]}]}}
+
+
+def job(status: dict[str, Any] | None = None, **spec: Any) -> TrainingJob:
+    body: dict[str, Any] = {"workers": {"replicas": 2, "template": TEMPLATE}, **spec}
+    return TrainingJob.model_validate(
+        {
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": body,
+            "status": status or {},
+        }
+    )
+
+
+def pod(
+    role: Role,
+    index: int,
+    phase: str,
+    exit_code: int | None = None,
+    deleting: bool = False,
+    ready: bool = True,
+    attempt: int | None = 0,
+    reason: str = "",
+    disruption: str = "",
+    deadline: str = NOW,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": str(ready and phase == "Running")}],
+    }
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
+        ]
+    if reason:
+        status["reason"] = reason
+    if disruption:
+        status["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    meta: dict[str, Any] = {
+        "name": f"j-{role.value}-{index}",
+        "labels": rank_labels("j", role, index),
+        "ownerReferences": [{"kind": "TrainingJob", "name": "j", "uid": "u", "controller": True}],
+    }
+    if attempt is not None:
+        meta["annotations"] = {"ringleader.dev/attempt": str(attempt)}
+    if deleting:
+        meta["deletionTimestamp"] = deadline
+    return {"metadata": meta, "status": status}
+
+
+def after(seconds: int) -> str:
+    return f"2026-01-01T00:{seconds // 60:02d}:{seconds % 60:02d}Z"
+
+
+def gated(p: dict[str, Any], gpus: int = 3) -> dict[str, Any]:
+    """`p` still held back by the gang gate, asking for `gpus`."""
+    limits = {"nvidia.com/gpu": gpus}
+    spec = {"containers": [{"name": "trainer", "resources": {"limits": limits}}], "schedulingGates": [{"name": GATE}]}
+    return {**p, "spec": spec}
+
+
+def gpu_node(gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1"},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def round_of(j: TrainingJob, pods: list[dict[str, Any]] | None = None, now: str = NOW) -> Round:
+    """A round over `pods` at `now`, its ranks indexed (as `plan` has them when the rank policies run)."""
+    r = Round.open(j, pods or [], now)
+    r.index_ranks(desired_ranks(j))
+    return r
+
+
+def names(pods: list[dict[str, Any]]) -> list[str]:
+    return [x["metadata"]["name"] for x in pods]
