@@ -298,58 +298,12 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
     if replica is None:
         raise InvalidTemplate(f"the job has no {role.value} replicas")
     where = "spec.workers.template" if role == Role.WORKER else "spec.parameterServers.template"
-    template = copy.deepcopy(replica.template)
-    trainer = trainer_container_index(template, where)
-    meta = _without_nulls(template.get("metadata") or {})
-    spec = _without_nulls(template.get("spec") or {})
-    for c in spec["containers"]:
-        _without_nulls(c)
-        if isinstance(c.get("resources"), dict):
-            _without_nulls(c["resources"])
+    trainer = trainer_container_index(replica.template, where)  # first: it refuses a template without containers
+    meta, spec = _template_copy(replica.template)
     name = pod_name(job.name, role, index)
-
     container = spec["containers"][trainer]
-    _add_missing_env(container, rank_env(job, role, index))
-    if role == Role.WORKER and index == 0:
-        _add_port(container, "c10d", MASTER_PORT)
-        _add_port(container, "metrics", METRICS_PORT)
-    if role == Role.PS:
-        _add_port(container, "ps", PS_PORT)
-    if replica.gpus:
-        limits = container.setdefault("resources", {}).setdefault("limits", {})
-        limits.setdefault(GPU_RESOURCE, replica.gpus)
-    spec.setdefault("volumes", []).append(
-        {"name": TOKEN_VOLUME, "secret": {"secretName": token_secret_name(job), "defaultMode": 0o444}}
-    )  # readable by the trainer's non-root user; validate refuses templates that name this volume
-    container.setdefault("volumeMounts", []).append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
-    checkpoint = job.spec.checkpoint
-    if checkpoint is not None and checkpoint.claim_name:
-        target = checkpoint.directory or DEFAULT_CHECKPOINT_DIR
-        volumes = spec.setdefault("volumes", [])
-        if not any(v.get("name") == CHECKPOINT_VOLUME for v in volumes):
-            volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint.claim_name}})
-        mounts = container.setdefault("volumeMounts", [])
-        if not any(m.get("mountPath") == target for m in mounts):
-            mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": target})
-
-    # The operator restarts ranks itself (it counts restarts against backoffLimit and re-forms the job), so
-    # the kubelet must never restart a container in place.
-    spec["restartPolicy"] = "Never"
-    tolerations = spec.setdefault("tolerations", [])
-    for key in NODE_LOSS_TAINTS:
-        if not any(t.get("key") == key for t in tolerations):
-            tolerations.append(
-                {
-                    "key": key,
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS,
-                }
-            )
-    spec["hostname"] = name
-    spec["subdomain"] = job.name
-    if job.spec.run_policy.priority_class_name:
-        spec.setdefault("priorityClassName", job.spec.run_policy.priority_class_name)
+    _wire_trainer(job, role, index, container, spec)
+    _pod_rules(job, name, spec)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -373,6 +327,70 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
         # Held back from the scheduler until the whole gang fits (admission); the operator lifts the gate.
         spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": admission.GATE}]
     return pod
+
+
+def _template_copy(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A deep copy of the template's metadata and spec, explicit nulls dropped (as the API server would)."""
+    template = copy.deepcopy(template)
+    meta = _without_nulls(template.get("metadata") or {})
+    spec = _without_nulls(template.get("spec") or {})
+    for c in spec["containers"]:
+        _without_nulls(c)
+        if isinstance(c.get("resources"), dict):
+            _without_nulls(c["resources"])
+    return meta, spec
+
+
+def _wire_trainer(job: TrainingJob, role: Role, index: int, container: dict[str, Any], spec: dict[str, Any]) -> None:
+    """What the operator adds to the trainer container: the rank's env, its ports, its GPUs, the job's token
+    and the checkpoint volume."""
+    replica = job.replicas(role)
+    assert replica is not None
+    _add_missing_env(container, rank_env(job, role, index))
+    if role == Role.WORKER and index == 0:
+        _add_port(container, "c10d", MASTER_PORT)
+        _add_port(container, "metrics", METRICS_PORT)
+    if role == Role.PS:
+        _add_port(container, "ps", PS_PORT)
+    if replica.gpus:
+        limits = container.setdefault("resources", {}).setdefault("limits", {})
+        limits.setdefault(GPU_RESOURCE, replica.gpus)
+    spec.setdefault("volumes", []).append(
+        {"name": TOKEN_VOLUME, "secret": {"secretName": token_secret_name(job), "defaultMode": 0o444}}
+    )  # readable by the trainer's non-root user; validate refuses templates that name this volume
+    container.setdefault("volumeMounts", []).append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+    checkpoint = job.spec.checkpoint
+    if checkpoint is not None and checkpoint.claim_name:
+        target = checkpoint.directory or DEFAULT_CHECKPOINT_DIR
+        volumes = spec.setdefault("volumes", [])
+        if not any(v.get("name") == CHECKPOINT_VOLUME for v in volumes):
+            volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint.claim_name}})
+        mounts = container.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == target for m in mounts):
+            mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": target})
+
+
+def _pod_rules(job: TrainingJob, name: str, spec: dict[str, Any]) -> None:
+    """What every rank pod gets whatever its template says: no in-place restarts, tolerance of a lost node
+    for a while, its DNS name under the job's Service, the job's priority class."""
+    # The operator restarts ranks itself (it counts restarts against backoffLimit and re-forms the job), so
+    # the kubelet must never restart a container in place.
+    spec["restartPolicy"] = "Never"
+    tolerations = spec.setdefault("tolerations", [])
+    for key in NODE_LOSS_TAINTS:
+        if not any(t.get("key") == key for t in tolerations):
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS,
+                }
+            )
+    spec["hostname"] = name
+    spec["subdomain"] = job.name
+    if job.spec.run_policy.priority_class_name:
+        spec.setdefault("priorityClassName", job.spec.run_policy.priority_class_name)
 
 
 def build_pod_group(job: TrainingJob) -> dict[str, Any] | None:

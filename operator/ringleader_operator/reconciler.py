@@ -45,6 +45,7 @@ from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .observed import earlier_job_leftovers, foreign_pods_message, format_time
 from .podcache import PodCache, digest
 from .reconcile import plan
+from .round_state import Plan
 
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
@@ -282,29 +283,50 @@ class Reconciler:
             self._forget((namespace, name))
             return
         self._record_phase((namespace, name), p.status.phase)
+        await self._write_status(job, obj, p)
+        self._report(job, obj, p)
+        if p.create_service:
+            await self._create_job_objects(job)
+        if p.requeue_after is not None:
+            self.wake_after(namespace, name, p.requeue_after)
+        await self._apply_pods(job, obj, p)
+
+    async def _write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
+        """Write the planned status if it changed, conditional on the resourceVersion the round read."""
         new_status = status_json(p.status)
         gone = set(job.status.ranks) - set(p.status.ranks)
         if gone:  # a merge patch keeps keys it does not name: ranks the job no longer has are removed by null
             new_status.setdefault("ranks", {}).update(dict.fromkeys(gone))
         if new_status != status_json(job.status):
             version = (obj.get("metadata") or {}).get("resourceVersion")
-            await self.kube.patch_status(namespace, name, new_status, resource_version=version)
+            await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
+
+    def _report(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
+        """The plan's events, the foreign-pods warning (once per set of pods, not every round), the restarts."""
+        key = (job.namespace, job.name)
         for kind, reason, message in p.events:
             self.emit(obj, kind, reason, message)
-        if tuple(p.foreign_pods) != self.foreign.get((namespace, name), ()):  # reported once, not every round
-            self.foreign[(namespace, name)] = tuple(p.foreign_pods)
+        if tuple(p.foreign_pods) != self.foreign.get(key, ()):
+            self.foreign[key] = tuple(p.foreign_pods)
             if p.foreign_pods:
                 self.emit(obj, "Warning", Reason.FOREIGN_PODS, foreign_pods_message(p.foreign_pods))
         metrics.RESTARTS.inc(
             sum(r.restarts for r in p.status.replica_statuses.values())
             - sum(r.restarts for r in job.status.replica_statuses.values())
         )
-        if p.create_service:  # token and policy before the service: a job whose service exists has them
-            await self.kube.create_if_absent(build_token_secret(job, secrets.token_hex(32)))
-            if self.operator_pods is not None:
-                await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
-            await self.kube.create_if_absent(build_service(job))
-            self.services[(namespace, name)] = str(job.metadata.get("uid", ""))
+
+    async def _create_job_objects(self, job: TrainingJob) -> None:
+        """The token Secret, the NetworkPolicy (when configured) and then the Service: a job whose Service
+        exists has the other two."""
+        await self.kube.create_if_absent(build_token_secret(job, secrets.token_hex(32)))
+        if self.operator_pods is not None:
+            await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
+        await self.kube.create_if_absent(build_service(job))
+        self.services[(job.namespace, job.name)] = str(job.metadata.get("uid", ""))
+
+    async def _apply_pods(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
+        """Deletions, forced removals, gate releases, then creations (a refused pod fails the job)."""
+        namespace, name = job.namespace, job.name
         if p.delete_pods:
             await self.kube.delete_pods(namespace, p.delete_pods)
         if p.force_delete_pods:
@@ -312,25 +334,24 @@ class Reconciler:
                 "[%s/%s] removing pods stuck on a lost node: %s", namespace, name, ", ".join(p.force_delete_pods)
             )
             await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
-        if p.requeue_after is not None:
-            self.wake_after(namespace, name, p.requeue_after)
         if p.ungate_pods:
             await self.kube.ungate_pods(namespace, p.ungate_pods)
             log.info("[%s/%s] gang admitted: %s released to the scheduler", namespace, name, ", ".join(p.ungate_pods))
-        if p.create_pods:
-            try:
-                if p.pod_group is not None:
-                    await self.kube.create_pod_group(p.pod_group)
-                created = await self.kube.create_pods(p.create_pods)
-            except RejectedObject as e:
-                await self._reject(job, obj, str(e))
-                return
-            metrics.PODS_CREATED.inc(created)
-            if created:
-                log.info("[%s/%s] created %d pods", namespace, name, created)
-            if any(admission.gated(x) for x in p.create_pods):
-                # The round that can release them needs no pod event: the cache already holds our creates.
-                self.wake_after(namespace, name, 0.0)
+        if not p.create_pods:
+            return
+        try:
+            if p.pod_group is not None:
+                await self.kube.create_pod_group(p.pod_group)
+            created = await self.kube.create_pods(p.create_pods)
+        except RejectedObject as e:
+            await self._reject(job, obj, str(e))
+            return
+        metrics.PODS_CREATED.inc(created)
+        if created:
+            log.info("[%s/%s] created %d pods", namespace, name, created)
+        if any(admission.gated(x) for x in p.create_pods):
+            # The round that can release them needs no pod event: the cache already holds our creates.
+            self.wake_after(namespace, name, 0.0)
 
     def _note_waiting(self, job: TrainingJob, waiting: bool) -> None:
         key = (job.namespace, job.name)

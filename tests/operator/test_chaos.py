@@ -53,6 +53,32 @@ def chaos_job(name: str, spec: dict[str, Any], ps: int, directory: Path) -> dict
     return body
 
 
+def newest_checkpoint(directory: Path, ps: int) -> int:
+    """The newest step every rank (2 workers, `ps` shards) has saved in `directory`; -1 for none."""
+    steps = ckpt.complete_steps(directory, ckpt.expected_files(2, ps))
+    return max(steps) if steps else -1
+
+
+def kill_a_running_rank(core: client.CoreV1Api, namespace: str, job: str, rng: random.Random) -> bool:
+    """SIGKILL the trainer of one of the job's running pods, chosen by `rng`; whether one was killed."""
+    running = [p for p in pods_of(core, namespace, job) if p.status.phase == "Running"]
+    return bool(running) and bool(kill_pod_processes(rng.choice(running).metadata.uid, "ringleader_trainer"))
+
+
+def outcome(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, name: str
+) -> tuple[bool, int, float | None]:
+    """(Succeeded, restarts counted in status, worker 0's final test accuracy) of a chaos job."""
+    job = get(custom, namespace, name)
+    status = job.get("status") or {}
+    restarts = sum(r.get("restarts", 0) for r in (status.get("replicaStatuses") or {}).values())
+    done: list[dict[str, Any]] = []
+    if condition(job, "Succeeded"):
+        text = logs(core, namespace, f"{name}-worker-0", container="trainer")
+        done = [json.loads(x) for x in text.splitlines() if x.startswith("{") and '"event": "done"' in x]
+    return bool(condition(job, "Succeeded")), restarts, done[-1]["test_accuracy"] if done else None
+
+
 def run_chaos(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path, kill_operator: bool
 ) -> None:
@@ -75,35 +101,23 @@ def run_chaos(
                 cluster.kill_operator(pid)
             cluster.operator_up()
             next_operator_kill = time.monotonic() + rng.uniform(10, 25)
-        candidates = []
-        for name, _, ps, _ in JOBS:
-            if kills[name] >= KILLS_PER_JOB or finished(states[name]):
-                continue
-            steps = ckpt.complete_steps(dirs[name], ckpt.expected_files(2, ps))
-            newest = max(steps) if steps else -1
-            if newest > last_ckpt[name] and newest < 560:
-                candidates.append((name, newest))
+        candidates = [
+            (name, newest)
+            for name, _, ps, _ in JOBS
+            if kills[name] < KILLS_PER_JOB and not finished(states[name])
+            and last_ckpt[name] < (newest := newest_checkpoint(dirs[name], ps)) < 560
+        ]  # fmt: skip
         if candidates:
             name, newest = rng.choice(candidates)
-            running = [p for p in pods_of(core, namespace, name) if p.status.phase == "Running"]
-            if running:
-                victim = rng.choice(running)
-                if kill_pod_processes(victim.metadata.uid, "ringleader_trainer"):
-                    kills[name] += 1
-                    last_ckpt[name] = newest
+            if kill_a_running_rank(core, namespace, name, rng):
+                kills[name] += 1
+                last_ckpt[name] = newest
         time.sleep(rng.uniform(1.0, 3.0))
 
     report = []
-    for name, _, _, threshold in JOBS:
-        job = get(custom, namespace, name)
-        status = job.get("status") or {}
-        restarts = sum(r.get("restarts", 0) for r in (status.get("replicaStatuses") or {}).values())
-        done: list[dict[str, Any]] = []
-        if condition(job, "Succeeded"):
-            text = logs(core, namespace, f"{name}-worker-0", container="trainer")
-            done = [json.loads(x) for x in text.splitlines() if x.startswith("{") and '"event": "done"' in x]
-        accuracy = done[-1]["test_accuracy"] if done else None
-        report.append((name, bool(condition(job, "Succeeded")), kills[name], restarts, accuracy, threshold))
+    for name, *_, threshold in JOBS:
+        ok, restarts, accuracy = outcome(core, custom, namespace, name)
+        report.append((name, ok, kills[name], restarts, accuracy, threshold))
     assert all(ok for _, ok, *_ in report), report
     assert all(k == r and k >= 1 for _, _, k, r, _, _ in report), report  # every kill is one restart
     assert all(a is not None and a >= t for *_, a, t in report), report

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ringleader_trainer.exitcodes import one_line
+from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 
 FORMAT = 1
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
@@ -39,8 +39,10 @@ NO_CHECKPOINT = -1  # proposals: nothing complete yet
 UNLOADABLE = -2  # complete steps exist but none of this rank's files loads
 
 
-class CheckpointError(Exception):
+class CheckpointError(TrainerError):
     """A checkpoint exists but cannot be loaded (and no older one can)."""
+
+    exit_code = ExitCode.CORRUPT_CHECKPOINT
 
 
 def step_dir(directory: Path, step: int) -> Path:

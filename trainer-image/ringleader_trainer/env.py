@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ringleader_trainer.exitcodes import ExitCode, TrainerError
+
 STRATEGIES = ("allreduce", "parameter-server", "local-sgd")
 PS_MODES = ("synchronous", "asynchronous", "bounded-staleness")
 ROLES = ("worker", "ps")
@@ -47,8 +49,10 @@ READS = frozenset(
 )
 
 
-class EnvError(ValueError):
+class EnvError(TrainerError, ValueError):
     """The pod's environment breaks the contract; the message names the variable."""
+
+    exit_code = ExitCode.BAD_ENVIRONMENT
 
 
 @dataclass(frozen=True)

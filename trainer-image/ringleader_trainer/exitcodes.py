@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from enum import IntEnum
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 
 class ExitCode(IntEnum):
@@ -27,6 +27,13 @@ class ExitCode(IntEnum):
     @property
     def retryable(self) -> bool:
         return self >= 128
+
+
+class TrainerError(Exception):
+    """Base of the trainer's own errors: each subclass declares the exit code that ends the trainer when one
+    escapes (`train.exit_code_for`)."""
+
+    exit_code: ClassVar[ExitCode] = ExitCode.CRASH
 
 
 def one_line(exc: BaseException) -> str:

@@ -47,7 +47,7 @@ from ringleader_trainer import auth
 from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.env import from_env as read_env
-from ringleader_trainer.exitcodes import one_line
+from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, flat_views, shard_parameters
@@ -56,12 +56,16 @@ from ringleader_trainer.ring import ring_allreduce
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
 
 
-class RendezvousError(Exception):
+class RendezvousError(TrainerError):
     """The master or a peer was not reachable within the rendezvous timeout."""
 
+    exit_code = ExitCode.RENDEZVOUS_TIMEOUT
 
-class StrategyUsageError(Exception):
+
+class StrategyUsageError(TrainerError):
     """The script called the API in a way this rank's strategy cannot honour."""
+
+    exit_code = ExitCode.BAD_CONFIG
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,14 @@ import torch.distributed as dist
 from torch import nn
 
 from ringleader_trainer import data, models, recovery
-from ringleader_trainer.checkpoint import CheckpointError
 from ringleader_trainer.data import Split
-from ringleader_trainer.env import EnvError
-from ringleader_trainer.exitcodes import ExitCode, one_line
+from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.strategy import (
     ALLREDUCE_IMPLEMENTATIONS,
-    RendezvousError,
     Strategy,
-    StrategyUsageError,
     from_env,
 )
-from ringleader_trainer.wire import PeerLost
 
 
 @dataclass(frozen=True)
@@ -64,8 +59,10 @@ EXAMPLES = {
 }
 
 
-class ConfigError(Exception):
+class ConfigError(TrainerError):
     """Invalid trainer arguments."""
+
+    exit_code = ExitCode.BAD_CONFIG
 
 
 class _Parser(argparse.ArgumentParser):
@@ -176,19 +173,13 @@ BACKEND_FAILURES = (
 
 def exit_code_for(exc: BaseException) -> ExitCode:
     """The documented exit code (docs/exit-codes.md) for an exception that ends the trainer."""
-    if isinstance(exc, EnvError):
-        return ExitCode.BAD_ENVIRONMENT
-    if isinstance(exc, (ConfigError, StrategyUsageError)):
-        return ExitCode.BAD_CONFIG
-    if isinstance(exc, CheckpointError):
-        return ExitCode.CORRUPT_CHECKPOINT
-    if isinstance(exc, RendezvousError):
-        return ExitCode.RENDEZVOUS_TIMEOUT
-    if isinstance(exc, (PeerLost, dist.DistError, ConnectionError, TimeoutError)):
-        return ExitCode.PEER_LOST
-    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in BACKEND_FAILURES):
-        return ExitCode.PEER_LOST
-    return ExitCode.CRASH
+    if isinstance(exc, TrainerError):
+        return exc.exit_code
+    # Failures of torch's backends and of sockets below our own wire code: a peer is gone.
+    lost = isinstance(exc, (dist.DistError, ConnectionError, TimeoutError)) or (
+        isinstance(exc, RuntimeError) and any(m in str(exc) for m in BACKEND_FAILURES)
+    )
+    return ExitCode.PEER_LOST if lost else ExitCode.CRASH
 
 
 def preload() -> None:

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ringleader_trainer.exitcodes import ExitCode, TrainerError
+
 MAGIC = b"RLPS"
 VERSION = 1
 HEADER = struct.Struct("<4sBBHIqQ")
@@ -41,8 +43,10 @@ class Op(IntEnum):
     ERROR = 5  # either way: UTF-8 message, then the connection closes
 
 
-class PeerLost(ConnectionError):
+class PeerLost(TrainerError, ConnectionError):
     """The peer closed the connection, timed out, or broke the protocol."""
+
+    exit_code = ExitCode.PEER_LOST
 
 
 @dataclass(frozen=True)

@@ -200,42 +200,51 @@ def resolve_env(
     namespace = pod["metadata"]["namespace"]
     env: dict[str, str] = dict(base_env)
     for source in container.get("envFrom") or []:
-        prefix = source.get("prefix", "")
-        for kind, get in (("configmap", lookups.config_map), ("secret", lookups.secret)):
-            ref = source.get("configMapRef" if kind == "configmap" else "secretRef")
-            if not ref:
-                continue
-            obj = get(namespace, ref["name"])
-            if obj is None:
-                if ref.get("optional"):
-                    continue
-                raise MissingReference(f'{kind} "{ref["name"]}" not found')
-            for key, val in obj.items():
-                env[prefix + key] = val
+        env.update(_env_from(source, lookups, namespace))
     for item in container.get("env") or []:
         name = item["name"]
         if "value" in item or "valueFrom" not in item:
             env[name] = expand_vars(str(item.get("value", "")), env)
-            continue
-        src = item["valueFrom"]
-        value: str | None
-        if "fieldRef" in src:
-            value = _field_ref(pod, src["fieldRef"]["fieldPath"], pod_ip, host_ip)
-        elif "resourceFieldRef" in src:
-            ref = src["resourceFieldRef"]
-            target = container
-            if ref.get("containerName"):
-                target = next((c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"]), container)
-            value = _resource_ref(target, ref["resource"])
-        elif "configMapKeyRef" in src:
-            value = _lookup_key("configmap", lookups.config_map, namespace, src["configMapKeyRef"])
-        elif "secretKeyRef" in src:
-            value = _lookup_key("secret", lookups.secret, namespace, src["secretKeyRef"])
-        else:
-            raise UnsupportedPod("UnsupportedEnvSource", f"env {name}: unsupported valueFrom {sorted(src)}")
-        if value is not None:
+        elif (value := _value_from(pod, container, item, lookups, pod_ip, host_ip)) is not None:
             env[name] = value
     return env
+
+
+def _env_from(source: Mapping[str, Any], lookups: Lookups, namespace: str) -> dict[str, str]:
+    """The variables one `envFrom` entry brings (its ConfigMap's or Secret's keys, prefixed)."""
+    prefix, out = source.get("prefix", ""), {}
+    for kind, get in (("configmap", lookups.config_map), ("secret", lookups.secret)):
+        ref = source.get("configMapRef" if kind == "configmap" else "secretRef")
+        if not ref:
+            continue
+        obj = get(namespace, ref["name"])
+        if obj is None:
+            if ref.get("optional"):
+                continue
+            raise MissingReference(f'{kind} "{ref["name"]}" not found')
+        out.update({prefix + key: val for key, val in obj.items()})
+    return out
+
+
+def _value_from(
+    pod: Mapping[str, Any], container: Mapping[str, Any], item: Mapping[str, Any], lookups: Lookups, pod_ip: str,
+    host_ip: str,
+) -> str | None:  # fmt: skip
+    """One `env` entry's `valueFrom`; None for an optional reference that is missing."""
+    src, namespace = item["valueFrom"], pod["metadata"]["namespace"]
+    if "fieldRef" in src:
+        return _field_ref(pod, src["fieldRef"]["fieldPath"], pod_ip, host_ip)
+    if "resourceFieldRef" in src:
+        ref = src["resourceFieldRef"]
+        target = container
+        if ref.get("containerName"):
+            target = next((c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"]), container)
+        return _resource_ref(target, ref["resource"])
+    if "configMapKeyRef" in src:
+        return _lookup_key("configmap", lookups.config_map, namespace, src["configMapKeyRef"])
+    if "secretKeyRef" in src:
+        return _lookup_key("secret", lookups.secret, namespace, src["secretKeyRef"])
+    raise UnsupportedPod("UnsupportedEnvSource", f"env {item['name']}: unsupported valueFrom {sorted(src)}")
 
 
 def _gpus(container: Mapping[str, Any]) -> int:
@@ -297,7 +306,6 @@ def plan_volume(
 ) -> VolumePlan:
     """How one volume becomes a directory. Raises UnsupportedPod for sources the node cannot map."""
     name = volume["name"]
-    namespace = pod["metadata"]["namespace"]
     sources = [k for k in volume if k != "name"]
     if len(sources) != 1 or sources[0] not in SUPPORTED_VOLUME_SOURCES:
         raise UnsupportedPod(
@@ -313,29 +321,39 @@ def plan_volume(
         return VolumePlan(name=name, kind="host", host_path=src["path"], host_path_type=src.get("type", ""))
     if kind == "persistentVolumeClaim":
         return VolumePlan(name=name, kind="dir", claim=src["claimName"])
-    if kind == "configMap":
-        return VolumePlan(
-            name=name, kind="files", files=_object_files("configmap", lookups, namespace, src["name"], src)
-        )
-    if kind == "secret":
-        return VolumePlan(
-            name=name, kind="files", files=_object_files("secret", lookups, namespace, src["secretName"], src)
-        )
-    if kind == "downwardAPI":
-        return VolumePlan(name=name, kind="files", files=_downward_files(pod, src.get("items") or [], pod_ip, host_ip))
-    # projected: the service-account volume every pod gets from the ServiceAccount admission plugin.
+    if kind == "projected":  # the service-account volume every pod gets from the ServiceAccount admission plugin
+        return _projected(pod, name, src, lookups, pod_ip, host_ip)
+    files = _files(pod, {kind: src}, lookups, pod_ip, host_ip)
+    assert files is not None  # the supported sources left all have files
+    return VolumePlan(name=name, kind="files", files=files)
+
+
+def _files(
+    pod: Mapping[str, Any], source: Mapping[str, Any], lookups: Lookups, pod_ip: str, host_ip: str
+) -> dict[str, bytes] | None:
+    """The files of a configMap, secret or downwardAPI source (a volume's or a projected part); None for
+    any other source."""
+    namespace = pod["metadata"]["namespace"]
+    if (src := source.get("configMap")) is not None:
+        return _object_files("configmap", lookups, namespace, src["name"], src)
+    if (src := source.get("secret")) is not None:
+        return _object_files("secret", lookups, namespace, src.get("secretName") or src["name"], src)
+    if (src := source.get("downwardAPI")) is not None:
+        return _downward_files(pod, src.get("items") or [], pod_ip, host_ip)
+    return None
+
+
+def _projected(
+    pod: Mapping[str, Any], name: str, src: Mapping[str, Any], lookups: Lookups, pod_ip: str, host_ip: str
+) -> VolumePlan:
     files: dict[str, bytes] = {}
     tokens: list[tuple[str, str, int]] = []
     for part in src.get("sources") or []:
         if "serviceAccountToken" in part:
             t = part["serviceAccountToken"]
             tokens.append((t["path"], t.get("audience", ""), int(t.get("expirationSeconds", 3607))))
-        elif "configMap" in part:
-            files.update(_object_files("configmap", lookups, namespace, part["configMap"]["name"], part["configMap"]))
-        elif "secret" in part:
-            files.update(_object_files("secret", lookups, namespace, part["secret"]["name"], part["secret"]))
-        elif "downwardAPI" in part:
-            files.update(_downward_files(pod, part["downwardAPI"].get("items") or [], pod_ip, host_ip))
+        elif (more := _files(pod, part, lookups, pod_ip, host_ip)) is not None:
+            files.update(more)
         else:
             raise UnsupportedPod("UnsupportedVolume", f"volume {name!r}: projected source {sorted(part)} not supported")
     return VolumePlan(name=name, kind="files", files=files, token_requests=tuple(tokens))

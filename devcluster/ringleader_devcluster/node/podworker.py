@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -416,16 +416,10 @@ class PodWorker:
         async def attempt(p: Probe) -> bool:
             return await check(p, self.pod_ip, self.netns, env)
 
-        if c.startup is not None:
-            await asyncio.sleep(c.startup.initial_delay)
-            failures = 0
-            while not await attempt(c.startup):
-                failures += 1
-                if failures >= c.startup.failure_threshold:
-                    log.info("[%s] container %s failed its startup probe; stopping it", self.key, c.name)
-                    await proc.stop(self._grace())
-                    return
-                await asyncio.sleep(c.startup.period)
+        if c.startup is not None and not await self._started(c.startup, attempt):
+            log.info("[%s] container %s failed its startup probe; stopping it", self.key, c.name)
+            await proc.stop(self._grace())
+            return
         if c.readiness is None:
             self._set_ready(c, True)
         start = loop.time()
@@ -433,18 +427,14 @@ class PodWorker:
             "readiness": start + (c.readiness.initial_delay if c.readiness else 0),
             "liveness": start + (c.liveness.initial_delay if c.liveness else 0),
         }
-        successes = failures = live_failures = 0
+        readiness = _Streaks()
+        live_failures = 0
         while proc.running:
             now_t = loop.time()
             if c.readiness is not None and now_t >= due["readiness"]:
-                if await attempt(c.readiness):
-                    successes, failures = successes + 1, 0
-                    if successes >= c.readiness.success_threshold:
-                        self._set_ready(c, True)
-                else:
-                    successes, failures = 0, failures + 1
-                    if failures >= c.readiness.failure_threshold:
-                        self._set_ready(c, False)
+                ready = readiness.verdict(await attempt(c.readiness), c.readiness)
+                if ready is not None:
+                    self._set_ready(c, ready)
                 due["readiness"] = now_t + c.readiness.period
             if c.liveness is not None and now_t >= due["liveness"]:
                 live_failures = 0 if await attempt(c.liveness) else live_failures + 1
@@ -455,6 +445,18 @@ class PodWorker:
                 due["liveness"] = now_t + c.liveness.period
             pending = [t for k, t in due.items() if getattr(c, k) is not None]
             await asyncio.sleep(max(0.05, min(pending) - loop.time()) if pending else 3600)
+
+    @staticmethod
+    async def _started(probe: Probe, attempt: Callable[[Probe], Awaitable[bool]]) -> bool:
+        """Run the startup probe until it passes (True) or fails failureThreshold times in a row (False)."""
+        await asyncio.sleep(probe.initial_delay)
+        failures = 0
+        while not await attempt(probe):
+            failures += 1
+            if failures >= probe.failure_threshold:
+                return False
+            await asyncio.sleep(probe.period)
+        return True
 
     async def _supervise(self, c: ContainerPlan, gpus: list[int], policy: str) -> int:
         """Run one container until it ends for good under `policy`; returns its last exit code."""
@@ -665,3 +667,20 @@ def remove_stale_pod_dirs(pods_dir: Path, keep: set[str]) -> None:
     for d in pods_dir.iterdir():
         if d.name.rsplit("_", 1)[-1] not in keep:
             shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class _Streaks:
+    """A readiness probe's successes and failures in a row."""
+
+    successes: int = 0
+    failures: int = 0
+
+    def verdict(self, passed: bool, probe: Probe) -> bool | None:
+        """Ready (True) after successThreshold passes in a row, not ready (False) after failureThreshold
+        failures in a row, else None (no change)."""
+        if passed:
+            self.successes, self.failures = self.successes + 1, 0
+            return True if self.successes >= probe.success_threshold else None
+        self.successes, self.failures = 0, self.failures + 1
+        return False if self.failures >= probe.failure_threshold else None
