@@ -27,24 +27,13 @@ export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/operator:$(CURDIR)/trainer-i
 .PHONY: operator-up operator-down demo images kind-up kind-load kind-demo kind-down
 .PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-trainer clean-cache
 
-help:
-	@echo "make demo                        dev cluster + operator installed with helm + an example job to Succeeded"
-	@echo "make dev-cluster [FAKE_NODES=N]  start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes"
-	@echo "make dev-cluster-down            stop all of it and remove .dev/"
-	@echo "make operator-up / operator-down install the CRD and run the operator against the dev cluster"
-	@echo "make test                        lint, unit tests, integration tests on the dev cluster"
-	@echo "make lint                        ruff, mypy, helm lint, hadolint"
-	@echo "make crds                        regenerate crds/trainingjob.yaml from the pydantic models"
-	@echo "make bench                       all benchmarks below: bench/results/, BENCHMARKS.md, bench/plots/"
-	@echo "make bench-cluster               dev-cluster start; Ringleader vs Kubeflow's training-operator; recovery time"
-	@echo "make bench-trainer               ring vs gloo; step time per strategy; checkpoint overhead (no cluster)"
-	@echo "make images                      the operator and trainer images (docker build, or buildah without Docker)"
-	@echo "make kind-demo                   kind cluster, images loaded, chart installed, example job (needs Docker, kind)"
-	@echo "make kind-down                   delete the kind cluster"
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
+		| awk -F':.*## ' '{ printf "make %-20s %s\n", $$1, $$2 }'
 
 # The venv is rebuilt only when the requirements or the package metadata change.
 VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/*.txt | sha256sum | cut -c1-12)
-venv: $(VENV_STAMP)
+venv: $(VENV_STAMP) ## the venv with every pinned tool and library (rebuilt when requirements/ change)
 $(VENV_STAMP):
 	@bash devcluster/check-system.sh
 	@echo "[venv] creating $(VENV) (first time about 2 minutes: torch alone is 5 GB)"
@@ -53,52 +42,54 @@ $(VENV_STAMP):
 	@touch $@
 
 # The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.
-crds: venv
+crds: venv ## regenerate crds/trainingjob.yaml (and the chart's copy, docs/trainingjob.md) from the pydantic models
 	@$(PY) -m ringleader_operator.crd > crds/trainingjob.yaml
 	@cp crds/*.yaml helm/ringleader/crds/
 	@$(PY) -m ringleader_operator.reference > docs/trainingjob.md
 	@echo "wrote crds/trainingjob.yaml, the chart's copy and docs/trainingjob.md"
 
-binaries:
+binaries: ## build the Kubernetes binaries, helm and the CNI tools into the cache
 	@bash devcluster/check-system.sh
 	@bash devcluster/build-binaries.sh
 
-dev-cluster: venv binaries
+dev-cluster: venv binaries ## start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes [FAKE_NODES=N]
 	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES))
 
-dev-cluster-down: venv
+dev-cluster-down: venv ## stop all of it and remove .dev/
 	@$(PY) -m ringleader_devcluster down
 
-operator-up: dev-cluster
+operator-up: dev-cluster ## install the CRD and run the operator against the dev cluster
 	@$(PY) -m ringleader_devcluster operator-up
 
-operator-down: venv
+operator-down: venv ## stop the operator
 	@$(PY) -m ringleader_devcluster operator-down
 
-dev-cluster-status: venv
+dev-cluster-status: venv ## what of the dev cluster runs
 	@$(PY) -m ringleader_devcluster status
 
-lint: venv binaries
+lint: venv binaries ## ruff (with complexity limits), mypy, the import-layer contracts, helm lint, hadolint
 	@$(VENV)/bin/ruff check devcluster operator trainer-image tests bench examples
 	@$(VENV)/bin/ruff format --check devcluster operator trainer-image tests bench examples
 	@$(VENV)/bin/mypy
+	@out=$$(PYTHONPATH=operator:trainer-image:devcluster $(VENV)/bin/lint-imports --no-cache) \
+		&& echo "$$out" | grep -E 'KEPT|^Contracts' || { echo "$$out"; exit 1; }
 	@$(HELM) lint --strict helm/ringleader
 	@$(VENV)/bin/hadolint Dockerfile trainer-image/Dockerfile
 
-unit: venv
+unit: venv ## unit and trainer tests (no cluster)
 	@$(PY) -m pytest --durations=10 tests/unit tests/trainer
 
 # The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
-integration: dev-cluster
+integration: dev-cluster ## integration and end-to-end tests on the dev cluster
 	@$(PY) -m ringleader_devcluster images --push operator trainer
 	@$(PY) -m pytest --durations=10 tests/devcluster tests/operator tests/e2e
 
-test: lint unit integration
+test: lint unit integration ## lint, unit, integration: what CI runs
 
 # Each part ends by refreshing BENCHMARKS.md and bench/plots/ from whatever results exist.
-bench: bench-cluster bench-trainer
+bench: bench-cluster bench-trainer ## all benchmarks: bench/results/, BENCHMARKS.md, bench/plots/
 
-bench-cluster: dev-cluster
+bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the dev cluster; recovery time
 	@$(PY) bench/devcluster_bench.py
 	@bash bench/peer/build-training-operator.sh
 	@$(PY) -m bench.control_plane_bench
@@ -107,7 +98,7 @@ bench-cluster: dev-cluster
 	@$(PY) -m bench.image_rebuild_bench
 	@$(PY) -m bench.report
 
-bench-trainer: venv
+bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint overhead (no cluster)
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
 	@$(PY) -m bench.checkpoint_bench
@@ -115,7 +106,7 @@ bench-trainer: venv
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.
-demo:
+demo: ## dev cluster + operator installed with helm + an example job to Succeeded
 	@echo "[demo] a cold first run on a fresh machine took 23 minutes here (Go builds of Kubernetes, torch, the trainer image: 5 GB of wheels); later runs about 72 s"
 	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
@@ -124,25 +115,29 @@ demo:
 # With Docker: docker build. Without: buildah on a base image made with debootstrap, into OCI archives in the
 # cache (devcluster/ringleader_devcluster/images.py); the dev cluster's real node pulls them from its registry
 # instead (`images --push`, which make test and make demo do).
-images:
+images: ## the operator and trainer images (docker build, or buildah without Docker)
 	@if command -v $(DOCKER) >/dev/null && $(DOCKER) info >/dev/null 2>&1; then \
 		$(DOCKER) build -t $(OPERATOR_IMAGE) . && $(DOCKER) build -f trainer-image/Dockerfile -t $(TRAINER_IMAGE) .; \
 	else \
 		$(MAKE) -s venv && bash devcluster/check-system.sh && mkdir -p $(DEV_DIR) && $(PY) -m ringleader_devcluster images; \
 	fi
 
-kind-up:
+kind-up: ## a kind cluster (needs Docker and kind)
 	@$(KIND) get clusters 2>/dev/null | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --wait 120s
 
-kind-load: images kind-up
+kind-load: images kind-up ## the images loaded into the kind cluster
 	$(KIND) load docker-image $(OPERATOR_IMAGE) $(TRAINER_IMAGE) --name $(KIND_CLUSTER)
 
-kind-demo: kind-load binaries
+kind-demo: kind-load binaries ## kind cluster, images loaded, chart installed, example job
 	$(HELM) upgrade --install ringleader helm/ringleader --kube-context kind-$(KIND_CLUSTER) \
 		--namespace ringleader-system --create-namespace --set image.tag=$(IMAGE_TAG) --wait --timeout 180s
 	kubectl --context kind-$(KIND_CLUSTER) apply -f examples/digits-allreduce.yaml
 	kubectl --context kind-$(KIND_CLUSTER) wait --for=condition=Succeeded tj/digits-allreduce --timeout=15m
 	kubectl --context kind-$(KIND_CLUSTER) get tj
 
-kind-down:
+kind-down: ## delete the kind cluster
 	$(KIND) delete cluster --name $(KIND_CLUSTER)
+
+clean-cache: ## remove the cache (venv, Kubernetes builds, images): the next make starts cold
+	@echo "[clean-cache] removing $(CACHE)"
+	@rm -rf $(CACHE)

@@ -97,16 +97,6 @@ def checkpoint_directory(job: TrainingJob) -> str:
     return f"{DEFAULT_CHECKPOINT_DIR}/{job.namespace}/{job.name}/{job.metadata.get('uid', '')}".rstrip("/")
 
 
-def job_metadata(job: TrainingJob, name: str) -> dict[str, Any]:
-    """The metadata of an object the job owns as a whole (its Service, PodGroup, token Secret, NetworkPolicy)."""
-    return {
-        "name": name,
-        "namespace": job.namespace,
-        "labels": job_labels(job.name),
-        "ownerReferences": [owner_reference(job)],
-    }
-
-
 def uid_suffixed(job: TrainingJob, what: str) -> str:
     """`<job>-<what>-<uid prefix>`: the uid keeps a new job of the same name off a leftover of the last one."""
     uid = str(job.metadata.get("uid", ""))[:8]
@@ -115,47 +105,6 @@ def uid_suffixed(job: TrainingJob, what: str) -> str:
 
 def token_secret_name(job: TrainingJob) -> str:
     return uid_suffixed(job, "token")
-
-
-def build_token_secret(job: TrainingJob, token: str) -> dict[str, Any]:
-    """The job's token Secret, owned by the job (deleted with it) and immutable (kubelets need not watch it).
-    `token` comes from the caller (a fresh random value: the I/O layer's)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": job_metadata(job, token_secret_name(job)),
-        "type": "Opaque",
-        "immutable": True,
-        "stringData": {TOKEN_KEY: token},
-    }
-
-
-def build_network_policy(job: TrainingJob, operator_namespace: str, operator_labels: dict[str, str]) -> dict[str, Any]:
-    """`<job>-ranks-<uid prefix>`: ingress to the job's pods only from the job's own pods (any port: the
-    rendezvous, gloo's and NCCL's ephemeral ports, the parameter server, the ring) and from the operator's pods to
-    the metrics port. Egress is left open. Policies add up: a user's own policy can admit more (a Prometheus)."""
-    ranks = {"matchLabels": job_labels(job.name)}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": job_metadata(job, uid_suffixed(job, "ranks")),
-        "spec": {
-            "podSelector": ranks,
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": ranks}]},
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
-                            "podSelector": {"matchLabels": dict(operator_labels)},
-                        }
-                    ],
-                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
-                },
-            ],
-        },
-    }
 
 
 def dns_name(job: str, role: Role, index: int) -> str:
@@ -391,44 +340,6 @@ def _pod_rules(job: TrainingJob, name: str, spec: dict[str, Any]) -> None:
     spec["subdomain"] = job.name
     if job.spec.run_policy.priority_class_name:
         spec.setdefault("priorityClassName", job.spec.run_policy.priority_class_name)
-
-
-def build_pod_group(job: TrainingJob) -> dict[str, Any] | None:
-    """The PodGroup `<job>` of the gang scheduler the pods name (None for any other scheduler): all ranks at
-    once, with the summed requests of every pod."""
-    scheduler = gangs.gang_scheduler(job)
-    if scheduler is None:
-        return None
-    total: admission.Resources = {}
-    for role, index in desired_ranks(job):
-        admission.add(total, admission.pod_requests(build_pod(job, role, index)["spec"]))
-    total.pop(admission.PODS, None)
-    resources = {k: admission.format_quantity(v) for k, v in sorted(total.items())}
-    return {
-        "apiVersion": scheduler.api_version,
-        "kind": "PodGroup",
-        "metadata": job_metadata(job, job.name),
-        "spec": gangs.pod_group_spec(job, scheduler, resources),
-    }
-
-
-def build_service(job: TrainingJob) -> dict[str, Any]:
-    """Headless Service `<job>`: gives every rank the DNS name `<pod>.<job>`, published before pods are
-    ready, because rendezvous needs the names while ranks are still starting."""
-    ports = [{"name": "c10d", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}]
-    if job.spec.strategy == Strategy.PARAMETER_SERVER:
-        ports.append({"name": "ps", "port": PS_PORT, "targetPort": PS_PORT, "protocol": "TCP"})
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": job_metadata(job, job.name),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": job_labels(job.name),
-            "ports": ports,
-        },
-    }
 
 
 def desired_ranks(job: TrainingJob) -> list[tuple[Role, int]]:

@@ -32,15 +32,9 @@ from pydantic import ValidationError
 
 from . import admission, metrics, progress
 from .api import ConditionType, JobPhase, Progress, Role, TrainingJob, TrainingJobStatus
-from .builders import (
-    DEFAULT_MAX_RANKS,
-    METRICS_PORT,
-    build_network_policy,
-    build_service,
-    build_token_secret,
-    pod_name,
-)
+from .builders import DEFAULT_MAX_RANKS, METRICS_PORT, pod_name
 from .conditions import Reason, set_condition
+from .job_objects import build_network_policy, build_service, build_token_secret
 from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
 from .observed import earlier_job_leftovers, foreign_pods_message, format_time
 from .podcache import PodCache, digest

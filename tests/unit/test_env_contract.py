@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ringleader_operator import api
 from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import CONTRACT_ENV, desired_ranks, rank_env
 from ringleader_operator.launchers import TORCHRUN_ENV
+from ringleader_trainer import env as trainer_env
 from ringleader_trainer.env import READS, EnvError, from_env
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "env-contract.md"
@@ -45,20 +48,32 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
     assert (env.role, env.index, env.strategy, env.job, env.namespace) == (role.value, index, name, "mnist", "ml")
     assert env.master_addr == "mnist-worker-0.mnist" and env.master_port == 29500
     if role == Role.WORKER:
-        assert (env.rank, env.world_size, env.global_rank) == (index, 3, index)
+        assert env.worker is not None and (env.worker.rank, env.worker.world_size, env.global_rank) == (index, 3, index)
     else:
-        assert env.rank is None and env.global_rank == 3 + index
-    if name == "parameter-server":
-        assert env.ps_addrs == ("mnist-ps-0.mnist:29600", "mnist-ps-1.mnist:29600")
-        assert (env.ps_mode, env.ps_max_staleness) == ("bounded-staleness", 2)
-    if name == "local-sgd":
-        assert env.local_sgd_period == 4
-    if name == "allreduce":
-        assert (env.checkpoint_dir, env.checkpoint_interval, env.checkpoint_keep) == (
+        assert env.worker is None and env.global_rank == 3 + index
+    assert (env.ps is not None) is (name == "parameter-server")
+    if env.ps is not None:
+        assert env.ps.addrs == ("mnist-ps-0.mnist:29600", "mnist-ps-1.mnist:29600") and env.ps.port == 29600
+        assert (env.ps.mode, env.ps.max_staleness) == ("bounded-staleness", 2)
+    assert env.local_sgd_period == (4 if name == "local-sgd" else None)
+    assert (env.checkpoints is not None) is (name == "allreduce")
+    if env.checkpoints is not None:
+        assert (env.checkpoints.directory, env.checkpoints.interval, env.checkpoints.keep) == (
             "/checkpoints/ml/mnist/0d5c",
             100,
             3,
         )
+
+
+@pytest.mark.parametrize(
+    ("operator", "trainer"),
+    [(api.Role, trainer_env.Role), (api.Strategy, trainer_env.StrategyName), (api.PSMode, trainer_env.PSMode)],
+    ids=["role", "strategy", "ps-mode"],
+)
+def test_the_trainer_names_roles_strategies_and_modes_as_the_operator_does(
+    operator: type[StrEnum], trainer: type[StrEnum]
+) -> None:
+    assert [m.value for m in operator] == [m.value for m in trainer]
 
 
 def test_the_operator_writes_exactly_what_the_trainer_and_torchrun_read() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_devcluster.node.probes import InvalidProbe, parse_probe
+from ringleader_devcluster.node.probe_spec import InvalidProbe, parse_probe
 
 CONTAINER = {"name": "main", "ports": [{"name": "metrics", "containerPort": 9090}]}
 

@@ -9,13 +9,29 @@ rendezvous.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
 
 from ringleader_trainer.exitcodes import ExitCode, TrainerError
 
-STRATEGIES = ("allreduce", "parameter-server", "local-sgd")
-PS_MODES = ("synchronous", "asynchronous", "bounded-staleness")
-ROLES = ("worker", "ps")
+
+class Role(StrEnum):
+    WORKER = "worker"
+    PS = "ps"
+
+
+class StrategyName(StrEnum):
+    ALLREDUCE = "allreduce"
+    PARAMETER_SERVER = "parameter-server"
+    LOCAL_SGD = "local-sgd"
+
+
+class PSMode(StrEnum):
+    SYNCHRONOUS = "synchronous"
+    ASYNCHRONOUS = "asynchronous"
+    BOUNDED_STALENESS = "bounded-staleness"
+
 
 # Every variable the trainer reads. The operator writes exactly these (a test holds both sides to it).
 READS = frozenset(
@@ -56,12 +72,42 @@ class EnvError(TrainerError, ValueError):
 
 
 @dataclass(frozen=True)
+class WorkerRank:
+    """A worker's place in torchrun's terms (RANK, WORLD_SIZE, LOCAL_RANK); parameter servers have none."""
+
+    rank: int
+    world_size: int
+    local_rank: int = 0
+
+
+@dataclass(frozen=True)
+class ParameterServers:
+    """Strategy parameter-server: the shards' addresses (one per shard, `host:port`) and how they sync."""
+
+    addrs: tuple[str, ...]
+    mode: PSMode
+    max_staleness: int | None  # required for bounded-staleness
+    port: int  # the port every shard listens on
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    directory: str
+    interval: int
+    keep: int
+
+
+@dataclass(frozen=True)
 class RankEnv:
+    """Everything a rank reads from its pod's environment; the optional sections are present exactly when the
+    role or strategy has them (`worker` for workers, `ps` under parameter-server, `local_sgd_period` under
+    local-sgd, `checkpoints` when the job checkpoints)."""
+
     job: str
     namespace: str
-    role: str
+    role: Role
     index: int
-    strategy: str
+    strategy: StrategyName
     num_workers: int
     num_ps: int
     global_rank: int
@@ -69,18 +115,16 @@ class RankEnv:
     master_addr: str
     master_port: int
     metrics_port: int
-    rank: int | None = None  # workers only (torchrun's RANK)
-    world_size: int | None = None
-    local_rank: int = 0
-    ps_mode: str | None = None
-    ps_max_staleness: int | None = None
-    ps_port: int | None = None
-    ps_addrs: tuple[str, ...] = field(default_factory=tuple)
-    local_sgd_period: int | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_interval: int | None = None
-    checkpoint_keep: int | None = None
     token_file: str = ""  # the job's token, for the parameter server's and the ring's handshakes (auth.py)
+    worker: WorkerRank | None = None
+    ps: ParameterServers | None = None
+    local_sgd_period: int | None = None
+    checkpoints: Checkpoints | None = None
+
+    @property
+    def local_rank(self) -> int:
+        """The GPU this rank uses on its node: a worker's LOCAL_RANK; 0 for a shard."""
+        return self.worker.local_rank if self.worker else 0
 
 
 def _get(env: Mapping[str, str], name: str) -> str:
@@ -90,9 +134,7 @@ def _get(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int = 0, required: bool = True) -> int | None:
-    if not required and not env.get(name):
-        return None
+def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
     raw = _get(env, name)
     try:
         value = int(raw)
@@ -103,84 +145,89 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 0, required: bool = T
     return value
 
 
-def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+E = TypeVar("E", bound=StrEnum)
+
+
+def _choice(env: Mapping[str, str], name: str, allowed: type[E]) -> E:
     value = _get(env, name)
-    if value not in allowed:
-        raise EnvError(f"{name}={value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def _req(value: int | None) -> int:
-    assert value is not None  # _int with required=True never returns None
-    return value
+    try:
+        return allowed(value)
+    except ValueError:
+        raise EnvError(f"{name}={value!r} is not one of {', '.join(allowed)}") from None
 
 
 def from_env(env: Mapping[str, str]) -> RankEnv:
     """Parse and cross-check the contract. Raises EnvError (one line) on the first problem."""
-    role = _choice(env, "RINGLEADER_ROLE", ROLES)
-    strategy = _choice(env, "RINGLEADER_STRATEGY", STRATEGIES)
-    num_workers = _req(_int(env, "RINGLEADER_NUM_WORKERS", 1))
-    num_ps = _req(_int(env, "RINGLEADER_NUM_PS", 0))
-    index = _req(_int(env, "RINGLEADER_INDEX", 0))
-    limit = num_workers if role == "worker" else num_ps
+    role = _choice(env, "RINGLEADER_ROLE", Role)
+    strategy = _choice(env, "RINGLEADER_STRATEGY", StrategyName)
+    num_workers = _int(env, "RINGLEADER_NUM_WORKERS", 1)
+    num_ps = _int(env, "RINGLEADER_NUM_PS", 0)
+    index = _int(env, "RINGLEADER_INDEX", 0)
+    limit = num_workers if role == Role.WORKER else num_ps
     if index >= limit:
         raise EnvError(f"RINGLEADER_INDEX={index} is out of range for {limit} {role} replicas")
-    out: dict[str, object] = {
-        "job": _get(env, "RINGLEADER_JOB_NAME"),
-        "namespace": _get(env, "RINGLEADER_NAMESPACE"),
-        "role": role,
-        "index": index,
-        "strategy": strategy,
-        "num_workers": num_workers,
-        "num_ps": num_ps,
-        "global_rank": _req(_int(env, "RINGLEADER_GLOBAL_RANK", 0)),
-        "global_world_size": _req(_int(env, "RINGLEADER_GLOBAL_WORLD_SIZE", 1)),
-        "master_addr": _get(env, "MASTER_ADDR"),
-        "master_port": _req(_int(env, "MASTER_PORT", 1)),
-        "metrics_port": _req(_int(env, "RINGLEADER_METRICS_PORT", 1)),
-        "token_file": env.get("RINGLEADER_TOKEN_FILE", ""),
-    }
-    if out["global_world_size"] != num_workers + num_ps:
+    global_world_size = _int(env, "RINGLEADER_GLOBAL_WORLD_SIZE", 1)
+    if global_world_size != num_workers + num_ps:
         raise EnvError(
-            f"RINGLEADER_GLOBAL_WORLD_SIZE={out['global_world_size']} is not "
+            f"RINGLEADER_GLOBAL_WORLD_SIZE={global_world_size} is not "
             f"RINGLEADER_NUM_WORKERS + RINGLEADER_NUM_PS = {num_workers + num_ps}"
         )
-    if role == "worker":
-        rank, world = _req(_int(env, "RANK", 0)), _req(_int(env, "WORLD_SIZE", 1))
-        if rank >= world:
-            raise EnvError(f"RANK={rank} must be less than WORLD_SIZE={world}")
-        if world != num_workers:
-            raise EnvError(
-                f"WORLD_SIZE={world} is not the job's {num_workers} workers (RINGLEADER_NUM_WORKERS): a launcher "
-                "formed a world of its own (torchrun --standalone or --nnodes?); run the trainer without one"
-            )
-        if rank != index:
-            # One training process per pod: a launcher that starts several (torchrun --nproc-per-node) renumbers them.
-            raise EnvError(
-                f"RANK={rank} is not this worker's index RINGLEADER_INDEX={index}: a launcher renumbered the ranks "
-                "(torchrun --nproc-per-node?); run the trainer without one"
-            )
-        out |= {"rank": rank, "world_size": world, "local_rank": _req(_int(env, "LOCAL_RANK", 0))}
-    if strategy == "parameter-server":
-        if num_ps < 1:
-            raise EnvError("RINGLEADER_NUM_PS must be at least 1 for strategy parameter-server")
-        addrs = tuple(a for a in _get(env, "RINGLEADER_PS_ADDRS").split(",") if a)
-        if len(addrs) != num_ps:
-            raise EnvError(f"RINGLEADER_PS_ADDRS lists {len(addrs)} addresses for RINGLEADER_NUM_PS={num_ps}")
-        mode = _choice(env, "RINGLEADER_PS_MODE", PS_MODES)
-        staleness = _int(env, "RINGLEADER_PS_MAX_STALENESS", 1, required=mode == "bounded-staleness")
-        out |= {
-            "ps_mode": mode,
-            "ps_max_staleness": staleness,
-            "ps_addrs": addrs,
-            "ps_port": _int(env, "RINGLEADER_PS_PORT", 1),
-        }
-    if strategy == "local-sgd":
-        out["local_sgd_period"] = _int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1)
-    if env.get("RINGLEADER_CHECKPOINT_DIR"):
-        out |= {
-            "checkpoint_dir": env["RINGLEADER_CHECKPOINT_DIR"],
-            "checkpoint_interval": _int(env, "RINGLEADER_CHECKPOINT_INTERVAL", 1),
-            "checkpoint_keep": _int(env, "RINGLEADER_CHECKPOINT_KEEP", 1),
-        }
-    return RankEnv(**out)  # type: ignore[arg-type]
+    return RankEnv(
+        job=_get(env, "RINGLEADER_JOB_NAME"),
+        namespace=_get(env, "RINGLEADER_NAMESPACE"),
+        role=role,
+        index=index,
+        strategy=strategy,
+        num_workers=num_workers,
+        num_ps=num_ps,
+        global_rank=_int(env, "RINGLEADER_GLOBAL_RANK", 0),
+        global_world_size=global_world_size,
+        master_addr=_get(env, "MASTER_ADDR"),
+        master_port=_int(env, "MASTER_PORT", 1),
+        metrics_port=_int(env, "RINGLEADER_METRICS_PORT", 1),
+        token_file=env.get("RINGLEADER_TOKEN_FILE", ""),
+        worker=_worker(env, index, num_workers) if role == Role.WORKER else None,
+        ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
+        local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
+        checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
+    )
+
+
+def _worker(env: Mapping[str, str], index: int, num_workers: int) -> WorkerRank:
+    rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
+    if rank >= world:
+        raise EnvError(f"RANK={rank} must be less than WORLD_SIZE={world}")
+    if world != num_workers:
+        raise EnvError(
+            f"WORLD_SIZE={world} is not the job's {num_workers} workers (RINGLEADER_NUM_WORKERS): a launcher "
+            "formed a world of its own (torchrun --standalone or --nnodes?); run the trainer without one"
+        )
+    if rank != index:
+        # One training process per pod: a launcher that starts several (torchrun --nproc-per-node) renumbers them.
+        raise EnvError(
+            f"RANK={rank} is not this worker's index RINGLEADER_INDEX={index}: a launcher renumbered the ranks "
+            "(torchrun --nproc-per-node?); run the trainer without one"
+        )
+    return WorkerRank(rank, world, _int(env, "LOCAL_RANK", 0))
+
+
+def _parameter_servers(env: Mapping[str, str], num_ps: int) -> ParameterServers:
+    if num_ps < 1:
+        raise EnvError("RINGLEADER_NUM_PS must be at least 1 for strategy parameter-server")
+    addrs = tuple(a for a in _get(env, "RINGLEADER_PS_ADDRS").split(",") if a)
+    if len(addrs) != num_ps:
+        raise EnvError(f"RINGLEADER_PS_ADDRS lists {len(addrs)} addresses for RINGLEADER_NUM_PS={num_ps}")
+    mode = _choice(env, "RINGLEADER_PS_MODE", PSMode)
+    bounded = mode == PSMode.BOUNDED_STALENESS  # required then; read (and checked) whenever it is set
+    staleness = (
+        _int(env, "RINGLEADER_PS_MAX_STALENESS", 1) if bounded or env.get("RINGLEADER_PS_MAX_STALENESS") else None
+    )
+    return ParameterServers(addrs, mode, staleness, _int(env, "RINGLEADER_PS_PORT", 1))
+
+
+def _checkpoints(env: Mapping[str, str]) -> Checkpoints:
+    return Checkpoints(
+        env["RINGLEADER_CHECKPOINT_DIR"],
+        _int(env, "RINGLEADER_CHECKPOINT_INTERVAL", 1),
+        _int(env, "RINGLEADER_CHECKPOINT_KEEP", 1),
+    )

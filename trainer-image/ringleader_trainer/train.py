@@ -23,11 +23,8 @@ from ringleader_trainer import data, models, recovery
 from ringleader_trainer.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
-from ringleader_trainer.strategy import (
-    ALLREDUCE_IMPLEMENTATIONS,
-    Strategy,
-    from_env,
-)
+from ringleader_trainer.startup import from_env
+from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Strategy
 
 
 @dataclass(frozen=True)

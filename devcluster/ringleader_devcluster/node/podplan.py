@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .probes import InvalidProbe, Probe, parse_probe
+from .probe_spec import InvalidProbe, Probe, parse_probe
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

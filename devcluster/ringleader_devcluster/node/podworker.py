@@ -43,7 +43,8 @@ from .podstatus import (
     restart_delay,
     should_restart,
 )
-from .probes import Probe, check
+from .probe_spec import Probe
+from .probes import check
 from .runtime import ContainerProcess, Mount, now
 
 log = logging.getLogger(__name__)

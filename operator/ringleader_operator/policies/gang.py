@@ -8,8 +8,8 @@ from typing import Any
 
 from .. import admission, gangs
 from ..api import ConditionType
-from ..builders import build_pod_group
 from ..conditions import Reason
+from ..job_objects import build_pod_group
 from ..observed import parse_time
 from ..round_state import Event, Round
 

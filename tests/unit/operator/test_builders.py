@@ -6,17 +6,8 @@ from typing import Any
 
 import pytest
 from ringleader_operator.api import Role, TrainingJob
-from ringleader_operator.builders import (
-    InvalidTemplate,
-    build_network_policy,
-    build_pod,
-    build_pod_group,
-    build_service,
-    build_token_secret,
-    desired_ranks,
-    rank_env,
-    validate,
-)
+from ringleader_operator.builders import InvalidTemplate, build_pod, desired_ranks, rank_env, validate
+from ringleader_operator.job_objects import build_network_policy, build_pod_group, build_service, build_token_secret
 
 UID = "1111-2222"
 OWNER = {

@@ -1,0 +1,106 @@
+"""Checkpoints as a training script uses them (beside `checkpoint`, the store): the ranks agree on the step to
+resume from at startup, and `TrainingCheckpointer` saves and restores a worker's model, optimizer, progress and
+RNG states."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.logs import log_json
+
+if TYPE_CHECKING:
+    from ringleader_trainer.strategy import Strategy
+
+
+def agree_on_resume(strategy: Strategy) -> None:
+    """Every rank proposes the newest checkpoint it can load; all take the oldest proposal (loading that step
+    if it is not their own), so the whole job resumes from one step. CheckpointError when some rank can load
+    none of the checkpoints there are."""
+    checkpoints = strategy.checkpoints
+    if checkpoints is None:
+        return
+    proposal, state, warnings = checkpoints.propose()
+    for w in warnings:
+        log_json(role=strategy.env.role, index=strategy.env.index, event="checkpoint-skipped", reason=w)
+    vote = torch.tensor([proposal], dtype=torch.int64)
+    dist.all_reduce(vote, op=dist.ReduceOp.MIN)
+    agreed = int(vote.item())
+    if agreed == ckpt.UNLOADABLE:
+        mine = warnings[-1] if proposal == ckpt.UNLOADABLE else "another rank's checkpoints cannot be loaded"
+        raise ckpt.CheckpointError(mine)
+    if agreed == ckpt.NO_CHECKPOINT:
+        return
+    if agreed != proposal:
+        source = checkpoints.source(agreed)
+        if source is None:  # the ranks share the directory, so each proposed a step that serves its world
+            raise ckpt.CheckpointError(f"checkpoint step {agreed} cannot serve this rank's world")
+        state = ckpt.load(source)
+    strategy.resumed, strategy.steps_done = state, agreed
+    strategy.communication_rounds = int(state.get("rounds", 0)) if state else 0
+    log_json(role=strategy.env.role, index=strategy.env.index, event="resume", step=agreed)
+
+
+class TrainingCheckpointer:
+    """A worker's checkpoints: model and optimizer (unless the shards hold them), progress and RNG states."""
+
+    def __init__(self, strategy: Strategy, model: nn.Module, optimizer: torch.optim.Optimizer, saves_model: bool):
+        self.strategy, self.optimizer, self.saves_model = strategy, optimizer, saves_model
+        self.model = model.module if isinstance(model, DistributedDataParallel) else model
+        self.last_step: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.strategy.checkpoints is not None
+
+    def restore(self) -> dict[str, Any] | None:
+        """Load the checkpoint the ranks agreed on, if any; return the `progress` saved with it."""
+        state = self.strategy.resumed
+        if state is None:
+            return None
+        if self.saves_model:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(_python_rng(state["rng"]["python"]))
+        self.last_step = int(state["step"])
+        self.strategy.metrics.last_checkpoint_step.set(self.last_step)
+        return dict(state["progress"])
+
+    def maybe_save(self, step: int, progress: Mapping[str, Any]) -> None:
+        checkpoints = self.strategy.checkpoints
+        if checkpoints is not None and checkpoints.due(step):
+            self.save(step, progress)
+
+    def save(self, step: int, progress: Mapping[str, Any]) -> None:
+        checkpoints = self.strategy.checkpoints
+        if checkpoints is None or step == self.last_step:
+            return
+        started = time.perf_counter()
+        state: dict[str, Any] = {
+            "progress": dict(progress),
+            "rounds": self.strategy.communication_rounds,
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+        }
+        if self.saves_model:
+            state |= {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        path = checkpoints.save(step, state)
+        self.last_step = step
+        self.strategy.metrics.last_checkpoint_step.set(step)
+        log_json(
+            role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path),
+            seconds=round(time.perf_counter() - started, 4),
+        )  # fmt: skip
+
+
+def _python_rng(saved: Any) -> tuple[Any, ...]:
+    version, internal, gauss = saved
+    return (version, tuple(internal), gauss)

@@ -1,0 +1,53 @@
+"""`from_env`: how a rank starts. Read the environment contract, build the strategy it names, rendezvous with
+every rank, agree on the checkpoint to resume from; worker 0 starts serving metrics."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from ringleader_trainer import auth
+from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpointing import agree_on_resume
+from ringleader_trainer.env import Role, StrategyName
+from ringleader_trainer.env import from_env as read_env
+from ringleader_trainer.rendezvous import rendezvous
+from ringleader_trainer.strategies import STRATEGIES
+from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Options, Strategy
+
+
+def from_env(environ: Mapping[str, str] | None = None, options: Options | None = None, **overrides: Any) -> Strategy:
+    """Read the environment contract, rendezvous with every rank, agree on the checkpoint to resume from,
+    and return this rank's strategy. Worker 0 starts serving metrics. `overrides` set `Options` fields."""
+    options = options or Options()
+    if overrides:
+        options = Options(**{**options.__dict__, **overrides})
+    if options.allreduce not in ALLREDUCE_IMPLEMENTATIONS:
+        raise ValueError(f"allreduce={options.allreduce!r} is not one of {', '.join(ALLREDUCE_IMPLEMENTATIONS)}")
+    env = read_env(os.environ if environ is None else environ)
+    if options.allreduce == "ring":
+        auth.load_token(env.token_file)  # the ring's links need it: fail now, not at the first allreduce
+    strategy = STRATEGIES[env.strategy](env, options)
+    if (saved := env.checkpoints) is not None:
+        strategy.checkpoints = ckpt.Checkpointer(
+            Path(saved.directory), env.role, env.index, env.num_workers, env.num_ps, saved.interval, saved.keep,
+            elastic=env.strategy != StrategyName.PARAMETER_SERVER,
+        )  # fmt: skip
+    rendezvous(env, options.rendezvous_timeout, options.timeout)
+    if env.num_ps:
+        group = dist.new_group(list(range(env.num_workers)), timeout=strategy.timeout)  # every rank must call it
+        strategy.workers_group = group if isinstance(group, dist.ProcessGroup) else None  # None on shards
+    agree_on_resume(strategy)
+    strategy._log_window = (time.perf_counter(), strategy.steps_done)
+    if env.role == Role.WORKER and env.index == 0:
+        strategy.metrics.serve(env.metrics_port)
+    device = f", on {strategy.device}" if strategy.is_worker else ""  # shards serve from host memory
+    print(f"[ringleader] {env.role} {env.index}: {strategy.name}, rank {env.global_rank} of {env.global_world_size}"
+          f"{device}, starting at step {strategy.steps_done}", file=sys.stderr, flush=True)  # fmt: skip
+    return strategy

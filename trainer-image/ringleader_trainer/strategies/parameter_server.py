@@ -1,0 +1,93 @@
+"""Parameter servers: the parameters sharded over the PS ranks; workers push gradients and pull parameters."""
+
+from __future__ import annotations
+
+import socket
+
+import torch
+from torch import nn
+
+from ringleader_trainer import auth
+from ringleader_trainer.checkpointing import TrainingCheckpointer
+from ringleader_trainer.env import RankEnv
+from ringleader_trainer.logs import log_json
+from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, shard_parameters
+from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
+
+
+class ParameterServerStrategy(Strategy):
+    """Parameters sharded over the PS ranks; workers push gradients and pull parameters every step."""
+
+    name = "parameter-server"
+
+    def __init__(self, env: RankEnv, options: Options) -> None:
+        super().__init__(env, options)
+        self.listener: socket.socket | None = None
+        self.client: ShardClient | None = None
+        if env.ps is None:  # the env reader requires it under parameter-server
+            raise StrategyUsageError("the parameter-server settings (RINGLEADER_PS_*) are not set")
+        self.shards = env.ps
+        self.token = auth.load_token(env.token_file)  # before anything is opened: without it, exit 2 at once
+        if self.is_server:
+            port = int(self.shards.addrs[env.index].rsplit(":", 1)[1])
+            self.listener = socket.create_server(("", port), reuse_port=False)
+
+    @property
+    def addrs(self) -> list[tuple[str, int]]:
+        return [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in self.shards.addrs]
+
+    def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
+        return TrainingCheckpointer(self, model, optimizer, saves_model=False)  # the shards hold the state
+
+    def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
+        if self.is_server:
+            raise StrategyUsageError("parameter-server ranks call serve(), not distributed_optimizer()")
+        self.client = ShardClient(
+            self.addrs, self.rank, shard_parameters(model, self.env.num_ps), self.steps_done,
+            connect_timeout=self.options.rendezvous_timeout, timeout=self.options.timeout, token=self.token,
+        )  # fmt: skip
+
+        def exchange() -> None:
+            assert self.client is not None
+            self.client.push_pull(self.steps_done)
+            self.communication_rounds += 1
+
+        return patch_step(optimizer, exchange, local=False, after=self._advance)
+
+    def serve(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> ServerStats:
+        """Serve this rank's shard until every worker is done; checkpoint it alongside the workers."""
+        if not self.is_server or self.listener is None:
+            raise StrategyUsageError("serve() is for parameter-server ranks")
+        index = self.env.index
+        server = ShardServer(
+            index, shard_parameters(model, self.env.num_ps)[index], optimizer, self.env.num_workers,
+            self.shards.mode, self.shards.max_staleness, self.options.timeout, self.token,
+            start_step=self.steps_done,
+        )  # fmt: skip
+        server.on_reject = lambda peer, reason: log_json(
+            role="ps", index=index, event="connection-rejected", peer=peer, reason=reason
+        )
+        if self.resumed is not None:
+            server.load_state_dict(self.resumed["shard"])
+        checkpoints, saved = self.checkpoints, {self.steps_done}
+
+        def on_progress(slowest: int) -> None:
+            if checkpoints and slowest not in saved and (checkpoints.due(slowest) or server.finished):
+                checkpoints.save(slowest, {"shard": server.state_dict()})
+                saved.add(slowest)
+
+        server.on_progress = on_progress
+        log_json(role="ps", index=index, event="serving", values=server.flat.numel(), mode=server.mode)
+        try:
+            server.serve(self.listener, accept_timeout=self.options.rendezvous_timeout)
+        finally:
+            self.listener.close()
+        stats = server.stats
+        log_json(role="ps", index=index, event="done", updates=stats.updates, waits=stats.waits,
+                 max_lead_on_release=stats.max_lead_on_release, rejected=stats.rejected)  # fmt: skip
+        return stats
+
+    def finish(self) -> None:
+        if self.client is not None:
+            self.client.done()
+            self.client = None
