@@ -30,15 +30,24 @@ KOPF_REQUESTS = 32  # kopf's own concurrent requests (patches, events) beside it
 T = TypeVar("T")
 
 
-class ApiUnavailable(Exception):
+class KubeError(Exception):
+    """An API call failed. `status`: the HTTP status the API server answered, None when no answer came (the
+    network, a timeout)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ApiUnavailable(KubeError):
     """A request failed in a way worth retrying (network, 5xx, 429, timeouts)."""
 
 
-class Conflict(Exception):
+class Conflict(KubeError):
     """A write based on an outdated read: read again and decide again."""
 
 
-class RejectedObject(Exception):
+class RejectedObject(KubeError):
     """The API server refused an object as invalid or forbidden; retrying the same object cannot help."""
 
 
@@ -103,14 +112,17 @@ class Kube:
             # are no OSError; unwrapped, they reached kopf as a handler's crash and waited out its 60 s back-off.
             raise self._wrap(e, what) from e
 
-    def _wrap(self, e: Exception, what: str) -> Exception:
-        if isinstance(e, ApiException) and e.status == 409:
-            return Conflict(f"{what}: {_message(e)}")
-        if isinstance(e, ApiException) and e.status in (400, 403, 422):
-            return RejectedObject(f"{what}: {_message(e)}")
-        if isinstance(e, ApiException):
-            return ApiUnavailable(f"{what}: {e.status} {_message(e)}")
-        return ApiUnavailable(f"{what}: {e}")
+    def _wrap(self, e: Exception, what: str) -> KubeError:
+        if not isinstance(e, ApiException):
+            return ApiUnavailable(f"{what}: {e}")
+        if e.status == 409:
+            return Conflict(f"{what}: {_message(e)}", e.status)
+        if e.status in (400, 403, 422):
+            return RejectedObject(f"{what}: {_message(e)}", e.status)
+        return ApiUnavailable(f"{what}: {e.status} {_message(e)}", e.status)
+
+    async def close(self) -> None:
+        await self.api.close()
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         obj = await self._call(
@@ -254,7 +266,7 @@ class Kube:
                 absent=409,
             )
         except ApiUnavailable as e:
-            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+            if e.status == 404:
                 raise RejectedObject(
                     f"the pods' schedulerName needs PodGroups ({body['apiVersion']}), which this cluster does not "
                     "serve: install that scheduler, or use the default scheduler (Ringleader's own gang admission)"

@@ -1,9 +1,10 @@
 """Apply one reconcile round for a job: read what exists, plan (pure), write what changed.
 
 Rounds for the same job never overlap: triggers that arrive during a round (the timer, spec updates) collapse
-into one more round after it. Pod events that only say a pod was bound or started do not start a round each:
-a job's such events within POD_EVENTS_SECONDS share one (pods of a large job change phase one after another,
-and each round costs reads and a status write). A pod that ends or is being deleted gets a round at once.
+into one more round after it (`workqueue.WorkQueue`). Pod events that only say a pod was bound or started do
+not start a round each: a job's such events within POD_EVENTS_SECONDS share one (pods of a large job change
+phase one after another, and each round costs reads and a status write). A pod that ends or is being deleted
+gets a round at once.
 
 Reads: the job from the API server; its pods from kopf's index; whether its Service exists from what this
 process last read or created. The periodic resync reads pods and Service from the API server every
@@ -22,24 +23,26 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 from pydantic import ValidationError
 
-from . import admission, metrics, progress
-from .api import ConditionType, JobPhase, Progress, Role, TrainingJob, TrainingJobStatus
-from .builders import DEFAULT_MAX_RANKS, METRICS_PORT, pod_name
+from . import admission, metrics
+from .api import ConditionType, JobPhase, TrainingJob, TrainingJobStatus
+from .builders import DEFAULT_MAX_RANKS
 from .conditions import Reason, set_condition
 from .job_objects import build_network_policy, build_service, build_token_secret
-from .kube import ApiUnavailable, Conflict, Kube, RejectedObject
+from .jobmemory import JobMemory, Key
+from .kube import ApiUnavailable, Conflict, RejectedObject
+from .kubeapi import EventSink, KubeApi
 from .observed import earlier_job_leftovers, foreign_pods_message, format_time
 from .podcache import PodCache, digest
 from .reconcile import plan
 from .round_state import Plan
+from .scraper import ProgressScraper
+from .workqueue import WorkQueue
 
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
@@ -48,9 +51,6 @@ POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one roun
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
-SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
-
-EventSink = Callable[[dict[str, Any], str, str, str], None]
 
 
 def utcnow() -> str:
@@ -73,17 +73,14 @@ def _invalid_spec(status: TrainingJobStatus, generation: int, message: str) -> d
     return status_json(failed)
 
 
-@dataclass
-class _Slot:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    again: bool = False
-    fresh: bool = False  # the next round reads pods from the API server, not the cache
-
-
 class Reconciler:
+    """Rounds for every job, through one work queue: read (the job from the API server, its pods from the
+    cache), plan (pure), write what changed. Also the progress scraper's owner: both share one memory record
+    per job."""
+
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         emit: EventSink,
         cache: PodCache | None = None,
         clusterwide: bool = False,
@@ -101,50 +98,39 @@ class Reconciler:
         self.cache = cache
         self.clusterwide = clusterwide
         self.emit = emit
-        self.slots: dict[tuple[str, str], _Slot] = {}
-        self.phases: dict[tuple[str, str], str] = {}
-        self.session: aiohttp.ClientSession | None = None
-        self.wakeups: dict[tuple[str, str], asyncio.TimerHandle] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.jobs: dict[Key, JobMemory] = {}
+        self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed)
         self.admission_lock = asyncio.Lock()
-        self.waiting: dict[tuple[str, str], str] = {}  # jobs whose pods wait for room -> their creation time
-        # Jobs whose Service exists (read or created by a round) -> the job's uid; later rounds skip reading it.
-        self.services: dict[tuple[str, str], str] = {}
-        self.fresh_reads: dict[tuple[str, str], float] = {}  # job -> when a round last read it fresh
-        # job -> the pods carrying its labels that are not its ranks, as last reported in an event
-        self.foreign: dict[tuple[str, str], tuple[str, ...]] = {}
-        self.scrape_failures: dict[tuple[str, str], int] = {}  # job -> progress scrapes failed in a row
+        self.scraper = ProgressScraper(kube, emit, self.memory, self._cached_pods)
 
-    def _record_phase(self, key: tuple[str, str], phase: str | None) -> None:
-        """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
-        if phase is None:
-            self.phases.pop(key, None)
-        else:
-            self.phases[key] = phase or "Pending"
-        for name in {*self.phases.values(), *metrics.KNOWN_PHASES}:
-            metrics.JOBS.labels(phase=name).set(sum(p == name for p in self.phases.values()))
+    def memory(self, key: Key) -> JobMemory:
+        return self.jobs.setdefault(key, JobMemory())
 
+    # ---- the queue's side ---------------------------------------------------------------------------
     async def trigger(self, namespace: str, name: str, fresh: bool = False) -> None:
         """Reconcile the job now, or once more after the round that is running. `fresh`: read its pods from the
         API server rather than the cache (the periodic resync does, to heal what a watch gap left behind)."""
-        slot = self.slots.setdefault((namespace, name), _Slot())
-        slot.fresh = slot.fresh or fresh
-        if slot.lock.locked():
-            slot.again = True
-            return
-        async with slot.lock:
-            while True:
-                slot.again = False
-                fresh, slot.fresh = slot.fresh, False
-                try:
-                    await self.round(namespace, name, fresh)
-                except Conflict as e:
-                    log.debug("[%s/%s] %s; reconciling again", namespace, name, e)
-                    slot.again = True
-                if not slot.again:
-                    break
-        if not slot.again:
-            self.slots.pop((namespace, name), None)
+        await self.queue.run((namespace, name), fresh)
+
+    def wake_after(self, namespace: str, name: str, seconds: float) -> None:
+        """Reconcile the job in `seconds`, or sooner (one pending wake-up per job, the sooner one stays)."""
+        self.queue.add_after((namespace, name), seconds)
+
+    async def _process(self, key: Key, fresh: bool) -> bool:
+        """One round; True to run again at once (its status write met a newer version of the job)."""
+        try:
+            await self.round(*key, fresh)
+        except Conflict as e:
+            log.debug("[%s/%s] %s; reconciling again", *key, e)
+            return True
+        return False
+
+    @staticmethod
+    def _timer_failed(key: Key, e: Exception) -> None:
+        if isinstance(e, ApiUnavailable):  # the periodic resync tries again
+            log.warning("[%s/%s] %s", *key, e)
+        else:  # no handler of kopf's reports it for us; the resync tries again
+            log.error("[%s/%s] reconcile round failed", *key, exc_info=e)
 
     async def round(self, namespace: str, name: str, fresh: bool) -> None:
         started = time.monotonic()
@@ -153,55 +139,37 @@ class Reconciler:
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def wake_after(self, namespace: str, name: str, seconds: float) -> None:
-        """Reconcile the job in `seconds`, or sooner: one pending wake-up per job, the sooner one stays. A
-        round plans from everything it reads, so every wake-up asked for meanwhile is served by it, and a
-        round sooner than asked for costs at most one more request for the job."""
-        key = (namespace, name)
-        loop = asyncio.get_running_loop()
-        if (pending := self.wakeups.get(key)) is not None:
-            if pending.when() <= loop.time() + seconds:
-                return
-            self.wakeups.pop(key).cancel()
-
-        def fire() -> None:
-            self.wakeups.pop(key, None)
-            task = asyncio.ensure_future(self._woken(namespace, name))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-        self.wakeups[key] = loop.call_later(max(0.0, seconds), fire)
-
-    async def _woken(self, namespace: str, name: str) -> None:
-        try:
-            await self.trigger(namespace, name)
-        except ApiUnavailable as e:  # the periodic resync tries again
-            log.warning("[%s/%s] %s", namespace, name, e)
-        except Exception:  # no handler of kopf's reports it for us; the resync tries again
-            log.exception("[%s/%s] reconcile round failed", namespace, name)
-
     def fresh_due(self, namespace: str, name: str) -> bool:
         """Whether the job's next resync round should read its pods and Service from the API server (at most
         every FRESH_SECONDS), not from what this process has cached."""
-        last = self.fresh_reads.get((namespace, name))
+        last = self.memory((namespace, name)).fresh_read_at
         return last is None or time.monotonic() - last >= FRESH_SECONDS
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        """The job is gone (or going): drop what this process remembers of it."""
-        self._record_phase(key, None)
-        self.waiting.pop(key, None)
-        self.services.pop(key, None)
-        self.fresh_reads.pop(key, None)
-        self.foreign.pop(key, None)
-        self.scrape_failures.pop(key, None)
+    def _record_phase(self, key: Key, phase: str | None) -> None:
+        """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
+        if phase is not None:
+            self.memory(key).phase = phase or JobPhase.PENDING
+        phases = [m.phase for m in self.jobs.values() if m.phase is not None]
+        for name in {*phases, *metrics.KNOWN_PHASES}:
+            metrics.JOBS.labels(phase=name).set(sum(p == name for p in phases))
 
+    def _forget(self, key: Key) -> None:
+        """The job is gone (or going): drop what this process remembers of it."""
+        self.jobs.pop(key, None)
+        self._record_phase(key, None)
+
+    # ---- reads ---------------------------------------------------------------------------------------
     def _cached(self) -> PodCache | None:
         """The pod cache once kopf has filled it, else None (read from the API server)."""
         return self.cache if self.cache is not None and self.cache.ready else None
 
+    def _cached_pods(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
+        cache = self._cached()
+        return None if cache is None else cache.job_pods(namespace, job, time.monotonic())
+
     async def _pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
-        if (cache := self._cached()) is not None and not fresh:
-            return cache.job_pods(namespace, name, time.monotonic())
+        if not fresh and (pods := self._cached_pods(namespace, name)) is not None:
+            return pods
         return [digest(p) for p in await self.kube.list_pods(namespace, name)]
 
     async def _cluster(self) -> admission.Cluster:
@@ -234,11 +202,12 @@ class Reconciler:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         pods = await self._pods(namespace, name, fresh)
         service = None
-        if fresh or self.services.get(key) != uid:
-            self.services.pop(key, None)
+        record = self.memory(key)
+        if fresh or record.service_uid != uid:
+            record.service_uid = None
             service = await self.kube.read_service(namespace, name)
         if fresh:  # recorded once both reads succeeded: a failed one leaves the fresh read due
-            self.fresh_reads[key] = time.monotonic()
+            record.fresh_read_at = time.monotonic()
         leftovers = earlier_job_leftovers(uid, [*pods, *([service] if service else [])])
         if leftovers:
             log.info(
@@ -250,8 +219,8 @@ class Reconciler:
             self.wake_after(namespace, name, LEFTOVERS_RETRY_SECONDS)
             return
         if service is not None:
-            self.services[key] = uid  # this job's own (not a leftover): later rounds need not read it
-        service_exists = self.services.get(key) == uid
+            record.service_uid = uid  # this job's own (not a leftover): later rounds need not read it
+        service_exists = record.service_uid == uid
         if any(admission.gated(x) for x in pods):
             # One admission at a time across all jobs: each decides on room the previous ones have already
             # claimed (their released pods count as placed), so two jobs never both take the same room.
@@ -300,8 +269,9 @@ class Reconciler:
         key = (job.namespace, job.name)
         for kind, reason, message in p.events:
             self.emit(obj, kind, reason, message)
-        if tuple(p.foreign_pods) != self.foreign.get(key, ()):
-            self.foreign[key] = tuple(p.foreign_pods)
+        record = self.memory(key)
+        if tuple(p.foreign_pods) != record.foreign_pods:
+            record.foreign_pods = tuple(p.foreign_pods)
             if p.foreign_pods:
                 self.emit(obj, "Warning", Reason.FOREIGN_PODS, foreign_pods_message(p.foreign_pods))
         metrics.RESTARTS.inc(
@@ -316,7 +286,7 @@ class Reconciler:
         if self.operator_pods is not None:
             await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
         await self.kube.create_if_absent(build_service(job))
-        self.services[(job.namespace, job.name)] = str(job.metadata.get("uid", ""))
+        self.memory((job.namespace, job.name)).service_uid = str(job.metadata.get("uid", ""))
 
     async def _apply_pods(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Deletions, forced removals, gate releases, then creations (a refused pod fails the job)."""
@@ -348,65 +318,25 @@ class Reconciler:
             self.wake_after(namespace, name, 0.0)
 
     def _note_waiting(self, job: TrainingJob, waiting: bool) -> None:
-        key = (job.namespace, job.name)
-        if waiting:
-            self.waiting[key] = str(job.metadata.get("creationTimestamp", ""))
-        else:
-            self.waiting.pop(key, None)
+        self.memory((job.namespace, job.name)).waiting_since = (
+            str(job.metadata.get("creationTimestamp", "")) if waiting else None
+        )
 
     def room_freed(self) -> None:
         """Room may have been freed: give every job waiting for admission a round now, oldest first (they
         queue for the admission lock in this order)."""
-        for i, key in enumerate(sorted(self.waiting, key=lambda k: (self.waiting[k], k))):
+        waiting = sorted((m.waiting_since, k) for k, m in self.jobs.items() if m.waiting_since is not None)
+        for i, (_, key) in enumerate(waiting):
             self.wake_after(*key, NUDGE_SECONDS + i * 0.01)
 
     async def scrape_progress(self, obj: Mapping[str, Any]) -> None:
-        """Copy worker 0's step, loss and throughput into status.progress (called while the job `obj` runs).
-        A page that cannot be read is counted; after SCRAPE_FAILURES_REPORTED failures in a row, one Warning
-        event says why, until a scrape succeeds again."""
-        meta = obj.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        last = (obj.get("status") or {}).get("progress")
-        ip = await self._pod_ip(namespace, name)
-        if not ip:
-            return
-        if self.session is None:
-            self.session = progress.session()
-        key = (namespace, name)
-        try:
-            now = await progress.scrape(self.session, ip, METRICS_PORT, utcnow())
-        except progress.ScrapeError as e:
-            metrics.SCRAPE_FAILURES.inc()
-            self.scrape_failures[key] = failures = self.scrape_failures.get(key, 0) + 1
-            log.debug("[%s/%s] no progress: %s", namespace, name, e)
-            if failures == SCRAPE_FAILURES_REPORTED:
-                self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
-            return
-        self.scrape_failures.pop(key, None)
-        old = Progress.model_validate(last) if last else None
-        if now is None or (
-            old is not None
-            and (old.step, old.loss, old.samples_per_second) == (now.step, now.loss, now.samples_per_second)
-        ):
-            return
-        await self.kube.patch_status(namespace, name, {"progress": now.model_dump(by_alias=True, mode="json")})
-
-    async def _pod_ip(self, namespace: str, job: str) -> str | None:
-        """Worker 0's address, from the cache when there is one."""
-        worker0 = pod_name(job, Role.WORKER, 0)
-        if (cache := self._cached()) is None:
-            return await self.kube.pod_ip(namespace, worker0)
-        pod = next((p for p in cache.job_pods(namespace, job, time.monotonic())
-                    if p["metadata"].get("name") == worker0), None)  # fmt: skip
-        ip = ((pod or {}).get("status") or {}).get("podIP")
-        return str(ip) if ip else None
+        """Copy worker 0's step, loss and throughput into status.progress (called while the job `obj` runs)."""
+        await self.scraper.scrape(obj)
 
     async def close(self) -> None:
-        for handle in self.wakeups.values():
-            handle.cancel()
-        if self.session is not None:
-            await self.session.close()
-        await self.kube.api.close()
+        self.queue.close()
+        await self.scraper.close()
+        await self.kube.close()
 
     async def _reject(self, job: TrainingJob, obj: dict[str, Any], message: str) -> None:
         """The API server refused a pod built from the spec: fail the job, and leave no half-created pods."""

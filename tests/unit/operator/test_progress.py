@@ -211,8 +211,9 @@ def test_a_pods_cookie_is_not_kept_for_the_next_scrape() -> None:
 
 
 def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ringleader_operator import reconciler as reconciler_module
-    from ringleader_operator.reconciler import SCRAPE_FAILURES_REPORTED, Reconciler
+    from ringleader_operator import scraper as scraper_module
+    from ringleader_operator.jobmemory import JobMemory, Key
+    from ringleader_operator.scraper import SCRAPE_FAILURES_REPORTED, ProgressScraper
 
     serve = {"ok": False}
     patched: list[dict[str, Any]] = []
@@ -222,29 +223,36 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
         return web.Response(text=PAGE) if serve["ok"] else web.Response(status=500)
 
     class Kube:
-        async def pod_ip(self, namespace: str, name: str) -> str:
+        async def pod_ip(self, namespace: str, name: str) -> str | None:
             return "127.0.0.1"
 
-        async def patch_status(self, namespace: str, name: str, status: dict[str, Any], **_: Any) -> None:
+        async def patch_status(
+            self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+        ) -> None:
             patched.append(status)
 
     job = {"metadata": {"namespace": "ns", "name": "j"}, "status": {}}
 
     async def main() -> None:
         async with serving(metrics=page) as port:
-            monkeypatch.setattr(reconciler_module, "METRICS_PORT", port)
-            r = Reconciler(Kube(), lambda _o, _k, reason, message: events.append((reason, message)))  # type: ignore[arg-type]
+            monkeypatch.setattr(scraper_module, "METRICS_PORT", port)
+            jobs: dict[Key, JobMemory] = {}
+            r = ProgressScraper(
+                Kube(),
+                lambda _o, _k, reason, message: events.append((reason, message)),
+                lambda key: jobs.setdefault(key, JobMemory()),
+                lambda _namespace, _job: None,  # no pod cache: worker 0's address from the API
+            )
             for _ in range(SCRAPE_FAILURES_REPORTED + 2):
-                await r.scrape_progress(job)
-            assert len(events) == 1 and not patched
+                await r.scrape(job)
+            assert len(events) == 1 and not patched and jobs[("ns", "j")].scrape_failures == 5
             serve["ok"] = True
-            await r.scrape_progress(job)
+            await r.scrape(job)
             assert patched and patched[-1]["progress"]["step"] == 1200
             serve["ok"] = False
             for _ in range(SCRAPE_FAILURES_REPORTED):
-                await r.scrape_progress(job)
-            assert r.session is not None
-            await r.session.close()
+                await r.scrape(job)
+            await r.close()
 
     asyncio.run(main())
     assert [reason for reason, _ in events] == ["ProgressUnavailable"] * 2

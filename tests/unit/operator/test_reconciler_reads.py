@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from ringleader_operator import reconciler as reconciler_module
+from ringleader_operator.admission import Cluster
 from ringleader_operator.api import Role
 from ringleader_operator.reconciler import Reconciler
 
@@ -57,7 +58,9 @@ class FakeKube:
         if kind == "service":
             self.service_exists = True
 
-    async def patch_status(self, *_: Any, **__: Any) -> None:
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> None:
         self.calls.append("patch_status")
 
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
@@ -65,11 +68,37 @@ class FakeKube:
         self.created = pods
         return len(pods)
 
+    # The rest of KubeApi: recorded, answering as an empty cluster would.
+    async def pod_ip(self, namespace: str, name: str) -> str | None:
+        self.calls.append("pod_ip")
+        return None
+
+    async def delete_pods(self, namespace: str, names: list[str], grace_seconds: int | None = None) -> None:
+        self.calls.append("delete_pods")
+
+    async def ungate_pods(self, namespace: str, names: list[str]) -> None:
+        self.calls.append("ungate_pods")
+
+    async def create_pod_group(self, body: dict[str, Any]) -> None:
+        self.calls.append("create_pod_group")
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append("delete_job")
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return []
+
+    async def cluster(self) -> Cluster:
+        return Cluster([], [])
+
+    async def close(self) -> None:
+        self.calls.append("close")
+
 
 def _rounds(kube: FakeKube, steps: list[tuple[bool, str]], **options: Any) -> list[list[str]]:
     """Run one round per step (fresh, job uid); the Service reads and creates of each round (and the Secret's
     and NetworkPolicy's creates, which go with the Service's)."""
-    r = Reconciler(kube, emit=lambda *_: None, **options)  # type: ignore[arg-type]
+    r = Reconciler(kube, emit=lambda *_: None, **options)
     out = []
 
     async def main() -> None:
@@ -111,7 +140,7 @@ def test_with_operator_pods_a_new_job_gets_its_network_policy_before_its_service
 
 def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube(service_exists=True)
-    r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
+    r = Reconciler(kube, emit=lambda *_: None)
     assert r.fresh_due("ns", "j")
     asyncio.run(r.round("ns", "j", True))
     assert not r.fresh_due("ns", "j")
@@ -122,14 +151,13 @@ def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: py
 
 def test_a_round_that_created_gated_pods_asks_for_the_next_round_at_once() -> None:
     kube = FakeKube(service_exists=True, pods=False)
-    r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
+    r = Reconciler(kube, emit=lambda *_: None)
 
     async def main() -> float | None:
         await r.round("ns", "j", False)
-        pending = r.wakeups.get(("ns", "j"))
+        pending = r.queue.timers.get(("ns", "j"))
         due = None if pending is None else pending.when() - asyncio.get_running_loop().time()
-        for handle in r.wakeups.values():
-            handle.cancel()
+        r.queue.close()
         return due
 
     due = asyncio.run(main())
@@ -140,7 +168,7 @@ def test_a_round_that_created_gated_pods_asks_for_the_next_round_at_once() -> No
 def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
     kube = FakeKube(service_exists=True)
     events: list[tuple[str, str]] = []
-    r = Reconciler(kube, emit=lambda _obj, _kind, reason, message: events.append((reason, message)))  # type: ignore[arg-type]
+    r = Reconciler(kube, emit=lambda _obj, _kind, reason, message: events.append((reason, message)))
 
     def stray(name: str) -> dict[str, Any]:
         p = pod(Role.WORKER, 0, "Succeeded")

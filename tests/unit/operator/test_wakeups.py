@@ -1,6 +1,7 @@
-"""Reconciler.wake_after: one pending wake-up per job, the sooner one stays, and wake-ups asked for while one is
-pending are served by its round (pod events of a job share rounds instead of starting one each). On an event
-loop with a virtual clock: timers fire at exactly their time, and no test waits in real time."""
+"""The reconcile work queue's add_after (Reconciler.wake_after): one pending wake-up per job, the sooner one
+stays, and wake-ups asked for while one is pending are served by its run (pod events of a job share rounds
+instead of starting one each). On an event loop with a virtual clock: timers fire at exactly their time, and
+no test waits in real time."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ import asyncio
 from typing import Any
 
 import pytest
-from ringleader_operator.reconciler import Reconciler
+from ringleader_operator.workqueue import WorkQueue
 
 
-class CountingReconciler(Reconciler):
-    """Records when each round starts instead of talking to an API server."""
+class CountingQueue(WorkQueue[tuple[str, str]]):
+    """Records when each run starts; no work is done."""
 
     def __init__(self) -> None:
-        super().__init__(kube=None, emit=lambda *_: None)  # type: ignore[arg-type]
+        super().__init__(self._record, on_error=lambda key, e: None)
         self.rounds: list[tuple[str, str, float]] = []
 
-    async def round(self, namespace: str, name: str, fresh: bool) -> None:
-        self.rounds.append((namespace, name, asyncio.get_running_loop().time()))
+    async def _record(self, key: tuple[str, str], fresh: bool) -> bool:
+        self.rounds.append((*key, asyncio.get_running_loop().time()))
+        return False
+
+    def wake_after(self, namespace: str, name: str, seconds: float) -> None:
+        self.add_after((namespace, name), seconds)
 
 
 class VirtualClockLoop(asyncio.SelectorEventLoop):
@@ -40,9 +45,9 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         super()._run_once()  # type: ignore[misc]
 
 
-def _run(script: Any) -> CountingReconciler:
-    async def main() -> CountingReconciler:
-        r = CountingReconciler()
+def _run(script: Any) -> CountingQueue:
+    async def main() -> CountingQueue:
+        r = CountingQueue()
         await script(r)
         await asyncio.sleep(10)  # virtual: lets every pending wake-up fire
         return r
@@ -66,7 +71,7 @@ def _run(script: Any) -> CountingReconciler:
     ids=["burst", "later-kept-sooner", "sooner-replaces", "now"],
 )
 def test_wake_ups_of_one_job_share_a_round(asks: list[float], rounds: int, at: float) -> None:
-    async def script(r: CountingReconciler) -> None:
+    async def script(r: CountingQueue) -> None:
         for seconds in asks:
             r.wake_after("team", "a", seconds)
             await asyncio.sleep(0)
@@ -74,11 +79,11 @@ def test_wake_ups_of_one_job_share_a_round(asks: list[float], rounds: int, at: f
     r = _run(script)
     assert [name for _, name, _ in r.rounds] == ["a"] * rounds
     assert r.rounds[0][2] == at
-    assert not r.wakeups  # nothing left pending: a later wake-up was cancelled or never made
+    assert not r.timers  # nothing left pending: a later wake-up was cancelled or never made
 
 
 def test_each_job_gets_its_own_round_and_a_new_event_after_the_round_gets_another() -> None:
-    async def script(r: CountingReconciler) -> None:
+    async def script(r: CountingQueue) -> None:
         for _ in range(5):
             r.wake_after("team", "a", 0.05)
             r.wake_after("team", "b", 0.05)

@@ -1,0 +1,52 @@
+"""What the reconciler and the progress scraper ask of the Kubernetes API: the operations, as Protocols that
+`kube.Kube` implements and the tests' fakes satisfy. Errors are `kube.KubeError`s (Conflict, RejectedObject,
+ApiUnavailable), each carrying the HTTP status."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .admission import Cluster
+
+
+class StatusApi(Protocol):
+    """What the progress scraper needs: worker 0's address, and a status patch."""
+
+    async def pod_ip(self, namespace: str, name: str) -> str | None: ...
+
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> None: ...
+
+
+class KubeApi(StatusApi, Protocol):
+    """Everything a reconcile round reads and writes."""
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]: ...
+
+    async def read_service(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def create_if_absent(self, body: dict[str, Any]) -> None: ...
+
+    async def create_pods(self, pods: list[dict[str, Any]]) -> int: ...
+
+    async def delete_pods(self, namespace: str, names: list[str], grace_seconds: int | None = None) -> None: ...
+
+    async def ungate_pods(self, namespace: str, names: list[str]) -> None: ...
+
+    async def create_pod_group(self, body: dict[str, Any]) -> None: ...
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None: ...
+
+    async def nodes(self) -> list[dict[str, Any]]: ...
+
+    async def cluster(self) -> Cluster: ...
+
+    async def close(self) -> None: ...
+
+
+# Emits a Kubernetes Event about an object: (the object, type Normal|Warning, reason, message).
+EventSink = Callable[[dict[str, Any], str, str, str], None]
