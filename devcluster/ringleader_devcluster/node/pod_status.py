@@ -1,0 +1,101 @@
+"""A pod worker's status: recomputed from the container records and patched to the API server only when it
+changed (transition times aside); retried on failure, dropped once the pod is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from typing import Any
+
+from kubernetes_asyncio.client import ApiException
+
+from .pod_state import API_TIMEOUT, NETWORK_ERRORS, PodWorkerState, log
+from .podstatus import PodView, build_status, pod_phase
+from .runtime import now
+
+
+def _is_terminal(phase: str) -> bool:
+    return phase in ("Succeeded", "Failed")
+
+
+class StatusPublishing(PodWorkerState):
+    def _current_phase(self) -> str:
+        if _is_terminal(self.phase):
+            return self.phase
+        return pod_phase(self._policy(), list(self.init.values()), list(self.containers.values()))
+
+    def status(self, at: datetime) -> dict[str, Any]:
+        old = (self.pod.get("status") or {}).get("conditions") or []
+        view = PodView(
+            phase=self._current_phase(),
+            pod_ip=self.pod_ip,
+            host_ip=self.node.host_ip,
+            start_time=self.start_time,
+            sandbox_ready=self.sandbox_ready,
+            reason=self.reason,
+            message=self.message,
+        )
+        return build_status(view, list(self.init.values()), list(self.containers.values()), old, at)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await self.dirty.wait()
+            self.dirty.clear()
+            if self.gone or self.gone_quiet:
+                continue
+            status = self.status(now())
+            if _same_status(status, self.published):
+                continue
+            meta = self.pod["metadata"]
+            body = {"status": {**_NULLABLE, **status}}
+            try:
+                await self.node.api.patch_namespaced_pod_status(
+                    meta["name"],
+                    meta["namespace"],
+                    body,
+                    _request_timeout=API_TIMEOUT,
+                    _content_type="application/merge-patch+json",
+                )
+                self.published = status
+                # Keep our conditions' transition times until the watch delivers the object back.
+                self.pod.setdefault("status", {})["conditions"] = status["conditions"]
+            except ApiException as e:
+                if e.status == 404:
+                    self.gone = True
+                    continue
+                log.warning("[%s] status patch failed (%s: %s); retrying", self.key, e.reason, _message(e))
+                await asyncio.sleep(0.5)
+                self._mark()
+            except NETWORK_ERRORS as e:
+                log.warning("[%s] status patch failed (%s); retrying", self.key, str(e) or type(e).__name__)
+                await asyncio.sleep(0.5)
+                self._mark()
+
+
+# Keys we own in the merge patch: absent means "clear it", so each goes out as null unless set.
+
+
+# Keys we own in the merge patch: absent means "clear it", so each goes out as null unless set.
+_NULLABLE: dict[str, Any] = {
+    "reason": None,
+    "message": None,
+    "initContainerStatuses": None,
+    "podIP": None,
+    "podIPs": None,
+}
+
+
+def _message(e: ApiException) -> str:
+    try:
+        return str(json.loads(e.body).get("message", ""))
+    except (TypeError, ValueError):
+        return str(e.body)[:200]
+
+
+def _strip_times(status: dict[str, Any]) -> dict[str, Any]:
+    return {**status, "conditions": [{**c, "lastTransitionTime": None} for c in status.get("conditions", [])]}
+
+
+def _same_status(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
+    return b is not None and _strip_times(a) == _strip_times(b)
