@@ -7,43 +7,51 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client
 from ringleader_devcluster.cluster import kubectl
 from ringleader_devcluster.layout import Layout
+from ringleader_devcluster.waiting import WaitTimeout, wait_until
+
+T = TypeVar("T")
+
+
+def bench_wait(what: str, check: Callable[[], T | None], timeout: float, every: float = 0.2) -> T:
+    """`waiting.wait_until`, ending the benchmark with a one-line message on a timeout."""
+    try:
+        return wait_until(what, check, timeout, every)
+    except WaitTimeout as e:
+        raise SystemExit(f"bench: {e}") from None
 
 
 def new_namespace(core: client.CoreV1Api, prefix: str = "bench") -> str:
     """A fresh namespace, returned once its default service account exists (pods are refused before)."""
     ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
-    deadline = time.monotonic() + 30
-    while not core.list_namespaced_service_account(ns).items:
-        if time.monotonic() > deadline:
-            raise SystemExit("bench: default service account never appeared")
-        time.sleep(0.1)
+    bench_wait(f"namespace {ns}'s default service account", lambda: core.list_namespaced_service_account(ns).items, 30)
     return ns
 
 
 def delete_namespace(core: client.CoreV1Api, ns: str, timeout: float = 600) -> None:
     """Delete and wait until it is gone, so one repetition's teardown does not load the next one."""
     core.delete_namespace(ns)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             core.read_namespace(ns, _request_timeout=10)
         except client.ApiException as e:
             if e.status == 404:
-                return
+                return True
             raise
-        time.sleep(0.5)
-    raise SystemExit(f"bench: namespace {ns} still there after {timeout:.0f}s")
+        return False
+
+    bench_wait(f"namespace {ns} to be deleted", gone, timeout, every=0.5)
 
 
 def proc_stats(pid: int) -> dict[str, float]:
@@ -63,13 +71,11 @@ def apply(layout: Layout, *docs: dict[str, Any]) -> None:
 
 
 def wait_established(ext: client.ApiextensionsV1Api, crd: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def established() -> bool:
         conditions = ext.read_custom_resource_definition(crd, _request_timeout=10).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"bench: CRD {crd} not Established after {timeout:.0f}s")
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    bench_wait(f"CRD {crd} to be Established", established, timeout)
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path, url: str, what: str) -> subprocess.Popen[bytes]:
@@ -84,13 +90,17 @@ def wait_healthy(
     proc: subprocess.Popen[bytes], url: str, log: Path, what: str, timeout: float = 90
 ) -> subprocess.Popen[bytes]:
     """Return `proc` once `url` answers 200; a clear exit if it dies or stays unhealthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:
         if proc.poll() is not None:
             raise SystemExit(f"bench: {what} exited {proc.returncode} (log: {log})")
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                return proc
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit(f"bench: {what} not healthy after {timeout:.0f}s (log: {log})")
+            return bool(r.status == 200)
+        return False
+
+    try:
+        wait_until(f"{what} to answer {url} (log: {log})", healthy, timeout, every=0.3)
+    except WaitTimeout as e:
+        proc.kill()
+        raise SystemExit(f"bench: {e}") from None
+    return proc

@@ -24,7 +24,7 @@ from kubernetes import client, config
 from ringleader_devcluster import images, realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from bench.common import delete_namespace, new_namespace
+from bench.common import bench_wait, delete_namespace, new_namespace
 from bench.record import summary, write_result
 
 GOAL_S = 30.0
@@ -61,13 +61,11 @@ def check_pod(name: str, line: str) -> dict[str, Any]:
 
 
 def wait_done(core: client.CoreV1Api, ns: str, name: str, timeout: float = 900) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> str | None:
         phase = core.read_namespaced_pod(name, ns).status.phase
-        if phase in ("Succeeded", "Failed"):
-            return str(phase)
-        time.sleep(0.2)
-    raise SystemExit(f"bench: pod {name} not finished after {timeout:.0f}s")
+        return str(phase) if phase in ("Succeeded", "Failed") else None
+
+    return bench_wait(f"pod {name} to finish", ended, timeout)
 
 
 def main() -> None:

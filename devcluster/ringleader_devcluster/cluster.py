@@ -25,7 +25,8 @@ from . import realnode, registry, servicenet
 from .layout import CLUSTER_NAME, DEVCLUSTER_DIR, PACKAGE_DIR, Layout
 from .node.network import Bridge, NetworkError, run_ip, sweep_sandboxes
 from .node.runtime import kill_leftovers
-from .pids import is_running, pid_from, spawn, stop_pid, stop_pidfile, wait_gone, wait_until
+from .pids import is_running, pid_from, spawn, stop_pid, stop_pidfile, wait_gone, wait_ready
+from .waiting import WaitTimeout, wait_until
 
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
 KUBELET_PORT = 10250
@@ -375,23 +376,26 @@ def wait_nodes_ready(
     """Wait until nodes `names` are Ready; fail at once, naming `agent`, if the process running them (the main
     process node's agent by default) exits."""
     pidfile, log = pidfile or layout.node_pidfile, log or layout.node_log
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if pid_from(pidfile) is None:
             tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
             raise ClusterError(f"{agent} exited: {tail[0] if tail else 'no log'} (log: {log})")
         res = kubectl(layout, "get", "nodes", "-o", "json", check=False)
-        if res.returncode == 0:
-            ready = {
-                n["metadata"]["name"]
-                for n in json.loads(res.stdout)["items"]
-                for c in n["status"].get("conditions", [])
-                if c["type"] == "Ready" and c["status"] == "True"
-            }
-            if ready.issuperset(names):
-                return
-        time.sleep(0.5)
-    raise ClusterError(f"nodes {', '.join(names)} not Ready after {READY_TIMEOUT:.0f}s (log: {log})")
+        if res.returncode != 0:
+            return False
+        ready = {
+            n["metadata"]["name"]
+            for n in json.loads(res.stdout)["items"]
+            for c in n["status"].get("conditions", [])
+            if c["type"] == "Ready" and c["status"] == "True"
+        }
+        return ready.issuperset(names)
+
+    try:
+        wait_until(f"nodes {', '.join(names)} to be Ready", ready, READY_TIMEOUT, every=0.5)
+    except WaitTimeout as e:
+        raise ClusterError(f"{e} (log: {log})") from None
 
 
 def scale_fake_nodes(layout: Layout, count: int) -> None:
@@ -585,7 +589,7 @@ def operator_up() -> None:
     ]
     env = {**os.environ, "KUBECONFIG": str(layout.kubeconfig)}
     pid = spawn(argv, pidfile, log, env)
-    wait_until("the operator", lambda: _listening(OPERATOR_HEALTH_PORT), pid, log, 30, ClusterError)
+    wait_ready("the operator", lambda: _listening(OPERATOR_HEALTH_PORT), pid, log, 30, ClusterError)
     say(f"operator running (pid {pid}, log {log})")
 
 

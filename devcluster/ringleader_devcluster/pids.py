@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .tools import RealNodeError
+from .waiting import WaitTimeout, wait_until
 
 
 def spawn(argv: list[str], pidfile: Path, log: Path, env: dict[str, str] | None = None) -> int:
@@ -22,18 +23,24 @@ def spawn(argv: list[str], pidfile: Path, log: Path, env: dict[str, str] | None 
     return proc.pid
 
 
-def wait_until(
+def wait_ready(
     what: str, ready: Callable[[], bool], pid: int, log: Path, timeout: float, error: type[Exception] = RealNodeError
 ) -> None:
-    """Wait until `ready()` is true; fail at once with `error`, quoting the log's last line, when `pid` exits."""
-    deadline = time.monotonic() + timeout
-    while not ready():
+    """Wait until the daemon `pid` is `ready()`; fail at once with `error`, quoting the log's last line, when it
+    exits, and with `error` after `timeout` seconds."""
+
+    def check() -> bool:
+        if ready():
+            return True
         if not is_running(pid):
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
             raise error(f"{what} exited: {tail[0] if tail else 'no log'} (log: {log})")
-        if time.monotonic() > deadline:
-            raise error(f"{what} not ready after {timeout:.0f}s (log: {log})")
-        time.sleep(0.1)
+        return False
+
+    try:
+        wait_until(f"{what} to be ready", check, timeout, every=0.1)
+    except WaitTimeout as e:
+        raise error(f"{e} (log: {log})") from None
 
 
 def is_running(pid: int) -> bool:

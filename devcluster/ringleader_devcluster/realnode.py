@@ -31,7 +31,7 @@ from pathlib import Path
 from . import images, registry, servicenet
 from .certs import client_certificate
 from .layout import Layout, read_versions
-from .pids import pid_from, spawn, stop_pidfile, wait_until
+from .pids import pid_from, spawn, stop_pidfile, wait_ready
 from .tools import RealNodeError, remove_empty_dirs, run
 
 __all__ = ["RealNodeError"]  # raised by everything here (defined with the tool runner)
@@ -308,7 +308,7 @@ def _spawn(paths: Paths, program: str, argv: list[str]) -> int:
 
 def _start_containerd(paths: Paths) -> None:
     pid = _spawn(paths, "containerd", ["containerd", "--config", str(paths.containerd_config)])
-    wait_until("containerd", paths.socket.exists, pid, paths.log("containerd"), 30)
+    wait_ready("containerd", paths.socket.exists, pid, paths.log("containerd"), 30)
 
 
 def start(layout: Layout, server: str) -> None:

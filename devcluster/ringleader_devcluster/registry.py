@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from .layout import Layout
-from .pids import pid_from, spawn, stop_pidfile, wait_until
+from .pids import pid_from, spawn, stop_pidfile, wait_ready
 from .tools import RealNodeError, http_ok
 
 ADDRESS = "127.0.0.1:15000"
@@ -58,7 +58,7 @@ def start(layout: Layout) -> None:
     settings.write_text(json.dumps(config(storage(layout)), indent=2))  # JSON is YAML
     log = state / "registry.log"
     pid = spawn([str(program), "serve", str(settings)], state / "registry.pid", log)
-    wait_until("the image registry", serving, pid, log, 30)
+    wait_ready("the image registry", serving, pid, log, 30)
 
 
 def stop(layout: Layout) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .certs import client_certificate
-from .pids import pid_from, spawn, stop_pidfile, wait_until
+from .pids import pid_from, spawn, stop_pidfile, wait_ready
 from .tools import RealNodeError, http_ok, run
 
 SERVICE_CIDR = "10.0.0.0/24"  # the API server's --service-cluster-ip-range (set in cluster.py)
@@ -169,7 +169,7 @@ def start_dns(
     config = _kubeconfig_for(files, "coredns", "system:coredns", pki, kubeconfig)
     (files.root / "Corefile").write_text(corefile(address, config))
     pid = spawn([str(coredns), "-conf", str(files.root / "Corefile")], files.pidfile("coredns"), files.log("coredns"))
-    wait_until("CoreDNS", lambda: http_ok(f"http://{COREDNS_READY}/ready"), pid, files.log("coredns"), READY_TIMEOUT)
+    wait_ready("CoreDNS", lambda: http_ok(f"http://{COREDNS_READY}/ready"), pid, files.log("coredns"), READY_TIMEOUT)
 
 
 def start_proxy(
@@ -191,7 +191,7 @@ def start_proxy(
         time.sleep(0.2)
     log = files.log("kube-proxy")
     pid = spawn([str(kube_proxy), "--config", str(settings)], files.pidfile("kube-proxy"), log)
-    wait_until("kube-proxy", lambda: http_ok(f"http://{PROXY_HEALTHZ}/healthz"), pid, log, READY_TIMEOUT)
+    wait_ready("kube-proxy", lambda: http_ok(f"http://{PROXY_HEALTHZ}/healthz"), pid, log, READY_TIMEOUT)
 
 
 def stop(files: Files, kube_proxy: Path) -> None:

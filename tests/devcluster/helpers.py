@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,6 +11,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 from ringleader_devcluster import realnode
 from ringleader_devcluster.layout import Layout
+from ringleader_devcluster.waiting import WaitTimeout, wait_until
 
 T = TypeVar("T")
 
@@ -19,15 +19,11 @@ PROCESS_NODE_SELECTOR = {"ringleader.dev/process-node": "true"}
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, every: float = 0.2) -> T:
-    """Poll `fn` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    """Poll `fn` until it returns something truthy; fail the test naming `what` after `timeout` seconds."""
+    try:
+        return wait_until(what, fn, timeout, every)
+    except WaitTimeout as e:
+        raise AssertionError(str(e)) from None
 
 
 def python_pod(
