@@ -221,6 +221,7 @@ def _audit_policy(layout: Layout) -> Path:
 
 
 def start_control_plane(layout: Layout) -> None:
+    """Create the control plane (kwokctl, binary runtime), or start the stopped components of an existing one."""
     kwokctl = str(layout.binary("kwokctl"))
     env = _kwok_env(layout)
     pids = _component_pids(layout)
@@ -228,19 +229,7 @@ def start_control_plane(layout: Layout) -> None:
         say("control plane already running")
         return
     if (layout.cluster_dir / "kwok.yaml").exists():
-        say("starting the stopped components of the existing control plane")
-        # A component still shutting down counts as started for kwokctl, which then waits for it: bound that.
-        try:
-            _run([kwokctl, "start", "cluster", "--name", CLUSTER_NAME], env=env, timeout=60)
-        except ClusterError as e:
-            raise ClusterError(f"{e}; run 'make dev-cluster-down' and start again") from e
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not api_ready(layout):
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"the API server did not become ready in {READY_TIMEOUT:.0f}s; see {layout.cluster_dir / 'logs'}"
-                )
-            time.sleep(0.5)
+        _restart_control_plane(layout, kwokctl, env)
         return
     ensure_port_free(
         API_PORT, "kube-apiserver", fix="stop what listens there or set RINGLEADER_API_PORT to a free port"
@@ -249,39 +238,32 @@ def start_control_plane(layout: Layout) -> None:
         shutil.rmtree(layout.cluster_dir)  # half-created by an interrupted run: start over
     layout.state.mkdir(parents=True, exist_ok=True)
     say(f"creating the control plane (etcd, kube-apiserver :{API_PORT}, controller-manager, scheduler)")
+    binaries = {
+        f"--{name}-binary": str(layout.binary(name))
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
+    }
     args = [
-        kwokctl,
-        "create",
-        "cluster",
-        "--name",
-        CLUSTER_NAME,
-        "--runtime",
-        "binary",
-        "--config",
-        str(_kwokctl_config(layout)),
-        "--kube-apiserver-port",
-        str(API_PORT),
-        "--kube-apiserver-binary",
-        str(layout.binary("kube-apiserver")),
-        "--kube-controller-manager-binary",
-        str(layout.binary("kube-controller-manager")),
-        "--kube-scheduler-binary",
-        str(layout.binary("kube-scheduler")),
-        "--kwok-controller-binary",
-        str(layout.binary("kwok")),
-        "--etcd-binary",
-        str(layout.binary("etcd")),
-        "--kubeconfig",
-        str(layout.kubeconfig),
-        "--kube-authorization",
-        "--kube-admission",
-        "--kube-audit-policy",
-        str(_audit_policy(layout)),
-        "--quiet-pull",
-        "--wait",
-        "60s",
-    ]
+        kwokctl, "create", "cluster", "--name", CLUSTER_NAME, "--runtime", "binary",
+        "--config", str(_kwokctl_config(layout)), "--kube-apiserver-port", str(API_PORT),
+        *(x for flag, path in binaries.items() for x in (flag, path)),
+        "--kwok-controller-binary", str(layout.binary("kwok")), "--kubeconfig", str(layout.kubeconfig),
+        "--kube-authorization", "--kube-admission", "--kube-audit-policy", str(_audit_policy(layout)),
+        "--quiet-pull", "--wait", "60s",
+    ]  # fmt: skip
     _run(args, env=env, timeout=180)
+
+
+def _restart_control_plane(layout: Layout, kwokctl: str, env: dict[str, str]) -> None:
+    say("starting the stopped components of the existing control plane")
+    # A component still shutting down counts as started for kwokctl, which then waits for it: bound that.
+    try:
+        _run([kwokctl, "start", "cluster", "--name", CLUSTER_NAME], env=env, timeout=60)
+    except ClusterError as e:
+        raise ClusterError(f"{e}; run 'make dev-cluster-down' and start again") from e
+    try:
+        wait_until("the API server to be ready", lambda: api_ready(layout), READY_TIMEOUT, every=0.5)
+    except WaitTimeout as e:
+        raise ClusterError(f"{e}; see {layout.cluster_dir / 'logs'}") from None
 
 
 def node_pid(layout: Layout) -> int | None:
