@@ -15,17 +15,14 @@ from ringleader_operator.launchers import TORCHRUN_ENV
 from ringleader_trainer import env as trainer_env
 from ringleader_trainer.env import READS, EnvError, from_env
 
+from tests.unit.operator.builders import training_job
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "env-contract.md"
 TEMPLATE = {"spec": {"containers": [{"name": "trainer", "command": ["python", "train.py"]}]}}
 
 
 def job(**spec: Any) -> TrainingJob:
-    return TrainingJob.model_validate(
-        {
-            "metadata": {"name": "mnist", "namespace": "ml", "uid": "0d5c"},
-            "spec": {"workers": {"replicas": 3, "template": TEMPLATE}, **spec},
-        }
-    )
+    return training_job(name="mnist", namespace="ml", uid="0d5c", template=TEMPLATE, workers={"replicas": 3}, **spec)
 
 
 PS = {

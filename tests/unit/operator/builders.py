@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ringleader_operator.admission import GATE
@@ -14,15 +15,27 @@ NOW = "2026-01-01T00:00:00Z"
 TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "t", "command": ["python", "t.py"]}]}}
 
 
+def training_job(
+    *,
+    name: str = "j",
+    namespace: str = "ns",
+    uid: str = "u",
+    template: dict[str, Any] | None = None,
+    workers: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    **spec: Any,
+) -> TrainingJob:
+    """A TrainingJob as the API server hands it over (generation 1): two workers running `template` (TEMPLATE by
+    default), `workers` overriding fields of their spec, `spec` adding fields of the job's."""
+    # A copy: a test may change the job's template in place, and the next job must not see it.
+    body = {"workers": {"replicas": 2, "template": copy.deepcopy(template or TEMPLATE), **(workers or {})}, **spec}
+    meta = {"name": name, "namespace": namespace, "uid": uid, "generation": 1}
+    return TrainingJob.model_validate({"metadata": meta, "spec": body, "status": status or {}})
+
+
 def job(status: dict[str, Any] | None = None, **spec: Any) -> TrainingJob:
-    body: dict[str, Any] = {"workers": {"replicas": 2, "template": TEMPLATE}, **spec}
-    return TrainingJob.model_validate(
-        {
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": body,
-            "status": status or {},
-        }
-    )
+    """Job `j` in namespace `ns` (the reconcile and policy tests' job), its status as given."""
+    return training_job(status=status, **spec)
 
 
 def pod(

@@ -9,6 +9,8 @@ from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import InvalidTemplate, build_pod, desired_ranks, rank_env, validate
 from ringleader_operator.job_objects import build_network_policy, build_pod_group, build_service, build_token_secret
 
+from .builders import training_job
+
 UID = "1111-2222"
 OWNER = {
     "apiVersion": "ringleader.dev/v1alpha1",
@@ -46,8 +48,7 @@ def template(**container: Any) -> dict[str, Any]:
 
 
 def job(**spec: Any) -> TrainingJob:
-    body = {"workers": {"replicas": 2, "template": template()}, **spec}
-    return TrainingJob.model_validate({"metadata": {"name": "mnist", "namespace": "ml", "uid": UID}, "spec": body})
+    return training_job(name="mnist", namespace="ml", uid=UID, template=template(), **spec)
 
 
 def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:

@@ -10,13 +10,17 @@ from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import InvalidTemplate, desired_ranks, rank_env, validate, worker_counts
 from ringleader_operator.launchers import OPTIONS, TORCHRUN_ENV, split_world
 
+from .builders import training_job
+
 WHERE = "spec.workers.template.spec.containers[0]"
 
 
+TORCHRUN = {"spec": {"containers": [{"name": "trainer", "image": "ringleader/trainer:0.1",
+                                     "command": ["torchrun", "train.py"]}]}}  # fmt: skip
+
+
 def job(workers: dict[str, Any] | None = None, **spec: Any) -> TrainingJob:
-    container = {"name": "trainer", "image": "ringleader/trainer:0.1", "command": ["torchrun", "train.py"]}
-    body = {"workers": {"replicas": 2, "template": {"spec": {"containers": [container]}}, **(workers or {})}, **spec}
-    return TrainingJob.model_validate({"metadata": {"name": "mnist", "namespace": "ml", "uid": "u1"}, "spec": body})
+    return training_job(name="mnist", namespace="ml", uid="u1", template=TORCHRUN, workers=workers, **spec)
 
 
 def test_the_option_table_is_torchruns() -> None:

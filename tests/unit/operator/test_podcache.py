@@ -12,6 +12,8 @@ from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
 from ringleader_operator.podcache import OVERLAY_SECONDS, PodCache, digest, overlay
 from ringleader_operator.reconcile import plan
 
+from .builders import training_job
+
 LABEL = "ringleader.dev/job-name"
 NOW = "2026-01-01T00:00:00Z"
 
@@ -126,14 +128,11 @@ def served(
     return p
 
 
+ONE_CPU = {"spec": {"containers": [{"name": "trainer", "image": "t", "resources": {"limits": {"cpu": "1"}}}]}}
+
+
 def job(**spec: Any) -> TrainingJob:
-    template = {"spec": {"containers": [{"name": "trainer", "image": "t", "resources": {"limits": {"cpu": "1"}}}]}}
-    return TrainingJob.model_validate(
-        {
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": {"workers": {"replicas": 2, "template": template}, **spec},
-        }
-    )
+    return training_job(template=ONE_CPU, **spec)
 
 
 READY = [{"type": "Ready", "status": "True"}]
