@@ -20,6 +20,11 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def utcnow() -> str:
+    """Now, as status times are written (RFC 3339, whole seconds)."""
+    return format_time(datetime.now(UTC))
+
+
 @dataclass(frozen=True)
 class ObservedPod:
     name: str

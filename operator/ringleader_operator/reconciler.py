@@ -24,7 +24,6 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,7 +36,7 @@ from .job_objects import build_network_policy, build_service, build_token_secret
 from .jobmemory import JobMemory, Key
 from .kube import ApiUnavailable, Conflict, RejectedObject
 from .kubeapi import EventSink, KubeApi
-from .observed import earlier_job_leftovers, foreign_pods_message, format_time
+from .observed import earlier_job_leftovers, foreign_pods_message, utcnow
 from .podcache import PodCache, digest
 from .reconcile import plan
 from .round_state import Plan
@@ -51,10 +50,6 @@ POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one roun
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
-
-
-def utcnow() -> str:
-    return format_time(datetime.now(UTC))
 
 
 def status_json(status: TrainingJobStatus) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -16,7 +15,7 @@ from .builders import METRICS_PORT, pod_name
 from .conditions import Reason
 from .jobmemory import JobMemory, Key
 from .kubeapi import EventSink, StatusApi
-from .observed import format_time
+from .observed import utcnow
 
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
@@ -48,7 +47,7 @@ class ProgressScraper:
             self.session = progress.session()
         record = self.memory((namespace, name))
         try:
-            now = await progress.scrape(self.session, ip, METRICS_PORT, format_time(datetime.now(UTC)))
+            now = await progress.scrape(self.session, ip, METRICS_PORT, utcnow())
         except progress.ScrapeError as e:
             metrics.SCRAPE_FAILURES.inc()
             record.scrape_failures += 1
