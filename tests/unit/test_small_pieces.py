@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from ringleader_devcluster import cluster
 from ringleader_devcluster.layout import Layout, read_versions
-from ringleader_devcluster.node.agent import node_status
 from ringleader_devcluster.node.kubeletapi import tail_bytes
 from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
+from ringleader_devcluster.node.nodestatus import node_status
 from ringleader_devcluster.node.pod_prepare import _referenced
 from ringleader_devcluster.node.podworker import GPUPool
 from ringleader_devcluster.node.shim import hides

@@ -13,22 +13,21 @@ import contextlib
 import functools
 import logging
 import os
-import platform
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from kubernetes_asyncio import client, config, watch
-from kubernetes_asyncio.client import ApiException
 
 from .hostsfile import Endpoint, endpoints_from_slice
 from .kubeletapi import ApiRelay, LogSource, serve_kubelet_api
 from .network import Bridge, IPPool, sweep_sandboxes
-from .podworker import NETWORK_ERRORS, GPUPool, NodeContext, PodWorker, remove_stale_pod_dirs
+from .nodeapi import LIST_TIMEOUT, NodeApi, NodeApiError
+from .nodestatus import micro_time, node_status, utcnow
+from .podworker import GPUPool, NodeContext, PodWorker, remove_stale_pod_dirs
 from .runtime import kill_leftovers, log_path
 
 log = logging.getLogger("ringleader.node")
@@ -37,67 +36,8 @@ LEASE_SECONDS = 40
 HEARTBEAT_EVERY = 10.0
 STATUS_EVERY = 30.0
 WATCH_SECONDS = 240
-API_TIMEOUT = 10
-KUBELET_VERSION = "v1.33.13-ringleader"
 RELAY_PORT = 443
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def _ts(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def node_status(
-    *, cpu: str, memory: str, pods: int, gpus: int, address: str, port: int, now: datetime, since: datetime
-) -> dict[str, Any]:
-    """The Node's status as a kubelet reports it: capacity, Ready and pressure conditions, addresses
-    (InternalIP only, so the API server dials the kubelet endpoint by IP), and the kubelet's port."""
-    capacity = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "100Gi"}
-    if gpus:
-        capacity["nvidia.com/gpu"] = str(gpus)
-
-    def cond(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return {
-            "type": kind,
-            "status": "True" if ok else "False",
-            "reason": reason,
-            "message": message,
-            "lastHeartbeatTime": _ts(now),
-            "lastTransitionTime": _ts(since),
-        }
-
-    return {
-        "capacity": capacity,
-        "allocatable": dict(capacity),
-        "conditions": [
-            cond("MemoryPressure", False, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            cond("DiskPressure", False, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            cond("PIDPressure", False, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            cond("Ready", True, "KubeletReady", "Ringleader process node is posting ready status"),
-        ],
-        "addresses": [{"type": "InternalIP", "address": address}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
-        "nodeInfo": {
-            "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine()),
-            "bootID": "",
-            "containerRuntimeVersion": "process://ringleader",
-            "kernelVersion": platform.release(),
-            "kubeProxyVersion": "",
-            "kubeletVersion": KUBELET_VERSION,
-            "machineID": "",
-            "operatingSystem": "linux",
-            "osImage": "Ringleader process node",
-            "systemUUID": "",
-        },
-    }
 
 
 class Agent:
@@ -118,16 +58,13 @@ class Agent:
     # ---- setup ------------------------------------------------------------------------------------------
     async def setup(self) -> None:
         await config.load_kube_config(config_file=self.args.kubeconfig)
-        self.api_client = client.ApiClient()
-        self.core = client.CoreV1Api(self.api_client)
-        self.coord = client.CoordinationV1Api(self.api_client)
-        self.discovery = client.DiscoveryV1Api(self.api_client)
+        self.api = NodeApi.of(client.ApiClient())
         swept = kill_leftovers(self.state / "pods")
         swept += await sweep_sandboxes(self.state / "pods")
         if swept:
             log.info("removed %d containers and pod sandboxes left from an earlier run", swept)
         await self.bridge.ensure()
-        api = urlparse(str(self.api_client.configuration.host))
+        api = urlparse(str(self.api.api_client.configuration.host))
         self.relay: ApiRelay | None = None
         if self.args.api_relay:  # one per bridge: a second agent's pods use the first one's
             self.relay = ApiRelay(self.bridge.gateway, RELAY_PORT, str(api.hostname or "127.0.0.1"), api.port or 443)
@@ -146,7 +83,7 @@ class Agent:
             name = self.args.name if self.args.nodes == 1 else f"{self.args.name}-{i}"
             self.nodes[name] = NodeContext(
                 name=name,
-                api=self.core,
+                api=self.api,
                 bridge=self.bridge,
                 pool=IPPool(self.bridge.node_cidr(self.args.cidr_index + i)),
                 gpus=GPUPool(self.args.gpus),
@@ -194,13 +131,9 @@ class Agent:
             },
             "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
         }
-        try:
-            await self.core.create_node(body, _request_timeout=API_TIMEOUT)
+        if await self.api.register_node(body):
             log.info("registered node %s (pod CIDR %s, %d GPUs)", name, cidr, self.args.gpus)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        await self.core.patch_node_status(name, {"status": self._status()}, _request_timeout=API_TIMEOUT)
+        await self.api.patch_node_status(name, self._status())
 
     # ---- heartbeats -------------------------------------------------------------------------------------
     async def heartbeat(self, name: str) -> None:
@@ -208,31 +141,16 @@ class Agent:
         loop = asyncio.get_running_loop()
         while not self.stop.is_set():
             try:
-                await self.renew_lease(name)
+                renewed = micro_time(utcnow())
+                await self.api.renew_lease(
+                    name, {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": renewed}
+                )
                 if loop.time() - last_status >= STATUS_EVERY:
-                    await self.core.patch_node_status(name, {"status": self._status()}, _request_timeout=API_TIMEOUT)
+                    await self.api.patch_node_status(name, self._status())
                     last_status = loop.time()
-            except (ApiException, *NETWORK_ERRORS) as e:
-                log.warning("heartbeat for %s failed: %s", name, str(e) or type(e).__name__)
+            except NodeApiError as e:
+                log.warning("heartbeat for %s failed: %s", name, e)
             await self._sleep(HEARTBEAT_EVERY)
-
-    async def renew_lease(self, name: str) -> None:
-        now = _micro(utcnow())
-        spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now}
-        try:
-            await self.coord.patch_namespaced_lease(
-                name, "kube-node-lease", {"spec": spec}, _request_timeout=API_TIMEOUT
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            node = await self.core.read_node(name, _request_timeout=API_TIMEOUT)
-            owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.metadata.uid}
-            await self.coord.create_namespaced_lease(
-                "kube-node-lease",
-                {"metadata": {"name": name, "ownerReferences": [owner]}, "spec": {**spec, "acquireTime": now}},
-                _request_timeout=API_TIMEOUT,
-            )
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -250,8 +168,8 @@ class Agent:
         """List, hand the full set to on_sync, then watch from that resourceVersion; relist on any error."""
         while not self.stop.is_set():
             try:
-                listed = await list_fn(_request_timeout=API_TIMEOUT * 3, **kwargs)
-                items = [self.api_client.sanitize_for_serialization(o) for o in listed.items]
+                listed = await list_fn(_request_timeout=LIST_TIMEOUT, **kwargs)
+                items = [self.api.plain(o) for o in listed.items]
                 on_sync(items)
                 w = watch.Watch()
                 async with w.stream(
@@ -268,7 +186,7 @@ class Agent:
                             break
                         if kind == "BOOKMARK":
                             continue
-                        on_event(kind, self.api_client.sanitize_for_serialization(event["object"]))
+                        on_event(kind, self.api.plain(event["object"]))
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # any failure: back off briefly and relist (level-based)
@@ -354,7 +272,7 @@ class Agent:
                 asyncio.create_task(
                     self.list_watch(
                         f"pods of {name}",
-                        self.core.list_pod_for_all_namespaces,
+                        self.api.pod_lister(),
                         functools.partial(self.pods_synced, name),
                         functools.partial(self.pod_event, name),
                         field_selector=f"spec.nodeName={name}",
@@ -365,7 +283,7 @@ class Agent:
             asyncio.create_task(
                 self.list_watch(
                     "endpoint slices",
-                    self.discovery.list_endpoint_slice_for_all_namespaces,
+                    self.api.slice_lister(),
                     self.slices_synced,
                     self.slice_event,
                 )
@@ -384,7 +302,7 @@ class Agent:
         if self.relay is not None:
             await self.relay.close()
         await self.kubelet.cleanup()
-        await self.api_client.close()
+        await self.api.close()
 
 
 def dump_tasks() -> None:

@@ -4,15 +4,13 @@ volumes. Retries while a referenced object is missing; fails the pod for what ca
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
-
 from .hostsfile import render_hosts, resolv_conf
 from .network import create_sandbox, netns_name
-from .pod_state import API_TIMEOUT, NETWORK_ERRORS, RETRY_PREPARE, PodWorkerState
+from .nodeapi import NodeApiError
+from .pod_state import RETRY_PREPARE, PodWorkerState
 from .podplan import Lookups, MissingReference, PodPlan, UnsupportedPod, plan_pod
 
 
@@ -23,21 +21,9 @@ class Preparation(PodWorkerState):
         cms: dict[str, dict[str, str] | None] = {}
         secrets: dict[str, dict[str, str] | None] = {}
         for name in _referenced(self.pod, "configMap"):
-            try:
-                obj = await self.node.api.read_namespaced_config_map(name, ns, _request_timeout=API_TIMEOUT)
-                cms[name] = dict(obj.data or {})
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                cms[name] = None
+            cms[name] = await self.node.api.config_map_data(ns, name)
         for name in _referenced(self.pod, "secret"):
-            try:
-                sec = await self.node.api.read_namespaced_secret(name, ns, _request_timeout=API_TIMEOUT)
-                secrets[name] = {k: base64.b64decode(v).decode() for k, v in (sec.data or {}).items()}
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                secrets[name] = None
+            secrets[name] = await self.node.api.secret_data(ns, name)
         return Lookups(config_map=lambda _ns, n: cms.get(n), secret=lambda _ns, n: secrets.get(n))
 
     async def _prepare(self) -> bool:
@@ -57,12 +43,8 @@ class Preparation(PodWorkerState):
                 return self._fail(e.reason, e.message)
             except MissingReference as e:
                 self._all_waiting("CreateContainerConfigError", str(e))
-            except ApiException as e:
-                self._all_waiting("CreateContainerConfigError", f"reading referenced objects: {e.reason}")
-            except NETWORK_ERRORS as e:
-                self._all_waiting(
-                    "CreateContainerConfigError", f"reading referenced objects: {str(e) or type(e).__name__}"
-                )
+            except NodeApiError as e:
+                self._all_waiting("CreateContainerConfigError", f"reading referenced objects: {e}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), RETRY_PREPARE)
         if self.node.gpus.allocate(self.uid, self.plan.gpus) is None:
@@ -78,7 +60,7 @@ class Preparation(PodWorkerState):
                 await create_sandbox(
                     self.node.bridge, self.netns, self.pod_ip, self._hosts(), resolv_conf(self.plan.namespace)
                 )
-        except (*NETWORK_ERRORS, ApiException, RuntimeError) as e:
+        except (NodeApiError, OSError, RuntimeError) as e:
             return self._fail("FailedCreatePodSandBox", str(e) or type(e).__name__)
         self.sandbox_ready = True
         self._mark()
@@ -128,10 +110,9 @@ class Preparation(PodWorkerState):
                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": self.uid},
             }
         }
-        resp = await self.node.api.create_namespaced_service_account_token(
-            spec.get("serviceAccountName") or "default", meta["namespace"], body, _request_timeout=API_TIMEOUT
+        return await self.node.api.service_account_token(
+            meta["namespace"], spec.get("serviceAccountName") or "default", body
         )
-        return str(resp.status.token)
 
 
 def _referenced(pod: dict[str, Any], kind: str) -> set[str]:

@@ -12,22 +12,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from kubernetes_asyncio.client import CoreV1Api
-
 from .hostsfile import Endpoint
 from .network import Bridge, IPPool
+from .nodeapi import NodeApi
 from .podplan import ContainerPlan, PodPlan, VolumePlan
 from .podstatus import ContainerRecord, State
 from .runtime import ContainerProcess
 
 log = logging.getLogger("ringleader_devcluster.node.podworker")
 
-API_TIMEOUT = 10  # seconds, every API call
-# A call to the API server that failed on the way, saying nothing about the request: the connection failed,
-# timed out or was closed (aiohttp's ServerDisconnectedError and payload errors are no OSError). The node
-# retries them, as the operator's I/O layer (ringleader_operator.kube) counts them as the API being unavailable.
-NETWORK_ERRORS = (OSError, TimeoutError, aiohttp.ClientError)
 RETRY_PREPARE = 2.0  # seconds between attempts while a config map or secret is missing
 
 
@@ -61,7 +54,7 @@ class NodeContext:
     """What every pod worker of one node shares."""
 
     name: str
-    api: CoreV1Api
+    api: NodeApi
     bridge: Bridge
     pool: IPPool
     gpus: GPUPool

@@ -4,13 +4,11 @@ changed (transition times aside); retried on failure, dropped once the pod is go
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import datetime
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
-
-from .pod_state import API_TIMEOUT, NETWORK_ERRORS, PodWorkerState, log
+from .nodeapi import NodeApiError
+from .pod_state import PodWorkerState, log
 from .podstatus import PodView, build_status, pod_phase
 from .runtime import now
 
@@ -48,27 +46,16 @@ class StatusPublishing(PodWorkerState):
             if _same_status(status, self.published):
                 continue
             meta = self.pod["metadata"]
-            body = {"status": {**_NULLABLE, **status}}
             try:
-                await self.node.api.patch_namespaced_pod_status(
-                    meta["name"],
-                    meta["namespace"],
-                    body,
-                    _request_timeout=API_TIMEOUT,
-                    _content_type="application/merge-patch+json",
-                )
+                await self.node.api.patch_pod_status(meta["namespace"], meta["name"], {**_NULLABLE, **status})
                 self.published = status
                 # Keep our conditions' transition times until the watch delivers the object back.
                 self.pod.setdefault("status", {})["conditions"] = status["conditions"]
-            except ApiException as e:
-                if e.status == 404:
+            except NodeApiError as e:
+                if e.not_found:
                     self.gone = True
                     continue
-                log.warning("[%s] status patch failed (%s: %s); retrying", self.key, e.reason, _message(e))
-                await asyncio.sleep(0.5)
-                self._mark()
-            except NETWORK_ERRORS as e:
-                log.warning("[%s] status patch failed (%s); retrying", self.key, str(e) or type(e).__name__)
+                log.warning("[%s] %s; retrying", self.key, e)
                 await asyncio.sleep(0.5)
                 self._mark()
 
@@ -84,13 +71,6 @@ _NULLABLE: dict[str, Any] = {
     "podIP": None,
     "podIPs": None,
 }
-
-
-def _message(e: ApiException) -> str:
-    try:
-        return str(json.loads(e.body).get("message", ""))
-    except (TypeError, ValueError):
-        return str(e.body)[:200]
 
 
 def _strip_times(status: dict[str, Any]) -> dict[str, Any]:

@@ -14,17 +14,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
-
 from .network import delete_sandbox, write_hosts
+from .nodeapi import NodeApiError
 from .pod_prepare import Preparation
-from .pod_state import API_TIMEOUT, NETWORK_ERRORS, GPUPool, NodeContext, log
+from .pod_state import GPUPool, NodeContext, log
 from .pod_status import StatusPublishing, _is_terminal
 from .pod_supervise import Supervision
 from .podstatus import ContainerRecord, pod_phase
 from .runtime import now
 
-__all__ = ["NETWORK_ERRORS", "GPUPool", "NodeContext", "PodWorker", "remove_stale_pod_dirs"]
+__all__ = ["GPUPool", "NodeContext", "PodWorker", "remove_stale_pod_dirs"]
 
 
 class PodWorker(Preparation, Supervision, StatusPublishing):
@@ -144,18 +143,10 @@ class PodWorker(Preparation, Supervision, StatusPublishing):
         if not self.gone:
             meta = self.pod["metadata"]
             try:
-                await self.node.api.delete_namespaced_pod(
-                    meta["name"],
-                    meta["namespace"],
-                    # With a body the API server reads DeleteOptions from it, not from query parameters.
-                    body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}},
-                    _request_timeout=API_TIMEOUT,
-                )
-            except ApiException as e:
+                await self.node.api.remove_pod(meta["namespace"], meta["name"], self.uid)
+            except NodeApiError as e:  # gone or replaced (404, 409): done; else the next list brings it back
                 if e.status not in (404, 409):
-                    log.warning("[%s] final delete failed: %s", self.key, e.reason)
-            except NETWORK_ERRORS as e:  # the object stays; the next list or watch event brings it back
-                log.warning("[%s] final delete failed: %s", self.key, str(e) or type(e).__name__)
+                    log.warning("[%s] final delete failed: %s", self.key, e)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
