@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client
-from ringleader_devcluster.cluster import kubectl
+from ringleader_devcluster.commands import kubectl
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.waiting import WaitTimeout, wait_until
 

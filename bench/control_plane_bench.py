@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client, config, watch
-from ringleader_devcluster import cluster
+from ringleader_devcluster import commands, controlplane, operatorprocess
 from ringleader_devcluster.layout import Layout
 
 from bench import audit
@@ -190,10 +190,10 @@ def main() -> None:
                         "(other scenarios or the other operator): measure the long burst apart")  # fmt: skip
     args = p.parse_args()
     layout = Layout.from_env()
-    if not cluster.api_ready(layout):
+    if not commands.api_ready(layout):
         raise SystemExit("bench: the dev cluster is not running (start it with `make dev-cluster`)")
-    cluster.operator_down()  # one operator acts on TrainingJobs at a time
-    cluster.scale_fake_nodes(layout, args.fake_nodes)
+    operatorprocess.operator_down()  # one operator acts on TrainingJobs at a time
+    controlplane.scale_fake_nodes(layout, args.fake_nodes)
     api = config.new_client_from_config(config_file=str(layout.kubeconfig))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     workdir = layout.state / "bench"
@@ -216,7 +216,7 @@ def main() -> None:
                         flush=True,
                     )
     finally:
-        cluster.scale_fake_nodes(layout, 0)
+        controlplane.scale_fake_nodes(layout, 0)
     if args.keep and RESULT.exists():
         redone = {(r["jobs"], r["workers"], r["operator"]) for r in runs}
         runs = [r for r in json.loads(RESULT.read_text())["runs"]

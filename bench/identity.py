@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from ringleader_devcluster.cluster import AUDITED_NAMESPACE
+from ringleader_devcluster.controlplane import AUDITED_NAMESPACE
 
 TOKEN_SECONDS = 4 * 3600  # outlives the longest benchmark run
 

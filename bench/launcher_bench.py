@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from kubernetes import client, config
-from ringleader_devcluster import cluster
+from ringleader_devcluster import operatorprocess
 from ringleader_devcluster.layout import Layout
 
 from bench.common import delete_namespace, new_namespace
@@ -107,7 +107,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--reps", type=int, default=5)
     args = p.parse_args()
-    cluster.operator_up()
+    operatorprocess.operator_up()
     api = config.new_client_from_config(config_file=str(Layout.from_env().kubeconfig))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     print(f"[bench] settings: {args.workers} workers, allreduce, gloo, process node, {args.reps} repetitions")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
-from ringleader_devcluster import cluster, images
+from ringleader_devcluster import cluster, images, operatorprocess
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.processes import kill_pod_processes
 from ringleader_trainer import checkpoint as ckpt
@@ -156,7 +156,7 @@ def main() -> None:
     print(f"[bench] settings: kills={args.kills} cases={args.cases} nodes={args.nodes} workers={WORKERS} "
           f"ps_shards={PS_SHARDS} command={' '.join(COMMAND)}", flush=True)  # fmt: skip
     cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
-    cluster.operator_up()
+    operatorprocess.operator_up()
     layout = Layout.from_env()
     if "real" in args.nodes:
         images.publish(layout, images.TRAINER)

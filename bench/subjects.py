@@ -14,8 +14,10 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from ringleader_devcluster.cluster import AUDITED_NAMESPACE, OPERATOR_HEALTH_PORT, OPERATOR_METRICS_PORT, helm, kubectl
+from ringleader_devcluster.commands import helm, kubectl
+from ringleader_devcluster.controlplane import AUDITED_NAMESPACE
 from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_devcluster.operatorprocess import OPERATOR_HEALTH_PORT, OPERATOR_METRICS_PORT
 
 from bench.common import apply, spawn, wait_established
 from bench.identity import kubeconfig_for, username

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiException
-from ringleader_devcluster import cluster
+from ringleader_devcluster import cluster, operatorprocess
 from ringleader_devcluster.layout import Layout
 
 
@@ -47,7 +47,7 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
 def operator(kubeconfig: Path) -> None:
     """The operator from this checkout, running against the dev cluster (started once, left running)."""
     try:
-        cluster.operator_up()
+        operatorprocess.operator_up()
     except cluster.ClusterError as e:
         pytest.fail(f"operator: {e}")
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from ringleader_devcluster.cluster import AUDITED_NAMESPACE, kubectl
+from ringleader_devcluster.commands import kubectl
+from ringleader_devcluster.controlplane import AUDITED_NAMESPACE
 from ringleader_devcluster.layout import Layout, read_versions
 
 from bench.common import apply, spawn, wait_established

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import cluster, images, realnode
+from . import cluster, images, operatorprocess, realnode
 from .layout import Layout
 
 
@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "down":
             cluster.down()
         elif args.command == "operator-up":
-            cluster.operator_up()
+            operatorprocess.operator_up()
         elif args.command == "operator-down":
-            cluster.operator_down()
+            operatorprocess.operator_down()
         elif args.command == "images":
             layout = Layout.from_env()
             if unknown := set(args.names) - set(images.IMAGES):

@@ -29,13 +29,13 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from . import cluster, images, realnode
+from . import cluster, commands, images, operatorprocess, realnode
 from .cluster import ClusterError
 from .layout import REPO_ROOT, Layout
 from .realpods import on_real_node, with_empty_dir
 from .tools import RealNodeError
 
-RELEASE, RELEASE_NAMESPACE = cluster.CHART_RELEASE, cluster.CHART_NAMESPACE
+RELEASE, RELEASE_NAMESPACE = operatorprocess.CHART_RELEASE, operatorprocess.CHART_NAMESPACE
 DEMO_NAMESPACE = "ringleader-demo"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 CHART = REPO_ROOT / "helm" / "ringleader"
@@ -66,25 +66,25 @@ def code_hash() -> str:
 BAR = 30
 
 
-say = functools.partial(cluster.say, prefix="demo")
+say = functools.partial(commands.say, prefix="demo")
 
 
 def ensure_namespace(layout: Layout, name: str, labels: dict[str, str]) -> None:
-    if cluster.kubectl(layout, "get", "namespace", name, check=False).returncode != 0:
-        cluster.kubectl(layout, "create", "namespace", name)
-    cluster.kubectl(layout, "label", "--overwrite", "namespace", name, *(f"{k}={v}" for k, v in labels.items()))
+    if commands.kubectl(layout, "get", "namespace", name, check=False).returncode != 0:
+        commands.kubectl(layout, "create", "namespace", name)
+    commands.kubectl(layout, "label", "--overwrite", "namespace", name, *(f"{k}={v}" for k, v in labels.items()))
 
 
 def install_operator(layout: Layout, real: bool) -> None:
     """helm upgrade --install the chart and wait until the operator's pod is ready."""
-    if cluster.operator_pid():
+    if operatorprocess.operator_pid():
         say("stopping the operator started by 'make operator-up' (the chart's takes over)")
-        cluster.operator_down()
+        operatorprocess.operator_down()
     t0 = time.monotonic()
     where = "from the operator image on the real node" if real else "on the process node"
     say(f"installing the operator with helm {where} (release {RELEASE}, namespace {RELEASE_NAMESPACE})")
     ensure_namespace(layout, RELEASE_NAMESPACE, RESTRICTED if real else {})
-    cluster.helm(
+    commands.helm(
         layout, "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
         "--wait", "--timeout", "180s", *(real_node_values() if real else PROCESS_NODE_VALUES),
         "--set-string", f"podAnnotations.ringleader\\.dev/code={code_hash()}", timeout=200,
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     ns = DEMO_NAMESPACE
     try:
-        if not cluster.api_ready(layout):
+        if not commands.api_ready(layout):
             raise ClusterError("the dev cluster is not running: run 'make dev-cluster' (make demo does)")
         real = cluster.real_node_wanted()
         body = yaml.safe_load(args.example.read_text())
@@ -180,9 +180,9 @@ def main(argv: list[str] | None = None) -> None:
         config.load_kube_config(str(layout.kubeconfig))
         core, custom = client.CoreV1Api(), client.CustomObjectsApi()
         ensure_namespace(layout, ns, RESTRICTED if real else {})
-        if cluster.kubectl(layout, "get", "tj", name, "-n", ns, check=False).returncode == 0:
+        if commands.kubectl(layout, "get", "tj", name, "-n", ns, check=False).returncode == 0:
             say(f"deleting the previous run of {name}")
-            cluster.kubectl(layout, "delete", "tj", name, "-n", ns, "--wait=true", timeout=120)
+            commands.kubectl(layout, "delete", "tj", name, "-n", ns, "--wait=true", timeout=120)
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
         where = "its ranks in the trainer image on the real node" if real else "its ranks on the process node"
         say(f"applied {args.example.relative_to(REPO_ROOT)} in namespace {ns}: TrainingJob {name}, {where}")

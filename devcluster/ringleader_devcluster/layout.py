@@ -71,7 +71,7 @@ class Layout:
 
     @property
     def audit_log(self) -> Path:
-        """The API server's audit log (see cluster.AUDITED_NAMESPACE for whose requests it holds)."""
+        """The API server's audit log (see controlplane.AUDITED_NAMESPACE for whose requests it holds)."""
         return self.cluster_dir / "logs" / "audit.log"
 
     @property
@@ -92,7 +92,7 @@ class Layout:
 
     @property
     def extra_nodes_dir(self) -> Path:
-        """State of process nodes added beside the main one (`cluster.add_node`), one directory each."""
+        """State of process nodes added beside the main one (`processnode.add_node`), one directory each."""
         return self.state / "nodes"
 
     @property

@@ -314,7 +314,7 @@ def _start_containerd(paths: Paths) -> None:
 def start(layout: Layout, server: str) -> None:
     """Start the image registry, CoreDNS, containerd, the kubelet and kube-proxy (each once; a running one is left
     alone) and return once the kubelet is started and kube-proxy's rules are in place; the caller waits for the
-    node to be Ready (`cluster.wait_nodes_ready` with the kubelet's pid file)."""
+    node to be Ready (`processnode.wait_nodes_ready` with the kubelet's pid file)."""
     paths = Paths.of(layout)
     preflight(paths)
     registry.start(layout)

@@ -4,7 +4,7 @@ controller-manager at work, GPU capacity, and the API reachable from pods."""
 from __future__ import annotations
 
 from kubernetes import client
-from ringleader_devcluster import cluster
+from ringleader_devcluster import controlplane
 from ringleader_devcluster.layout import Layout
 
 from .helpers import PROCESS_NODE_SELECTOR, gone, logs, python_pod, wait_for, wait_phase
@@ -218,7 +218,7 @@ def test_node_selector_for_process_nodes_matches_the_label(core: client.CoreV1Ap
 def test_fake_nodes_are_tainted_and_run_only_tolerating_pods(
     core: client.CoreV1Api, namespace: str, layout: Layout
 ) -> None:
-    cluster.scale_fake_nodes(layout, 2)
+    controlplane.scale_fake_nodes(layout, 2)
     try:
         fake = core.list_node(label_selector="type=kwok").items
         assert len(fake) == 2
@@ -230,5 +230,5 @@ def test_fake_nodes_are_tainted_and_run_only_tolerating_pods(
         running = wait_phase(core, namespace, "on-fake", {"Running"})
         assert running.spec.node_name in {n.metadata.name for n in fake}
     finally:
-        cluster.scale_fake_nodes(layout, 0)
+        controlplane.scale_fake_nodes(layout, 0)
     wait_for("fake nodes removed", lambda: not core.list_node(label_selector="type=kwok").items, timeout=60)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from ringleader_devcluster import cluster, realnode, servicenet
+from ringleader_devcluster import cluster, processnode, realnode, servicenet
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
@@ -43,7 +43,7 @@ def test_agent_crash_fails_never_pods_and_restarts_the_others(
     for name in ("never", "always"):
         wait_phase(core, namespace, name, {"Running"})
     wait_phase(core, namespace, "done", {"Succeeded"})
-    agent = cluster.node_pid(layout)
+    agent = processnode.node_pid(layout)
     assert agent is not None
     os.kill(agent, signal.SIGKILL)
     cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)  # starts a new agent, like a rebooted node
@@ -64,9 +64,9 @@ def test_agent_crash_fails_never_pods_and_restarts_the_others(
 
 
 def test_up_twice_is_a_no_op(layout: Layout, kubeconfig: Path) -> None:
-    before = (_apiserver_pid(layout), cluster.node_pid(layout))
+    before = (_apiserver_pid(layout), processnode.node_pid(layout))
     cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
-    assert (_apiserver_pid(layout), cluster.node_pid(layout)) == before
+    assert (_apiserver_pid(layout), processnode.node_pid(layout)) == before
 
 
 def test_no_process_outlives_down_and_up_starts_clean(
@@ -88,7 +88,7 @@ def test_no_process_outlives_down_and_up_starts_clean(
 
     # The harsh case: the node agent, the kubelet, containerd and kube-proxy (its iptables rules in place) die
     # without cleaning up, then the cluster is taken down.
-    agent = cluster.node_pid(layout)
+    agent = processnode.node_pid(layout)
     assert agent is not None
     os.kill(agent, signal.SIGKILL)
     paths = realnode.Paths.of(layout)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import cluster, images, realnode
+from ringleader_devcluster import images, operatorprocess, realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
 from tests.devcluster.helpers import wait_for
@@ -44,8 +44,8 @@ def release(layout: Layout, core: client.CoreV1Api, tmp_path: Path) -> Iterator[
     images.publish(layout, images.OPERATOR)
     name, ns = f"rl-{uuid.uuid4().hex[:6]}", f"rl-system-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
-    cluster.operator_up()  # removes the release `make demo` may have left: no other chart's operator runs
-    cluster.operator_down()
+    operatorprocess.operator_up()  # removes the release `make demo` may have left: no other chart's operator runs
+    operatorprocess.operator_down()
     values = tmp_path / "values.json"
     values.write_text(json.dumps(VALUES))  # JSON is YAML
     try:
@@ -57,7 +57,7 @@ def release(layout: Layout, core: client.CoreV1Api, tmp_path: Path) -> Iterator[
         subprocess.run([str(layout.binary("helm")), "--kubeconfig", str(layout.kubeconfig), "uninstall", name,
                         "--namespace", ns, "--wait"], capture_output=True, timeout=240, check=False)  # fmt: skip
         core.delete_namespace(ns)
-        cluster.operator_up()
+        operatorprocess.operator_up()
 
 
 def operator_pods(core: client.CoreV1Api, name: str, ns: str) -> list[client.V1Pod]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from ringleader_devcluster.cluster import OPERATOR_METRICS_PORT
+from ringleader_devcluster.operatorprocess import OPERATOR_METRICS_PORT
 
 from tests.devcluster.helpers import PROCESS_NODE_SELECTOR, wait_for
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import cluster
+from ringleader_devcluster import operatorprocess
 from ringleader_devcluster.processes import kill_pod_processes
 from ringleader_trainer import checkpoint as ckpt
 
@@ -96,10 +96,10 @@ def run_chaos(
         if all(finished(j) for j in states.values()):
             break
         if kill_operator and time.monotonic() >= next_operator_kill:
-            pid = cluster.operator_pid()
+            pid = operatorprocess.operator_pid()
             if pid:
-                cluster.kill_operator(pid)
-            cluster.operator_up()
+                operatorprocess.kill_operator(pid)
+            operatorprocess.operator_up()
             next_operator_kill = time.monotonic() + rng.uniform(10, 25)
         candidates = [
             (name, newest)

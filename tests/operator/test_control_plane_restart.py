@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import cluster
+from ringleader_devcluster import controlplane, operatorprocess
 
 from tests.devcluster.helpers import wait_for
 
@@ -39,7 +39,7 @@ def test_the_operator_keeps_reconciling_after_a_control_plane_restart(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path,
     component: str, down_seconds: float,
 ) -> None:  # fmt: skip
-    operator_pid = cluster.operator_pid()
+    operator_pid = operatorprocess.operator_pid()
     flag = tmp_path / "go"
     body = training_job("during", FAIL_ONCE)
     body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += [str(flag)]
@@ -51,7 +51,7 @@ def test_the_operator_keeps_reconciling_after_a_control_plane_restart(
         timeout=60,
     )
 
-    cluster.restart_component(component, down_seconds)
+    controlplane.restart_component(component, down_seconds)
     flag.touch()  # worker 1 now fails (SIGTERM's exit code): a pod event the operator must see and act on
 
     job = wait_condition(custom, namespace, "during", "Succeeded", timeout=120)
@@ -62,4 +62,4 @@ def test_the_operator_keeps_reconciling_after_a_control_plane_restart(
     create(custom, namespace, after)
     wait_condition(custom, namespace, "after", "Succeeded", timeout=90)
     assert not condition(get(custom, namespace, "after"), "Failed")
-    assert cluster.operator_pid() == operator_pid  # the same process recovered; nothing restarted it
+    assert operatorprocess.operator_pid() == operator_pid  # the same process recovered; nothing restarted it

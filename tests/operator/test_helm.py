@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ringleader_devcluster import cluster
+from ringleader_devcluster import commands
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
 CHART = REPO_ROOT / "helm" / "ringleader"
@@ -39,8 +39,8 @@ def test_rendered_manifests_pass_a_server_side_dry_run(layout: Layout, kubeconfi
     manifests = render(layout, *values)
     kinds = {d["kind"] for d in yaml.safe_load_all(manifests) if d}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"} <= kinds
-    cluster.kubectl(layout, "apply", "-f", str(REPO_ROOT / "crds"))  # the CRDs the peering objects need
-    cluster.kubectl(layout, "create", "namespace", "ringleader-system", check=False)
+    commands.kubectl(layout, "apply", "-f", str(REPO_ROOT / "crds"))  # the CRDs the peering objects need
+    commands.kubectl(layout, "create", "namespace", "ringleader-system", check=False)
     dry = subprocess.run(
         [str(layout.binary("kubectl")), "--kubeconfig", str(kubeconfig), "apply", "--dry-run=server", "-f", "-"],
         input=manifests, capture_output=True, text=True, timeout=60, check=False,

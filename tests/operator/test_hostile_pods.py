@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import cluster
+from ringleader_devcluster import operatorprocess
 
 from tests.devcluster.helpers import wait_for
 
@@ -53,7 +53,7 @@ def rss(pid: int) -> int:
 def test_a_hostile_metrics_page_leaves_the_operator_as_it_was(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    pid = cluster.operator_pid()
+    pid = operatorprocess.operator_pid()
     assert pid is not None
     before = rss(pid)
     rounds_before = round_durations()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
-from ringleader_devcluster import cluster
+from ringleader_devcluster import controlplane, operatorprocess
 from ringleader_devcluster.layout import Layout
 from ringleader_operator.api import Role
 from ringleader_operator.builders import rank_labels
@@ -304,7 +304,7 @@ def test_a_job_created_again_under_the_same_name_runs_its_own_pods(
     first = {p.metadata.uid for p in pods_of(core, namespace, "again")}
     # With the garbage collector (in the controller-manager) down, the first job's finished pods outlive it, as
     # they do for a moment whenever a job is deleted and created again at once.
-    cluster.stop_component("kube-controller-manager")
+    controlplane.stop_component("kube-controller-manager")
     try:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "again")
         wait_for("the first job gone", lambda: not custom.list_namespaced_custom_object(
@@ -317,7 +317,7 @@ def test_a_job_created_again_under_the_same_name_runs_its_own_pods(
         assert not condition(job, "Succeeded"), job.get("status")  # it did not take the old pods for its own
         assert {p.metadata.uid for p in pods_of(core, namespace, "again")} == first
     finally:
-        cluster.start_control_plane(layout)
+        controlplane.start_control_plane(layout)
     job = wait_condition(custom, namespace, "again", "Failed", timeout=90)
     assert not condition(job, "Succeeded")
     assert not first & {p.metadata.uid for p in pods_of(core, namespace, "again")}
@@ -365,8 +365,8 @@ def test_restarting_the_operator_mid_job_creates_no_duplicate_pod(
     create(custom, namespace, training_job("steady", "import time; time.sleep(8)", workers=4))
     wait_condition(custom, namespace, "steady", "Running")
     before = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "steady")}
-    cluster.operator_down()
-    cluster.operator_up()
+    operatorprocess.operator_down()
+    operatorprocess.operator_up()
     job = wait_condition(custom, namespace, "steady", "Succeeded", timeout=60)
     after = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "steady")}
     assert after == before and len(before) == 4

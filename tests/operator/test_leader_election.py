@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import cluster
+from ringleader_devcluster import operatorprocess
 from ringleader_devcluster.layout import Layout
 
 from tests.devcluster.helpers import wait_for
@@ -34,7 +34,7 @@ def second_replica(layout: Layout, tmp_path: Path) -> Iterator[Path]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        cluster.operator_up()  # the dev cluster's own replica again, for the tests that follow
+        operatorprocess.operator_up()  # the dev cluster's own replica again, for the tests that follow
 
 
 def peers(custom: client.CustomObjectsApi) -> dict[str, object]:
@@ -58,9 +58,9 @@ def test_one_replica_acts_and_a_killed_leader_is_taken_over(
     assert created_pods_for(leader_log, namespace, "first")
     assert not created_pods_for(second_replica, namespace, "first"), second_replica.read_text()[-2000:]
 
-    pid = cluster.operator_pid()
+    pid = operatorprocess.operator_pid()
     assert pid is not None
-    cluster.kill_operator(pid)
+    operatorprocess.kill_operator(pid)
     # Its keep-alive expires after the peering lifetime (15 s); then the standby resumes.
     wait_for("the standby to take over", lambda: "Resuming operations" in second_replica.read_text(), timeout=90)
     assert len(peers(custom)) == 1  # the dead leader's entry is cleaned up

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import cluster
+from ringleader_devcluster import processnode
 from ringleader_trainer import checkpoint as ckpt
 
 from tests.devcluster.helpers import logs, wait_for
@@ -28,11 +28,11 @@ UNREACHABLE = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 @pytest.fixture
 def spare_node(kubeconfig: Path) -> Iterator[str]:
-    cluster.add_node(SPARE, SPARE_INDEX)
+    processnode.add_node(SPARE, SPARE_INDEX)
     try:
         yield SPARE
     finally:
-        cluster.remove_node(SPARE)
+        processnode.remove_node(SPARE)
 
 
 def set_unschedulable(core: client.CoreV1Api, nodes: list[str], value: bool) -> None:
@@ -84,7 +84,7 @@ def test_pods_of_a_stopped_node_are_replaced_on_another_node(
         timeout=120,
     )
 
-    cluster.power_off_node(spare_node)
+    processnode.power_off_node(spare_node)
 
     def ended() -> dict[str, Any] | None:
         job = get(custom, namespace, "lost")

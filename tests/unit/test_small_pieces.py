@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from ringleader_devcluster import cluster
+from ringleader_devcluster import cluster, commands
 from ringleader_devcluster.layout import Layout, read_versions
 from ringleader_devcluster.node.kubeletapi import tail_bytes
 from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
@@ -146,13 +146,13 @@ def test_a_volume_over_the_projects_environment_is_not_mounted(target: str, hidd
 
 
 def test_a_busy_port_is_waited_for_briefly_then_named_with_its_holder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cluster, "PORT_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(commands, "PORT_GRACE_SECONDS", 1.0)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
     with pytest.raises(cluster.ClusterError, match=rf"port {port} \(kube-apiserver\) is busy \(held by .*python"):
-        cluster.ensure_port_free(port, "kube-apiserver")
+        commands.ensure_port_free(port, "kube-apiserver")
     # A server that closes within the grace period (as one stopped a moment ago does) is waited for.
     threading.Timer(0.3, server.close).start()
-    cluster.ensure_port_free(port, "kube-apiserver")
+    commands.ensure_port_free(port, "kube-apiserver")
