@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 
-from . import realnode, registry
+from . import realnode, realnode_teardown, registry
 from .commands import ClusterError, api_ready, build_binaries, kubectl, preflight, say
 from .controlplane import API_PORT, FAKE_POD_NETWORK, delete_control_plane, scale_fake_nodes, start_control_plane
 from .layout import Layout
@@ -90,8 +90,8 @@ def down() -> None:
     asyncio.run(_sweep_network())
     if realnode.Paths.of(layout).root.exists():
         say("stopping the real node (kubelet, its pods, containerd, kube-proxy, CoreDNS)")
-        realnode.stop(layout)
-        if left := realnode.leftovers(layout):
+        realnode_teardown.stop(layout)
+        if left := realnode_teardown.leftovers(layout):
             say(f"the real node left behind: {', '.join(left)}")
     registry.stop(layout)  # also when the real node's start failed before its folder existed
     delete_control_plane(layout)

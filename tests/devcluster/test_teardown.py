@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from ringleader_devcluster import cluster, processnode, realnode, servicenet
+from ringleader_devcluster import cluster, processnode, realnode, realnode_teardown, servicenet
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.node.network import NETNS_PREFIX
 
@@ -108,7 +108,7 @@ def test_no_process_outlives_down_and_up_starts_clean(
         else True
     )
     assert not Path("/sys/class/net/rl0").exists()
-    assert realnode.leftovers(layout) == []
+    assert realnode_teardown.leftovers(layout) == []
 
     cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
     fresh = client.CoreV1Api(config.new_client_from_config(config_file=str(layout.kubeconfig)))

@@ -5,15 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_devcluster.node.podplan import (
-    Lookups,
-    MissingReference,
-    UnsupportedPod,
-    expand_vars,
-    plan_pod,
-    plan_volume,
-    resolve_env,
-)
+from ringleader_devcluster.node.podenv import Lookups, MissingReference, UnsupportedPod, expand_vars, resolve_env
+from ringleader_devcluster.node.podplan import plan_pod, plan_volume
 
 CONFIG_MAPS = {"cfg": {"lr": "0.1", "bs": "32"}, "kube-root-ca.crt": {"ca.crt": "CA"}}
 SECRETS = {"sec": {"token": "s3cret"}}

@@ -11,7 +11,8 @@ from .hostsfile import render_hosts, resolv_conf
 from .network import create_sandbox, netns_name
 from .nodeapi import NodeApiError
 from .pod_state import RETRY_PREPARE, PodWorkerState
-from .podplan import Lookups, MissingReference, PodPlan, UnsupportedPod, plan_pod
+from .podenv import Lookups, MissingReference, UnsupportedPod
+from .podplan import PodPlan, plan_pod
 
 
 class Preparation(PodWorkerState):

@@ -1,0 +1,84 @@
+"""The plots of BENCHMARKS.md (bench/plots/*.png), drawn from the results' JSON alone (bench/report.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+Result = dict[str, Any]
+OPERATORS = ("training-operator", "ringleader")
+
+
+def scenarios_in_order(result: Result) -> list[Result]:
+    """The control-plane rows by jobs, then workers (runs kept with --keep come first in the file)."""
+    return sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"]))
+
+
+def save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_control_plane(result: Result, path: Path) -> None:
+    rows = scenarios_in_order(result)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in zip(axes, ("created_s", "running_s"), ("all pods created", "all pods Running"), strict=True):
+        for i, op in enumerate(OPERATORS):
+            xs = [j + (i - 0.5) * 0.38 for j, row in enumerate(rows) if op in row]
+            ax.bar(xs, [row[op][key] for row in rows if op in row], width=0.38, label=op)
+        ax.set_xticks(range(len(rows)), [f"{r['jobs']}x{r['workers']}" for r in rows])
+        ax.set(yscale="log", ylabel="seconds (median)", xlabel="jobs x workers", title=label)
+        ax.legend()
+    save(fig, path)
+
+
+def plot_allreduce(result: Result, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for ranks in sorted({r["ranks"] for r in result["rows"]}):
+        mine = [r for r in result["rows"] if r["ranks"] == ranks]
+        for impl, style in (("gloo", "--"), ("ring", "-")):
+            ax.plot([r["bytes"] for r in mine], [r[impl]["busbw_GBps"] for r in mine], style, marker="o",
+                    label=f"{impl}, {ranks} ranks")  # fmt: skip
+    ax.set(xscale="log", xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="allreduce busbw")
+    ax.legend()
+    save(fig, path)
+
+
+def plot_strategies(result: Result, path: Path) -> None:
+    workers = sorted({r["workers"] for r in result["rows"]})
+    configs = list(dict.fromkeys(r["config"] for r in result["rows"]))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(1, len(workers))
+    for i, w in enumerate(workers):
+        by = {r["config"]: r for r in result["rows"] if r["workers"] == w}
+        xs = [j + i * width for j, c in enumerate(configs) if c in by]
+        ax.bar(xs, [by[c]["median_step_s"] * 1000 for c in configs if c in by], width=width, label=f"{w} workers")
+    ax.set_xticks([j + width * (len(workers) - 1) / 2 for j in range(len(configs))], configs, rotation=20, ha="right")
+    ax.set(ylabel="median step time (ms)", title="step time per strategy, wide MLP")
+    ax.legend()
+    save(fig, path)
+
+
+def plot_recovery(result: Result, path: Path) -> None:
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.boxplot([r["recovery_s"] for r in rows], tick_labels=[r["case"] for r in rows])
+    ax.axhline(result["goal_s"], color="red", linestyle=":", label=f"goal {result['goal_s']:g} s")
+    ax.set(ylabel="seconds from SIGKILL", title="recovery per strategy")
+    ax.legend()
+    save(fig, path)
+
+
+PLOTTERS: dict[str, Callable[[Result, Path], None]] = {
+    "control-plane": plot_control_plane,
+    "allreduce": plot_allreduce,
+    "strategies": plot_strategies,
+    "recovery": plot_recovery,
+}
