@@ -77,12 +77,12 @@ lint: venv binaries ## ruff (with complexity limits), mypy, the import-layer con
 	@$(VENV)/bin/hadolint Dockerfile trainer-image/Dockerfile
 
 unit: venv ## unit and trainer tests (no cluster)
-	@$(PY) -m pytest --durations=10 tests/unit tests/trainer
+	@$(PY) -m pytest --durations=10 tests/unit tests/integration/trainer
 
 # The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
 integration: dev-cluster ## integration and end-to-end tests on the dev cluster
 	@$(PY) -m ringleader_devcluster images --push operator trainer
-	@$(PY) -m pytest --durations=10 tests/devcluster tests/operator tests/e2e
+	@$(PY) -m pytest --durations=10 tests/integration/devcluster tests/integration/operator tests/e2e
 
 test: lint unit integration ## lint, unit, integration: what CI runs
 

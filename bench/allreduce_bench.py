@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ringleader_trainer.ring import ring_allreduce
 
 from bench.record import write_result
-from tests.trainer.ranks import run_ranks
+from tests.support.ranks import run_ranks
 
 GOAL_RATIO_AT_16M = 0.9
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

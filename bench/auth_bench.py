@@ -28,7 +28,7 @@ from ringleader_trainer import auth
 from ringleader_trainer.ring import ring_allreduce
 
 from bench.record import range_verdict, summary, write_result
-from tests.trainer.ranks import run_ranks
+from tests.support.ranks import run_ranks
 
 TOKEN = secrets.token_hex(32).encode()
 

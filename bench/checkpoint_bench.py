@@ -2,7 +2,7 @@
 
     python -m bench.checkpoint_bench [--workers 2] [--steps 400] [--interval 100]
 
-Runs the built-in examples under allreduce as plain processes (tests/trainer/launch.py) with checkpoints
+Runs the built-in examples under allreduce as plain processes (tests/support/launch.py) with checkpoints
 every `--interval` steps. Each save logs how long it took (state_dict, torch.save to a temporary file, fsync,
 rename); the overhead is the median save time of worker 0 divided by `interval` x the median step time
 measured by the same run between checkpoints. Two models: the ~25M-parameter wide MLP (a 300 MB checkpoint
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.record import step_times, write_result
-from tests.trainer.launch import job_spec, launch
+from tests.support.launch import job_spec, launch
 
 GOAL_SHARE = 0.03
 BATCHES = {"wide-mlp": 64, "digits-mlp": 32}

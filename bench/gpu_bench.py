@@ -29,8 +29,8 @@ from ringleader_trainer.ring import ring_allreduce
 
 from bench.allreduce_bench import parse_size
 from bench.record import range_verdict, step_times, write_result
-from tests.trainer.launch import job_spec, launch
-from tests.trainer.ranks import run_ranks
+from tests.support.launch import job_spec, launch
+from tests.support.ranks import run_ranks
 
 BATCH = 64  # the wide-mlp example's default
 SYNC = {"parameterServer": {"mode": "synchronous"}}

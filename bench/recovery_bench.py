@@ -40,9 +40,9 @@ from ringleader_trainer import checkpoint as ckpt
 
 from bench.common import delete_namespace, new_namespace
 from bench.record import write_result
-from tests.devcluster.helpers import kubectl, wait_for
 from tests.e2e.helpers import KILL_TRAINING_PROCESS, real_node_template
-from tests.operator.helpers import GROUP, PLURAL, VERSION, training_job
+from tests.support.cluster import kubectl, wait_for
+from tests.support.jobs import GROUP, PLURAL, VERSION, training_job
 
 GOAL_S = 15.0
 COMMAND = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "1000000",

@@ -20,7 +20,7 @@ from pathlib import Path
 from ringleader_devcluster.layout import REPO_ROOT
 
 from bench.record import range_verdict, summary, write_result
-from tests.trainer.ranks import free_port
+from tests.support.ranks import free_port
 
 BEFORE = "832aa18"  # the last commit of progress.py before the hardening
 PAGE_SERVER = """

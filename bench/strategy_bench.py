@@ -3,7 +3,7 @@
     python -m bench.strategy_bench [--workers 2 4] [--steps 40] [--log-every 5] [--reps 3]
 
 Each configuration runs the built-in `wide-mlp` example as plain processes with the operator's environment
-(tests/trainer/launch.py): allreduce (DDP over gloo, and DDP with our ring), synchronous parameter server with
+(tests/support/launch.py): allreduce (DDP over gloo, and DDP with our ring), synchronous parameter server with
 1 and 2 shards, asynchronous parameter server (2 shards) and local SGD (tau 8). The baseline is a plain
 torchrun DDP script doing the same work (bench/ddp_baseline.py); the trainer's overhead is its allreduce
 step time over the baseline's, minus one. Every worker logs its throughput every `--log-every` steps; a
@@ -30,7 +30,7 @@ from typing import Any
 from ringleader_devcluster.layout import REPO_ROOT
 
 from bench.record import step_times, write_result
-from tests.trainer.launch import job_spec, launch
+from tests.support.launch import job_spec, launch
 
 BATCH = 64  # the wide-mlp example's default
 SYNC, ASYNC = {"parameterServer": {"mode": "synchronous"}}, {"parameterServer": {"mode": "asynchronous"}}

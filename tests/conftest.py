@@ -63,7 +63,7 @@ def namespace(core: client.CoreV1Api) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     # The ServiceAccount admission plugin rejects pods until the namespace's default account exists.
-    from tests.devcluster.helpers import wait_for
+    from tests.support.cluster import wait_for
 
     wait_for("default service account", lambda: core.list_namespaced_service_account(name).items, timeout=30)
     yield name

@@ -8,8 +8,8 @@ from kubernetes import client
 from ringleader_devcluster import images
 from ringleader_devcluster.realpods import on_real_node
 
-from tests.devcluster.helpers import logs, wait_for
-from tests.operator.helpers import GROUP, VERSION, condition, get, pods_of
+from tests.support.cluster import logs, wait_for
+from tests.support.jobs import GROUP, VERSION, condition, get, pods_of
 
 # Run inside a rank's container: SIGKILL the training process the trainer's supervisor (pid 1) forked.
 KILL_TRAINING_PROCESS = (

@@ -16,8 +16,8 @@ from kubernetes import client
 from ringleader_devcluster import images, operatorprocess, realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from tests.devcluster.helpers import wait_for
-from tests.operator.helpers import create, get
+from tests.support.cluster import wait_for
+from tests.support.jobs import create, get
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
 

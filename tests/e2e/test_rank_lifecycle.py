@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from ringleader_devcluster.layout import Layout
 
-from tests.devcluster.helpers import kubectl, logs, wait_for
-from tests.operator.helpers import condition, create, pods_of
+from tests.support.cluster import kubectl, logs, wait_for
+from tests.support.jobs import condition, create, pods_of
 
 from .helpers import KILL_TRAINING_PROCESS, diagnosis, is_true, trainer_job, wait_finished
 

@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client
 from ringleader_devcluster import images, realnode
 
-from tests.devcluster.helpers import logs
-from tests.operator.helpers import create, pods_of
+from tests.support.cluster import logs
+from tests.support.jobs import create, pods_of
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
 

@@ -8,6 +8,7 @@ from typing import Any
 from ringleader_operator.admission import GATE
 from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import desired_ranks, rank_labels
+from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import Round
 
 NOW = "2026-01-01T00:00:00Z"
@@ -104,3 +105,12 @@ def round_of(j: TrainingJob, pods: list[dict[str, Any]] | None = None, now: str 
 
 def names(pods: list[dict[str, Any]]) -> list[str]:
     return [x["metadata"]["name"] for x in pods]
+
+
+def again(p: Any, pods: list[dict[str, Any]], *, now: str = NOW, **spec: Any) -> Any:
+    """The next round: the job as the last plan left its status."""
+    return plan(job(status=p.status.model_dump(by_alias=True), **spec), pods, True, now)
+
+
+def conds(p: Any) -> dict[str, str]:
+    return {c.type.value: c.status for c in p.status.conditions}

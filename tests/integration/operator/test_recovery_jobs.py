@@ -1,0 +1,91 @@
+"""Rank-level recovery on the dev cluster: SIGKILL one rank's trainer process; the operator replaces that pod
+only, the survivors re-join in place, and the job finishes with one restart counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from ringleader_devcluster.processes import kill_pod_processes
+from ringleader_trainer import checkpoint as ckpt
+
+from tests.support.cluster import logs, wait_for
+from tests.support.jobs import condition, create, finished, get, pods_of, training_job
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+
+def kill_trainer(pod: Any) -> None:
+    assert kill_pod_processes(pod.metadata.uid, "ringleader_trainer"), f"no trainer process in pod {pod.metadata.name}"
+
+
+PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "victim"),
+    [({}, "rec-worker-1"), ({}, "rec-worker-0"), (PS, "rec-ps-0"), (PS, "rec-worker-2")],
+    ids=["allreduce-worker", "allreduce-store-host", "ps-shard", "ps-worker"],
+)
+def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path,
+    spec: dict[str, Any], victim: str,
+) -> None:  # fmt: skip
+    directory = tmp_path / "ckpt"
+    command = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "200",
+               "--log-every", "10", "--straggler", "0:0.05", "--timeout", "60"]  # fmt: skip
+    body = training_job("rec", "", workers=3, **spec)
+    body["spec"]["checkpoint"] = {"directory": str(directory), "intervalSteps": 20}
+    for role in ("workers", "parameterServers"):
+        if role in body["spec"]:
+            body["spec"][role]["restartPolicy"] = "ExitCode"
+            body["spec"][role]["template"]["spec"]["containers"][0]["command"] = command
+    ps = 2 if spec else 0
+    create(custom, namespace, body)
+
+    def diagnosis() -> str:
+        tails = {}
+        for p in pods_of(core, namespace, "rec"):
+            try:
+                whole = logs(core, namespace, p.metadata.name, container="trainer")
+                (tmp_path / f"{p.metadata.name}.log").write_text(whole)  # the whole log, for a post-mortem
+                tails[p.metadata.name] = "\n".join(
+                    line for line in whole.splitlines() if not line.startswith("frame #")
+                )[-2500:]
+            except client.ApiException as e:  # gone meanwhile
+                tails[p.metadata.name] = f"(no logs: {e.reason})"
+        return f"{get(custom, namespace, 'rec').get('status')}\n" + "\n".join(f"--- {k}\n{v}" for k, v in tails.items())
+
+    try:
+        wait_for("checkpoint 20 of every rank",
+                 lambda: 20 in ckpt.complete_steps(directory, ckpt.expected_files(3, ps)), timeout=180)  # fmt: skip
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{diagnosis()}") from None
+    before = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "rec")}
+    kill_trainer(next(p for p in pods_of(core, namespace, "rec") if p.metadata.name == victim))
+    wait_for(
+        f"a new pod for {victim}",
+        lambda: any(
+            p.metadata.name == victim and p.metadata.uid != before[victim] for p in pods_of(core, namespace, "rec")
+        ),
+        timeout=60,
+    )
+
+    def ended() -> dict[str, Any] | None:
+        job = get(custom, namespace, "rec")
+        return job if finished(job) else None
+
+    try:
+        job = wait_for("the job to finish", ended, timeout=300)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{diagnosis()}") from None
+    assert condition(job, "Succeeded"), f"{condition(job, 'Failed')}\n{diagnosis()}"
+    restarts = {role: s.get("restarts", 0) for role, s in job["status"]["replicaStatuses"].items()}
+    assert sum(restarts.values()) == 1, restarts  # only the killed rank was restarted
+    after = {p.metadata.name: p.metadata.uid for p in pods_of(core, namespace, "rec")}
+    # The others kept their pods (finished workers stay; cleanPodPolicy Running may have removed shards).
+    assert all(after[n] == uid for n, uid in before.items() if n != victim and n in after)
+    survivor = next(n for n in before if n != victim and "worker" in n)
+    assert '"event": "recover"' in logs(core, namespace, survivor, container="trainer")

@@ -1,0 +1,162 @@
+"""The real trainer through the operator on the dev cluster: one job per strategy runs the digits example to
+Succeeded, and status.progress shows the step rising while it runs; a parameter-server job succeeds while its
+shards' ports take stray connections, which the shards drop and log."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from tests.support.cluster import logs, wait_for
+from tests.support.jobs import condition, create, finished, get, pods_of, training_job
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+# Worker 0 sleeps 50 ms a step so the run outlasts a few of the operator's 5-second progress scrapes.
+TRAINER = ["-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "300", "--log-every", "10",
+           "--straggler", "0:0.05", "--timeout", "60", "--rendezvous-timeout", "120"]  # fmt: skip
+
+
+# Run by a worker before the trainer: one bare connect to shard 0's port (retried while it is not listening
+# yet), closed at once.
+KNOCK = """
+import os, socket, time
+host, port = os.environ["RINGLEADER_PS_ADDRS"].split(",")[0].rsplit(":", 1)
+deadline = time.monotonic() + 120
+while True:
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.5)
+"""
+
+
+def trainer_job(name: str, **spec: Any) -> dict[str, Any]:
+    body = training_job(name, "", **spec)
+    for role in ("workers", "parameterServers"):
+        if role in body["spec"]:
+            body["spec"][role]["template"]["spec"]["containers"][0]["command"] = ["python", "-u", *TRAINER]
+    return body
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"strategy": "parameter-server", "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2}},
+        {"strategy": "local-sgd", "localSGD": {"period": 4}},
+    ],
+    ids=["allreduce", "parameter-server", "local-sgd"],
+)
+def test_each_strategy_trains_to_succeeded_with_rising_progress(
+    custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any]
+) -> None:
+    create(custom, namespace, trainer_job("digits", **spec))
+    steps: list[int] = []
+
+    def finished() -> dict[str, Any] | None:
+        job = get(custom, namespace, "digits")
+        step = ((job.get("status") or {}).get("progress") or {}).get("step")
+        if step is not None and (not steps or step != steps[-1]):
+            steps.append(step)
+        done = [c for c in ("Succeeded", "Failed") if (cond := condition(job, c)) and cond["status"] == "True"]
+        return job if done else None
+
+    job = wait_for("the digits job to finish", finished, timeout=300)
+    assert condition(job, "Succeeded"), (condition(job, "Failed"), (job.get("status") or {}).get("ranks"))
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[0] < steps[-1], steps
+
+
+class Strays:
+    """While open: every 0.3 s, a bare connect, garbage and a connection held open saying nothing, to `port`
+    of each of the job's parameter-server pods that has an address. `tally` says what was sent when, for a
+    failure message."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, job: str, port: int = 29600) -> None:
+        self.core, self.namespace, self.job, self.port = core, namespace, job, port
+        self.stop = threading.Event()
+        self.silent: list[socket.socket] = []
+        self.began = time.monotonic()
+        self.tally: dict[str, Any] = {"connected": 0, "first at": None, "api errors": []}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Strays:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        for s in self.silent:
+            s.close()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:  # an API hiccup must not end the strays: a dead thread would fail the test for the wrong reason
+                pods = pods_of(self.core, self.namespace, self.job, _request_timeout=5)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:  # shown if the test fails
+                self.tally["api errors"] = [*self.tally["api errors"][-4:], repr(e)]
+                pods = []
+            for pod in pods:
+                if "-ps-" in pod.metadata.name and pod.status.pod_ip:
+                    self._send(pod.status.pod_ip)
+            time.sleep(0.3)
+
+    def _send(self, ip: str) -> None:
+        for payload in (None, b"GET / HTTP/1.0\r\n\r\n", b""):
+            with contextlib.suppress(OSError):
+                s = socket.create_connection((ip, self.port), timeout=1)
+                self.tally["connected"] += 1
+                self.tally["first at"] = self.tally["first at"] or round(time.monotonic() - self.began, 1)
+                if payload is None:
+                    self.silent.append(s)  # held open, says nothing
+                    continue
+                s.sendall(payload)
+                s.close()
+
+
+def test_a_parameter_server_job_succeeds_while_its_shard_ports_take_stray_connections(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """From the moment a shard has an address until the job ends, its port gets a bare connect, garbage and a
+    connection that stays silent, every 0.3 s: what a port scan or a tcpSocket probe does. Before the job token
+    a stray taking a worker's slot failed the shard and with it the job.
+
+    Once every worker's slot is claimed a shard accepts no more, so whether the test's strays meet the shard
+    while it admits is a matter of timing. Each worker therefore knocks first: a bare connect to shard 0's
+    port, closed at once, before the trainer starts. The knock is queued ahead of that worker's hello, and
+    connections are accepted in the order they arrived, so shard 0 drops (and logs) at least one stray
+    before the last worker's slot can be claimed, whatever the timing."""
+    body = trainer_job("strays", strategy="parameter-server")
+    worker = body["spec"]["workers"]["template"]["spec"]["containers"][0]
+    worker["command"] = ["sh", "-c", 'python -c "$0" && exec "$@"', KNOCK, *worker["command"]]
+    create(custom, namespace, body)
+    rejected = '"event": "connection-rejected"'
+    shard = ""
+
+    def done() -> dict[str, Any] | None:
+        """The job once it ended; meanwhile shard 0's log, read while the job runs (a finished job's parameter
+        servers, still running when the workers end, are deleted)."""
+        nonlocal shard
+        if rejected not in shard:
+            with contextlib.suppress(ApiException):  # not created or not started yet
+                shard = logs(core, namespace, "strays-ps-0", container="trainer")
+        job = get(custom, namespace, "strays")
+        return job if finished(job) else None
+
+    with Strays(core, namespace, "strays") as strays:
+        job = wait_for("the strays job to finish", done, timeout=300)
+    assert condition(job, "Succeeded"), (condition(job, "Failed"), (job.get("status") or {}).get("ranks"))
+    assert rejected in shard, (strays.tally, shard[-3000:])
+    assert "handshake" in shard, shard[-3000:]  # bare: closed before it; garbage: not ours; silent: none in 10 s

@@ -1,0 +1,1 @@
+"""Helpers the test tiers and the benchmarks share (no tests here)."""

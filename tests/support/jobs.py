@@ -1,0 +1,111 @@
+"""Builders and waits for TrainingJob integration tests."""
+
+from __future__ import annotations
+
+import copy
+import re
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from ringleader_devcluster.operatorprocess import OPERATOR_METRICS_PORT
+
+from tests.support.cluster import PROCESS_NODE_SELECTOR, wait_for
+
+GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
+
+
+def training_job(name: str, script: str, workers: int = 2, **spec: Any) -> dict[str, Any]:
+    """A TrainingJob whose ranks run `python -c script` on the process node."""
+    template = {
+        "spec": {
+            "nodeSelector": PROCESS_NODE_SELECTOR,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {"name": "trainer", "image": "ringleader/trainer:dev", "command": ["python", "-u", "-c", script]}
+            ],
+        }
+    }
+    body: dict[str, Any] = {"workers": {"replicas": workers, "template": template}, **spec}
+    if body.get("strategy") == "parameter-server":
+        body.setdefault("parameterServers", {"replicas": 2, "template": copy.deepcopy(template)})
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": body}
+
+
+def digits_job(name: str, workers: int, steps: int, directory: Path, **spec: Any) -> dict[str, Any]:
+    """A TrainingJob training the digits MLP for `steps` steps with checkpoints in `directory` every 20 steps;
+    worker 0 is slowed by 50 ms a step, so a test can act while it runs."""
+    body = training_job(name, "", workers=workers, **spec)
+    body["spec"]["checkpoint"] = {"directory": str(directory), "intervalSteps": 20}
+    for role in ("workers", "parameterServers"):
+        if role in body["spec"]:
+            body["spec"][role]["template"]["spec"]["containers"][0]["command"] = [
+                "python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", str(steps),
+                "--log-every", "10", "--straggler", "0:0.05",
+            ]  # fmt: skip
+    return body
+
+
+def create(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+
+def get(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
+    return dict(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def finished(job: dict[str, Any]) -> bool:
+    """Whether the job ended: Succeeded or Failed is True."""
+    return any((c := condition(job, k)) is not None and c["status"] == "True" for k in ("Succeeded", "Failed"))
+
+
+def wait_condition(
+    custom: client.CustomObjectsApi, ns: str, name: str, kind: str, timeout: float = 90
+) -> dict[str, Any]:
+    """Wait until condition `kind` is True; returns the job."""
+
+    def check() -> dict[str, Any] | None:
+        job = get(custom, ns, name)
+        c = condition(job, kind)
+        return job if c and c["status"] == "True" else None
+
+    return wait_for(f"TrainingJob {ns}/{name} condition {kind}", check, timeout)
+
+
+def pods_of(core: client.CoreV1Api, ns: str, job: str, **kw: Any) -> list[Any]:
+    return list(core.list_namespaced_pod(ns, label_selector=f"ringleader.dev/job-name={job}", **kw).items)
+
+
+def live_pods(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
+    """The job's pods that are not being deleted."""
+    return [p for p in pods_of(core, ns, job) if not p.metadata.deletion_timestamp]
+
+
+def round_durations() -> dict[str, int]:
+    """The dev cluster's operator's round-duration histogram: rounds so far ("count") and, per bucket bound
+    ("0.5", "2.5", ...), the rounds that took at most that many seconds."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_METRICS_PORT}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {
+        le: int(float(value))
+        for le, value in re.findall(r'^ringleader_reconcile_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)
+    }
+    out["count"] = out.get("+Inf", 0)  # every round falls in the last bucket
+    return out
+
+
+def operator_rounds() -> int:
+    """Reconcile rounds the dev cluster's operator has run."""
+    return round_durations()["count"]
+
+
+def wait_rounds(n: int, timeout: float = 60) -> None:
+    """Wait until the operator has run `n` more rounds: to see that something does not happen, let the
+    operator decide that many times instead of sleeping."""
+    target = operator_rounds() + n
+    wait_for(f"{n} more reconcile rounds", lambda: operator_rounds() >= target or None, timeout=timeout)

@@ -1,0 +1,143 @@
+"""Run a training job as plain processes on this machine: every rank gets the environment the operator would
+write (`ringleader_operator.builders.rank_env`), with loopback addresses and free ports instead of pod DNS
+names. Used by the trainer's tests and by bench/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ringleader_operator.api import Role, TrainingJob
+from ringleader_operator.builders import rank_env
+
+from tests.support.ranks import free_port
+
+
+@dataclass
+class Rank:
+    role: str
+    index: int
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+    command: list[str]
+    env: dict[str, str]
+
+    def restart(self) -> None:
+        """Start the rank again as its pod's replacement would (same command and environment); its logs go
+        on in the same files."""
+        if self.proc.poll() is None:
+            raise RuntimeError(f"{self.role}-{self.index} is still running")
+        with self.out.open("ab") as o, self.err.open("ab") as e:
+            self.proc = subprocess.Popen(self.command, env=self.env, stdout=o, stderr=e)
+
+    @property
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The JSON lines this rank logged (only those with event `name` if given)."""
+        lines = [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+        return [e for e in lines if name is None or e.get("event") == name]
+
+
+@dataclass
+class LocalJob:
+    ranks: list[Rank] = field(default_factory=list)
+    metrics_port: int = 0
+
+    @property
+    def workers(self) -> list[Rank]:
+        return [r for r in self.ranks if r.role == "worker"]
+
+    @property
+    def servers(self) -> list[Rank]:
+        return [r for r in self.ranks if r.role == "ps"]
+
+    def wait(self, timeout: float = 300) -> list[int]:
+        """Exit codes in rank order; kills everything and fails if any rank outlives `timeout`."""
+        deadline = time.monotonic() + timeout
+        codes = []
+        try:
+            for r in self.ranks:
+                codes.append(r.proc.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"ranks still running after {timeout} s:\n{self.logs()}") from None
+        return codes
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for r in self.ranks:
+            if r.proc.poll() is None:
+                r.proc.send_signal(sig)
+        for r in self.ranks:
+            r.proc.wait()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {r.role}-{r.index} (exit {r.proc.poll()})\n{r.stdout[-3000:]}{r.stderr[-3000:]}" for r in self.ranks
+        )
+
+
+def job_spec(name: str, strategy: str, workers: int, ps: int = 0, **spec: Any) -> TrainingJob:
+    body: dict[str, Any] = {"strategy": strategy, "workers": {"replicas": workers}, **spec}
+    if ps:
+        body["parameterServers"] = {"replicas": ps}
+    return TrainingJob.model_validate({"metadata": {"name": name, "namespace": "local"}, "spec": body})
+
+
+def launch(
+    job: TrainingJob,
+    args: list[str],
+    logdir: Path,
+    env_overrides: dict[str, str] | None = None,
+    module: str = "ringleader_trainer",
+    only: set[tuple[str, int]] | None = None,
+    script: Path | None = None,
+) -> LocalJob:
+    """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>` (or
+    `python <script> <args>`), logs under `logdir`. `env_overrides` set to "" blank a variable out."""
+    program = [str(script)] if script else ["-m", module]
+    workers = job.spec.workers.replicas
+    ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
+    master_port, metrics_port = free_port(), free_port()
+    ps_addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(ps))
+    local = LocalJob(metrics_port=metrics_port)
+    logdir.mkdir(parents=True, exist_ok=True)
+    token = logdir / "token"  # what the operator's Secret holds, one per job
+    if not token.exists():
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+    roles = [(Role.WORKER, i) for i in range(workers)] + [(Role.PS, i) for i in range(ps)]
+    for role, index in roles:
+        if only is not None and (role.value, index) not in only:
+            continue
+        env = dict(os.environ) | rank_env(job, role, index)
+        env |= {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(master_port),
+            "RINGLEADER_METRICS_PORT": str(metrics_port),
+            "RINGLEADER_TOKEN_FILE": str(token),
+        }
+        if ps:
+            env["RINGLEADER_PS_ADDRS"] = ps_addrs
+        env |= {"OMP_NUM_THREADS": "1"} | (env_overrides or {})  # many ranks share few cores
+        out, err = logdir / f"{role.value}-{index}.out", logdir / f"{role.value}-{index}.err"
+        command = [sys.executable, *program, *args]
+        with out.open("wb") as o, err.open("wb") as e:
+            proc = subprocess.Popen(command, env=env, stdout=o, stderr=e)
+        local.ranks.append(Rank(role.value, index, proc, out, err, command, env))
+    return local

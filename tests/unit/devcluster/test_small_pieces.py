@@ -1,0 +1,158 @@
+"""Table tests of the remaining small helpers: IP pools, GPU pools, log tails, node status, versions, ports."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from ringleader_devcluster import cluster, commands
+from ringleader_devcluster.layout import Layout, read_versions
+from ringleader_devcluster.node.kubeletapi import tail_bytes
+from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
+from ringleader_devcluster.node.nodestatus import node_status
+from ringleader_devcluster.node.pod_prepare import _referenced
+from ringleader_devcluster.node.podworker import GPUPool
+from ringleader_devcluster.node.shim import hides
+
+
+def test_ip_pool_skips_network_and_gateway_and_reuses_released_addresses_last() -> None:
+    pool = IPPool(ipaddress.IPv4Network("198.18.1.0/29"))  # hands out .2 to .6
+    assert [pool.allocate() for _ in range(2)] == ["198.18.1.2", "198.18.1.3"]
+    pool.release("198.18.1.2")
+    assert pool.allocate() == "198.18.1.4"  # not the address just released
+    assert [pool.allocate() for _ in range(3)] == ["198.18.1.5", "198.18.1.6", "198.18.1.2"]  # wraps around
+    with pytest.raises(NetworkError, match="exhausted"):
+        pool.allocate()
+    pool.release("198.18.1.5")
+    assert pool.allocate() == "198.18.1.5"
+
+
+def test_bridge_layout() -> None:
+    b = Bridge()
+    assert b.gateway == "198.18.0.1"
+    assert [str(b.node_cidr(i)) for i in range(2)] == ["198.18.1.0/24", "198.18.2.0/24"]
+    assert netns_name("0a1b2c3d-4e5f-6789-abcd-ef0123456789") == "rl-0a1b2c3d4e5f"
+
+
+def test_gpu_pool_hands_out_disjoint_indices_and_refuses_overcommit() -> None:
+    gpus = GPUPool(4)
+    assert gpus.allocate("a", 3) == [0, 1, 2]
+    assert gpus.allocate("b", 2) is None
+    assert gpus.allocate("b", 1) == [3]
+    assert gpus.allocate("a", 3) == [0, 1, 2]  # idempotent per pod
+    gpus.release("a")
+    assert (gpus.free, gpus.allocate("c", 2)) == (3, [0, 1])
+
+
+@pytest.mark.parametrize(
+    ("lines", "limit", "want"),
+    [
+        (None, None, b"a\nb\nc\n"),
+        (2, None, b"b\nc\n"),
+        (0, None, b""),
+        (None, 3, b"a\nb"),
+        (2, 3, b"b\nc"),
+        (10, None, b"a\nb\nc\n"),
+    ],
+)
+def test_tail_bytes(lines: int | None, limit: int | None, want: bytes) -> None:
+    assert tail_bytes(b"a\nb\nc\n", lines, limit) == want
+
+
+def test_node_status_advertises_gpus_and_only_an_internal_ip() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    st = node_status(cpu="4", memory="8Gi", pods=10, gpus=2, address="198.18.0.1", port=10250, now=now, since=now)
+    assert st["capacity"]["nvidia.com/gpu"] == "2" and st["allocatable"] == st["capacity"]
+    assert st["addresses"] == [{"type": "InternalIP", "address": "198.18.0.1"}]
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Ready"] == "True"
+    no_gpu = node_status(cpu="4", memory="8Gi", pods=10, gpus=0, address="a", port=1, now=now, since=now)
+    assert "nvidia.com/gpu" not in no_gpu["capacity"]
+
+
+def test_referenced_config_maps_and_secrets_everywhere_in_a_pod() -> None:
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "s1"}}]}],
+            "containers": [
+                {
+                    "name": "c",
+                    "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c1", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "c2"}}],
+                }
+            ],
+            "volumes": [
+                {"name": "v", "secret": {"secretName": "s2"}},
+                {"name": "w", "configMap": {"name": "c3"}},
+                {"name": "p", "projected": {"sources": [{"configMap": {"name": "c4"}}, {"secret": {"name": "s3"}}]}},
+            ],
+        }
+    }
+    assert _referenced(pod, "configMap") == {"c1", "c2", "c3", "c4"}
+    assert _referenced(pod, "secret") == {"s1", "s2", "s3"}
+
+
+def test_versions_and_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    v = read_versions()
+    assert v["KUBE_VERSION"].startswith("v1.33.") and set(v) >= {"ETCD_VERSION", "KWOK_VERSION", "HELM_VERSION"}
+    monkeypatch.setenv("RINGLEADER_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv("RINGLEADER_DEV_DIR", str(tmp_path / "s"))
+    layout = Layout.from_env()
+    assert layout.binary("kubectl") == tmp_path / "c" / f"kubernetes-{v['KUBE_VERSION']}" / "kubectl"
+    assert layout.kubeconfig == tmp_path / "s" / "kubeconfig"
+
+
+def test_wrapper_modules_pin_the_versions_in_versions_env() -> None:
+    """build-binaries.sh names cache folders after versions.env; the Go wrapper modules must build those."""
+    v = read_versions()
+    root = Path(__file__).resolve().parents[3] / "devcluster" / "go"
+    kube_mod = (root / "kube" / "go.mod").read_text()
+    etcd_mod = (root / "etcd" / "go.mod").read_text()
+    assert f"k8s.io/kubernetes {v['KUBE_VERSION']}" in kube_mod
+    staging = v["KUBE_VERSION"].replace("v1.", "v0.")
+    assert f"k8s.io/client-go => k8s.io/client-go {staging}" in kube_mod
+    assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in etcd_mod
+
+
+def test_dev_requirements_pin_the_packages_runtime_dependencies() -> None:
+    """The venv installs requirements/dev.txt only; it must carry each package's pinned dependencies."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[3]
+    pins = {
+        line.split("==")[0].lower(): line.split("==")[1]
+        for name in ("dev.txt", "trainer.txt")
+        for line in (root / "requirements" / name).read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    for package in ("operator", "devcluster", "trainer-image"):
+        deps = tomllib.loads((root / package / "pyproject.toml").read_text())["project"]["dependencies"]
+        for dep in deps:
+            name = dep.split("=")[0].split(">")[0].split("<")[0].strip().lower()
+            assert name in pins, f"{package} needs {name}, missing from requirements/dev.txt"
+            if "==" in dep:
+                assert dep.split("==")[1] == pins[name], f"{name} pinned differently in {package}/pyproject.toml"
+
+
+@pytest.mark.parametrize(
+    ("target", "hidden"),
+    [("/tmp", True), ("/tmp/ci", True), ("/tmp/ci/operator", True), ("/tmp/other", False), ("/data", False)],
+)
+def test_a_volume_over_the_projects_environment_is_not_mounted(target: str, hidden: bool) -> None:
+    assert hides(Path(target), [Path("/tmp/ci/operator"), Path("/opt/venv")]) is hidden
+
+
+def test_a_busy_port_is_waited_for_briefly_then_named_with_its_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "PORT_GRACE_SECONDS", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    with pytest.raises(cluster.ClusterError, match=rf"port {port} \(kube-apiserver\) is busy \(held by .*python"):
+        commands.ensure_port_free(port, "kube-apiserver")
+    # A server that closes within the grace period (as one stopped a moment ago does) is waited for.
+    threading.Timer(0.3, server.close).start()
+    commands.ensure_port_free(port, "kube-apiserver")

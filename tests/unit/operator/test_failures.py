@@ -1,0 +1,77 @@
+"""The failure table, pure: what a pod's end was (classify), whether the rank restarts under each restart policy
+(decide_restart), and the back-off between restarts."""
+
+from __future__ import annotations
+
+import pytest
+from ringleader_operator.api import RestartPolicy
+from ringleader_operator.conditions import Reason
+from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
+
+E, EV, NL, DEL = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "pod_reason", "disruption", "kind"),
+    [
+        (1, "Error", "", E),
+        (137, "OOMKilled", "", E),
+        (143, "Error", "EvictionByEvictionAPI", EV),  # SIGTERMed by an eviction: the eviction's doing
+        (None, "Evicted", "", EV),  # the kubelet evicted it under node pressure
+        (None, "", "PreemptionByScheduler", EV),
+        (None, "", "TerminationByKubelet", EV),
+        (None, "", "DeletionByTaintManager", NL),  # its node became unreachable
+        (None, "", "DeletionByPodGC", NL),  # its node object was deleted
+        (None, "NodeRestarted", "", NL),  # the process node restarted under it
+        (None, "NodeLost", "", NL),
+        (None, "UnexpectedAdmissionError", "", EV),  # failed without running: not the program's fault
+        (None, "", "", DEL),
+    ],
+)
+def test_classify(exit_code: int | None, pod_reason: str, disruption: str, kind: Kind) -> None:
+    assert classify(exit_code, pod_reason, disruption).kind == kind
+
+
+RESTART, FAIL = (Decision.RESTART, None), (Decision.FAIL, Reason.FAILED)
+LIMIT = (Decision.FAIL, Reason.BACKOFF_LIMIT)
+P = RestartPolicy
+
+
+@pytest.mark.parametrize(
+    ("policy", "failure", "restarts", "limit", "want"),
+    [
+        (P.NEVER, Failure(E, 1), 0, 3, FAIL),
+        (P.NEVER, Failure(E, 137), 0, 3, FAIL),
+        (P.NEVER, Failure(EV), 0, 3, RESTART),  # an eviction is no failure of the program
+        (P.NEVER, Failure(NL), 0, 3, RESTART),
+        (P.NEVER, Failure(NL), 3, 3, LIMIT),
+        (P.ON_FAILURE, Failure(E, 1), 0, 3, RESTART),
+        (P.ON_FAILURE, Failure(E, 1), 3, 3, LIMIT),
+        (P.ON_FAILURE, Failure(DEL), 0, 3, RESTART),
+        (P.ALWAYS, Failure(E, 2), 2, 3, RESTART),
+        (P.ALWAYS, Failure(Kind.EXITED), 0, 3, RESTART),
+        (P.EXIT_CODE, Failure(E, 137), 0, 3, RESTART),  # OOM kill / SIGKILL
+        (P.EXIT_CODE, Failure(E, 143), 0, 3, RESTART),  # SIGTERM
+        (P.EXIT_CODE, Failure(E, 200), 0, 3, RESTART),  # the trainer's rendezvous timeout
+        (P.EXIT_CODE, Failure(E, 201), 0, 3, RESTART),  # the trainer lost a peer
+        (P.EXIT_CODE, Failure(E, 1), 0, 3, FAIL),  # the program's own error
+        (P.EXIT_CODE, Failure(E, 3), 0, 3, FAIL),  # the trainer's bad configuration
+        (P.EXIT_CODE, Failure(E, 127), 0, 3, FAIL),
+        (P.EXIT_CODE, Failure(EV), 0, 3, RESTART),  # evicted / lost: infrastructure
+        (P.EXIT_CODE, Failure(E, 137), 3, 3, LIMIT),  # an OOM loop ends
+        (P.EXIT_CODE, Failure(E, 1), 3, 3, FAIL),  # a user error says so, even past the limit
+    ],
+)
+def test_decide_restart(
+    policy: RestartPolicy, failure: Failure, restarts: int, limit: int, want: tuple[Decision, Reason | None]
+) -> None:
+    assert decide_restart(policy, failure, restarts, limit) == want
+
+
+@pytest.mark.parametrize(
+    ("rank_restarts", "base", "cap", "want"),
+    [(0, 1, 60, 0), (1, 1, 60, 1), (2, 1, 60, 2), (3, 1, 60, 4), (7, 1, 60, 60), (500, 1, 60, 60), (3, 0, 60, 0),
+     (2, 10, 15, 15)],
+)  # fmt: skip
+def test_backoff_seconds(rank_restarts: int, base: float, cap: float, want: float) -> None:
+    assert backoff_seconds(rank_restarts, base, cap) == want
