@@ -48,7 +48,25 @@ def expand_vars(text: str, env: Mapping[str, str]) -> str:
     return _VAR_REF.sub(sub, text)
 
 
-def field_ref(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> str:
+@dataclass(frozen=True)
+class PodInputs:
+    """What planning one pod reads: the pod (the API's JSON), the objects it refers to, the variables the node
+    gives every container, and the pod's and the node's addresses."""
+
+    pod: Mapping[str, Any]
+    lookups: Lookups
+    base_env: Mapping[str, str]
+    pod_ip: str
+    host_ip: str
+
+    @property
+    def namespace(self) -> str:
+        return str(self.pod["metadata"]["namespace"])
+
+
+def field_ref(inputs: PodInputs, path: str) -> str:
+    """A fieldRef's value (downward API), as the kubelet fills it in."""
+    pod, pod_ip, host_ip = inputs.pod, inputs.pod_ip, inputs.host_ip
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     simple = {
@@ -100,26 +118,18 @@ def _lookup_key(
     return obj[ref["key"]]
 
 
-def resolve_env(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    lookups: Lookups,
-    base_env: Mapping[str, str],
-    pod_ip: str,
-    host_ip: str,
-) -> dict[str, str]:
-    """The container's environment in Kubernetes order: `base_env` (what the node injects, e.g. PATH and
+def resolve_env(inputs: PodInputs, container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's environment in Kubernetes order: the node's `base_env` (e.g. PATH and
     KUBERNETES_SERVICE_HOST), then `envFrom` sources, then `env` entries, each able to reference earlier
     ones through `$(VAR)`."""
-    namespace = pod["metadata"]["namespace"]
-    env: dict[str, str] = dict(base_env)
+    env: dict[str, str] = dict(inputs.base_env)
     for source in container.get("envFrom") or []:
-        env.update(_env_from(source, lookups, namespace))
+        env.update(_env_from(source, inputs.lookups, inputs.namespace))
     for item in container.get("env") or []:
         name = item["name"]
         if "value" in item or "valueFrom" not in item:
             env[name] = expand_vars(str(item.get("value", "")), env)
-        elif (value := _value_from(pod, container, item, lookups, pod_ip, host_ip)) is not None:
+        elif (value := _value_from(inputs, container, item)) is not None:
             env[name] = value
     return env
 
@@ -140,19 +150,17 @@ def _env_from(source: Mapping[str, Any], lookups: Lookups, namespace: str) -> di
     return out
 
 
-def _value_from(
-    pod: Mapping[str, Any], container: Mapping[str, Any], item: Mapping[str, Any], lookups: Lookups, pod_ip: str,
-    host_ip: str,
-) -> str | None:  # fmt: skip
+def _value_from(inputs: PodInputs, container: Mapping[str, Any], item: Mapping[str, Any]) -> str | None:
     """One `env` entry's `valueFrom`; None for an optional reference that is missing."""
-    src, namespace = item["valueFrom"], pod["metadata"]["namespace"]
+    src, namespace, lookups = item["valueFrom"], inputs.namespace, inputs.lookups
     if "fieldRef" in src:
-        return field_ref(pod, src["fieldRef"]["fieldPath"], pod_ip, host_ip)
+        return field_ref(inputs, src["fieldRef"]["fieldPath"])
     if "resourceFieldRef" in src:
         ref = src["resourceFieldRef"]
         target = container
         if ref.get("containerName"):
-            target = next((c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"]), container)
+            containers = inputs.pod["spec"]["containers"]
+            target = next((c for c in containers if c["name"] == ref["containerName"]), container)
         return resource_ref(target, ref["resource"])
     if "configMapKeyRef" in src:
         return _lookup_key("configmap", lookups.config_map, namespace, src["configMapKeyRef"])

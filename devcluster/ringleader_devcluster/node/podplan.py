@@ -12,7 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .podenv import Lookups, MissingReference, UnsupportedPod, expand_vars, field_ref, resolve_env, resource_ref
+from .podenv import (
+    Lookups,
+    MissingReference,
+    PodInputs,
+    UnsupportedPod,
+    expand_vars,
+    field_ref,
+    resolve_env,
+    resource_ref,
+)
 from .probe_spec import InvalidProbe, Probe, parse_probe
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -129,10 +138,9 @@ def _object_files(
     return _key_items(data, src.get("items"), obj_name)
 
 
-def _downward_files(
-    pod: Mapping[str, Any], items: list[Mapping[str, Any]], pod_ip: str, host_ip: str
-) -> dict[str, bytes]:
+def _downward_files(inputs: PodInputs, items: list[Mapping[str, Any]]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
+    pod = inputs.pod
     meta = pod.get("metadata") or {}
     for item in items:
         if "fieldRef" in item:
@@ -141,7 +149,7 @@ def _downward_files(
                 values = meta.get(path.split(".")[1]) or {}
                 text = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
             else:
-                text = field_ref(pod, path, pod_ip, host_ip)
+                text = field_ref(inputs, path)
         else:
             ref = item["resourceFieldRef"]
             container = next(c for c in pod["spec"]["containers"] if c["name"] == ref.get("containerName"))
@@ -150,9 +158,7 @@ def _downward_files(
     return out
 
 
-def plan_volume(
-    pod: Mapping[str, Any], volume: Mapping[str, Any], lookups: Lookups, pod_ip: str, host_ip: str
-) -> VolumePlan:
+def plan_volume(inputs: PodInputs, volume: Mapping[str, Any]) -> VolumePlan:
     """How one volume becomes a directory. Raises UnsupportedPod for sources the node cannot map."""
     name = volume["name"]
     sources = [k for k in volume if k != "name"]
@@ -171,37 +177,33 @@ def plan_volume(
     if kind == "persistentVolumeClaim":
         return VolumePlan(name=name, kind="dir", claim=src["claimName"])
     if kind == "projected":  # the service-account volume every pod gets from the ServiceAccount admission plugin
-        return _projected(pod, name, src, lookups, pod_ip, host_ip)
-    files = _files(pod, {kind: src}, lookups, pod_ip, host_ip)
+        return _projected(inputs, name, src)
+    files = _files(inputs, {kind: src})
     assert files is not None  # the supported sources left all have files
     return VolumePlan(name=name, kind="files", files=files)
 
 
-def _files(
-    pod: Mapping[str, Any], source: Mapping[str, Any], lookups: Lookups, pod_ip: str, host_ip: str
-) -> dict[str, bytes] | None:
+def _files(inputs: PodInputs, source: Mapping[str, Any]) -> dict[str, bytes] | None:
     """The files of a configMap, secret or downwardAPI source (a volume's or a projected part); None for
     any other source."""
-    namespace = pod["metadata"]["namespace"]
+    namespace, lookups = inputs.namespace, inputs.lookups
     if (src := source.get("configMap")) is not None:
         return _object_files("configmap", lookups, namespace, src["name"], src)
     if (src := source.get("secret")) is not None:
         return _object_files("secret", lookups, namespace, src.get("secretName") or src["name"], src)
     if (src := source.get("downwardAPI")) is not None:
-        return _downward_files(pod, src.get("items") or [], pod_ip, host_ip)
+        return _downward_files(inputs, src.get("items") or [])
     return None
 
 
-def _projected(
-    pod: Mapping[str, Any], name: str, src: Mapping[str, Any], lookups: Lookups, pod_ip: str, host_ip: str
-) -> VolumePlan:
+def _projected(inputs: PodInputs, name: str, src: Mapping[str, Any]) -> VolumePlan:
     files: dict[str, bytes] = {}
     tokens: list[tuple[str, str, int]] = []
     for part in src.get("sources") or []:
         if "serviceAccountToken" in part:
             t = part["serviceAccountToken"]
             tokens.append((t["path"], t.get("audience", ""), int(t.get("expirationSeconds", 3607))))
-        elif (more := _files(pod, part, lookups, pod_ip, host_ip)) is not None:
+        elif (more := _files(inputs, part)) is not None:
             files.update(more)
         else:
             raise UnsupportedPod("UnsupportedVolume", f"volume {name!r}: projected source {sorted(part)} not supported")
@@ -209,14 +211,7 @@ def _projected(
 
 
 def _container_plan(
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    lookups: Lookups,
-    base_env: Mapping[str, str],
-    pod_ip: str,
-    host_ip: str,
-    volume_names: set[str],
-    init: bool,
+    inputs: PodInputs, container: Mapping[str, Any], volume_names: set[str], init: bool
 ) -> ContainerPlan:
     name = container["name"]
     command = list(container.get("command") or [])
@@ -228,7 +223,7 @@ def _container_plan(
             f"container {name!r}: the process node cannot read image {container.get('image')!r}'s entrypoint;"
             " set spec.containers[].command",
         )
-    env = resolve_env(pod, container, lookups, base_env, pod_ip, host_ip)
+    env = resolve_env(inputs, container)
     argv = tuple(expand_vars(a, env) for a in command + args)
     mounts = []
     for m in container.get("volumeMounts") or []:
@@ -248,7 +243,7 @@ def _container_plan(
         probes = {k: parse_probe(container.get(f"{k}Probe"), container) for k in ("startup", "readiness", "liveness")}
     except InvalidProbe as e:
         raise UnsupportedPod("InvalidProbe", str(e)) from e
-    psc = (pod.get("spec") or {}).get("securityContext") or {}
+    psc = (inputs.pod.get("spec") or {}).get("securityContext") or {}
     csc = container.get("securityContext") or {}
     run_as_user = csc.get("runAsUser", psc.get("runAsUser"))
     run_as_group = csc.get("runAsGroup", psc.get("runAsGroup"))
@@ -290,15 +285,11 @@ def plan_pod(
             raise UnsupportedPod(
                 "UnsupportedFeature", f"init container {c['name']!r}: sidecar containers are not supported"
             )
-    volumes = tuple(plan_volume(pod, v, lookups, pod_ip, host_ip) for v in spec.get("volumes") or [])
+    inputs = PodInputs(pod, lookups, base_env, pod_ip, host_ip)
+    volumes = tuple(plan_volume(inputs, v) for v in spec.get("volumes") or [])
     names = {v.name for v in volumes}
-    inits = tuple(
-        _container_plan(pod, c, lookups, base_env, pod_ip, host_ip, names, init=True)
-        for c in spec.get("initContainers") or []
-    )
-    containers = tuple(
-        _container_plan(pod, c, lookups, base_env, pod_ip, host_ip, names, init=False) for c in spec["containers"]
-    )
+    inits = tuple(_container_plan(inputs, c, names, init=True) for c in spec.get("initContainers") or [])
+    containers = tuple(_container_plan(inputs, c, names, init=False) for c in spec["containers"])
     grace = spec.get("terminationGracePeriodSeconds")
     return PodPlan(
         namespace=meta["namespace"],

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_devcluster.node.podenv import Lookups, MissingReference, UnsupportedPod, expand_vars, resolve_env
+from ringleader_devcluster.node.podenv import (
+    Lookups,
+    MissingReference,
+    PodInputs,
+    UnsupportedPod,
+    expand_vars,
+    resolve_env,
+)
 from ringleader_devcluster.node.podplan import plan_pod, plan_volume
 
 CONFIG_MAPS = {"cfg": {"lr": "0.1", "bs": "32"}, "kube-root-ca.crt": {"ca.crt": "CA"}}
@@ -82,7 +89,7 @@ def test_expand_vars(text: str, env: dict[str, str], want: str) -> None:
 )
 def test_resolve_env_single_entry(entry: dict[str, Any], want: str | None) -> None:
     container = {"name": "main", "env": [entry], "resources": {"limits": {"cpu": "2"}}}
-    env = resolve_env(pod([container]), container, LOOKUPS, BASE, "198.18.1.2", "198.18.0.1")
+    env = resolve_env(PodInputs(pod([container]), LOOKUPS, BASE, "198.18.1.2", "198.18.0.1"), container)
     assert env.get("X") == want
 
 
@@ -92,7 +99,7 @@ def test_env_from_with_prefix_then_env_overrides_in_order() -> None:
         "envFrom": [{"prefix": "C_", "configMapRef": {"name": "cfg"}}],
         "env": [{"name": "C_lr", "value": "0.5"}, {"name": "BOTH", "value": "$(C_lr)/$(C_bs)"}],
     }
-    env = resolve_env(pod([container]), container, LOOKUPS, BASE, "", "")
+    env = resolve_env(PodInputs(pod([container]), LOOKUPS, BASE, "", ""), container)
     assert (env["C_lr"], env["C_bs"], env["BOTH"], env["PATH"]) == ("0.5", "32", "0.5/32", BASE["PATH"])
 
 
@@ -213,7 +220,7 @@ def test_service_account_projected_volume_collects_token_ca_and_namespace() -> N
             ]
         },
     }
-    plan = plan_volume(pod(), volume, LOOKUPS, "", "")
+    plan = plan_volume(PodInputs(pod(), LOOKUPS, BASE, "", ""), volume)
     assert plan.kind == "files"
     assert dict(plan.files) == {"ca.crt": b"CA", "namespace": b"ml"}
     assert plan.token_requests == (("token", "", 3607),)
@@ -241,6 +248,6 @@ def test_service_account_projected_volume_collects_token_ca_and_namespace() -> N
     ids=["emptydir", "hostpath", "configmap", "configmap-items", "secret", "optional-secret", "downward-labels"],
 )
 def test_volume_kinds(volume: dict[str, Any], kind: str, files: dict[str, bytes]) -> None:
-    plan = plan_volume(pod(), volume, LOOKUPS, "", "")
+    plan = plan_volume(PodInputs(pod(), LOOKUPS, BASE, "", ""), volume)
     assert plan.kind == kind
     assert dict(plan.files) == files
