@@ -96,7 +96,7 @@ class Reconciler:
         self.jobs: dict[Key, JobMemory] = {}
         self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed)
         self.admission_lock = asyncio.Lock()
-        self.scraper = ProgressScraper(kube, emit, self.memory, self._cached_pods)
+        self.scraper = ProgressScraper(kube, emit, self.jobs.get, self._cached_pods)
 
     def memory(self, key: Key) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())

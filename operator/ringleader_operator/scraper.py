@@ -26,11 +26,13 @@ class ProgressScraper:
         self,
         api: StatusApi,
         emit: EventSink,
-        memory: Callable[[Key], JobMemory],
+        memory: Callable[[Key], JobMemory | None],
         cached_pods: Callable[[str, str], list[dict[str, Any]] | None],
     ) -> None:
-        """`memory(key)`: the job's record; `cached_pods(namespace, job)`: the job's pods from the pod cache,
-        None while there is none (then worker 0's address is read from the API server)."""
+        """`memory(key)`: the job's record, None when the reconciler holds none (the job is gone, or has had
+        no round yet: the scrape then does nothing, and never creates a record a deleted job would leave
+        behind); `cached_pods(namespace, job)`: the job's pods from the pod cache, None while there is none (then
+        worker 0's address is read from the API server)."""
         self.api, self.emit, self.memory, self.cached_pods = api, emit, memory, cached_pods
         self.session: aiohttp.ClientSession | None = None
 
@@ -39,21 +41,23 @@ class ProgressScraper:
         SCRAPE_FAILURES_REPORTED failures in a row, one Warning event says why, until a scrape succeeds again.
         Status is written only when a value changed."""
         meta = obj.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        ip = await self._worker0_ip(namespace, name)
-        if not ip:
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if self.memory(key) is None or not (ip := await self._worker0_ip(*key)):
             return
         if self.session is None:
             self.session = progress.session()
-        record = self.memory((namespace, name))
         try:
             now = await progress.scrape(self.session, ip, METRICS_PORT, utcnow())
         except progress.ScrapeError as e:
             metrics.SCRAPE_FAILURES.inc()
-            record.scrape_failures += 1
-            log.debug("[%s/%s] no progress: %s", namespace, name, e)
-            if record.scrape_failures == SCRAPE_FAILURES_REPORTED:
-                self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
+            log.debug("[%s/%s] no progress: %s", *key, e)
+            record = self.memory(key)  # looked up again: the job may have gone while the page was read
+            if record is not None:
+                record.scrape_failures += 1
+                if record.scrape_failures == SCRAPE_FAILURES_REPORTED:
+                    self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
+            return
+        if (record := self.memory(key)) is None:
             return
         record.scrape_failures = 0
         last = (obj.get("status") or {}).get("progress")
@@ -63,7 +67,7 @@ class ProgressScraper:
             and (old.step, old.loss, old.samples_per_second) == (now.step, now.loss, now.samples_per_second)
         ):
             return
-        await self.api.patch_status(namespace, name, {"progress": now.model_dump(by_alias=True, mode="json")})
+        await self.api.patch_status(*key, {"progress": now.model_dump(by_alias=True, mode="json")})
 
     async def _worker0_ip(self, namespace: str, job: str) -> str | None:
         worker0 = pod_name(job, Role.WORKER, 0)

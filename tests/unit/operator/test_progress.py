@@ -236,13 +236,16 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
     async def main() -> None:
         async with serving(metrics=page) as port:
             monkeypatch.setattr(scraper_module, "METRICS_PORT", port)
-            jobs: dict[Key, JobMemory] = {}
+            jobs: dict[Key, JobMemory] = {("ns", "j"): JobMemory()}  # the reconciler's records
             r = ProgressScraper(
                 Kube(),
                 lambda _o, _k, reason, message: events.append((reason, message)),
-                lambda key: jobs.setdefault(key, JobMemory()),
+                jobs.get,
                 lambda _namespace, _job: None,  # no pod cache: worker 0's address from the API
             )
+            gone = {"metadata": {"namespace": "ns", "name": "deleted"}, "status": {}}
+            await r.scrape(gone)  # a job the reconciler forgot: no read, no record left behind
+            assert list(jobs) == [("ns", "j")] and not events
             for _ in range(SCRAPE_FAILURES_REPORTED + 2):
                 await r.scrape(job)
             assert len(events) == 1 and not patched and jobs[("ns", "j")].scrape_failures == 5
