@@ -8,7 +8,7 @@ import contextlib
 from typing import Any
 
 from .hostsfile import render_hosts, resolv_conf
-from .network import create_sandbox, netns_name
+from .network import NetworkError, create_sandbox, netns_name
 from .nodeapi import NodeApiError
 from .pod_state import RETRY_PREPARE, PodWorkerState
 from .podenv import Lookups, MissingReference, UnsupportedPod
@@ -61,7 +61,7 @@ class Preparation(PodWorkerState):
                 await create_sandbox(
                     self.node.bridge, self.netns, self.pod_ip, self._hosts(), resolv_conf(self.plan.namespace)
                 )
-        except (NodeApiError, OSError, RuntimeError) as e:
+        except (NodeApiError, NetworkError, OSError, RuntimeError) as e:
             return self._fail("FailedCreatePodSandBox", str(e) or type(e).__name__)
         self.sandbox_ready = True
         self._mark()
