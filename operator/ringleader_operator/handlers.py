@@ -16,6 +16,7 @@ from .api import GROUP, PLURAL, VERSION
 from .builders import DEFAULT_MAX_RANKS, LABEL_JOB
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest
+from .ratelimit import ClientBudget
 from .reconciler import POD_EVENTS_SECONDS, Reconciler
 
 RESYNC_SECONDS = 30.0  # the timer heals whatever a missed event left behind
@@ -54,7 +55,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     cache = PodCache(LABEL_JOB)
     memo.reconciler = Reconciler(
-        Kube(await load_config(), wrote=lambda pod: cache.wrote(pod, time.monotonic())),
+        Kube(await load_config(), wrote=lambda pod: cache.wrote(pod, time.monotonic()), budget=_budget(memo)),
         _emit,
         cache,
         clusterwide=bool(memo.get("clusterwide", True)),
@@ -80,7 +81,17 @@ def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
 @kopf.on.login()
 async def login(memo: kopf.Memo, **kwargs: Any) -> kopf.AiohttpSession | None:
     info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-    return None if info is None else kopf_session(info, watches=int(memo.get("watches", WATCHES_PER_NAMESPACE)))
+    if info is None:
+        return None
+    return kopf_session(info, watches=int(memo.get("watches", WATCHES_PER_NAMESPACE)), budget=_budget(memo))
+
+
+def _budget(memo: kopf.Memo) -> ClientBudget:
+    """The process's one client budget (main.py sets it from --kube-api-qps/--kube-api-burst)."""
+    if not isinstance(memo.get("budget"), ClientBudget):
+        memo.budget = ClientBudget()
+    budget: ClientBudget = memo.budget
+    return budget
 
 
 async def _reconcile(

@@ -8,6 +8,7 @@ object as invalid (the job's spec is at fault), `ApiUnavailable` for everything 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from kubernetes_asyncio.client import ApiException
 from .admission import GATE, Cluster
 from .api import GROUP, PLURAL, VERSION
 from .builders import LABEL_JOB
+from .ratelimit import ClientBudget
 
 API_TIMEOUT = 15  # seconds, every request
 CREATE_CONCURRENCY = 32
@@ -69,13 +71,15 @@ async def load_config() -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def kopf_session(info: kopf.ConnectionInfo, watches: int) -> kopf.AiohttpSession:
+def kopf_session(info: kopf.ConnectionInfo, watches: int, budget: ClientBudget) -> kopf.AiohttpSession:
     """kopf's HTTP session for `info`, as kopf would make it but with at most `watches` + KOPF_REQUESTS open
-    connections. kopf's own has no limit: a burst of new jobs opened one TLS connection per concurrent
-    patch (hundreds), each holding its buffers. `watches` must cover every watch stream kopf keeps open, or
-    its requests would wait for a connection that a watch never gives back."""
+    connections, and every request taking its token from `budget` (the one the operator's own calls use).
+    kopf's own has no limit: a burst of new jobs opened one TLS connection per concurrent patch (hundreds),
+    each holding its buffers. `watches` must cover every watch stream kopf keeps open, or its requests would
+    wait for a connection that a watch never gives back."""
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=watches + KOPF_REQUESTS, ssl=info.as_ssl_context()),
+        trace_configs=[budget.trace_config()],
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
         trust_env=info.trust_env,
@@ -90,10 +94,17 @@ def kopf_session(info: kopf.ConnectionInfo, watches: int) -> kopf.AiohttpSession
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, wrote: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """`wrote` is told of every pod a create or patch returned (the pod cache's overlay)."""
+    def __init__(
+        self,
+        api: client.ApiClient,
+        wrote: Callable[[dict[str, Any]], None] | None = None,
+        budget: ClientBudget | None = None,
+    ) -> None:
+        """`wrote` is told of every pod a create or patch returned (the pod cache's overlay); every call takes
+        its token from `budget` (none: no limit)."""
         self.api = api
         self.wrote = wrote
+        self.budget = budget or ClientBudget(qps=0)
         self.core = client.CoreV1Api(api)
         self.networking = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -101,6 +112,12 @@ class Kube:
     async def _call(self, what: str, call: Awaitable[T], absent: int | None = None) -> T | None:
         """Await one API call with domain errors; None when it answers `absent` (404 on reads, 409 on
         creates), which the caller treats as a normal outcome."""
+        try:
+            await self.budget.acquire()
+        except BaseException:  # cancelled while waiting its turn: the request was never sent
+            if inspect.iscoroutine(call):
+                call.close()
+            raise
         try:
             return await call
         except ApiException as e:

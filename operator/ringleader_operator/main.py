@@ -27,6 +27,7 @@ from prometheus_client import start_http_server
 from . import handlers  # noqa: F401  (registers the handlers)
 from .builders import DEFAULT_MAX_RANKS
 from .handlers import PEERING_NAME, WATCHES_PER_NAMESPACE
+from .ratelimit import DEFAULT_BURST, DEFAULT_QPS, ClientBudget
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,6 +53,13 @@ def main(argv: list[str] | None = None) -> None:
         help="give every job a NetworkPolicy admitting to its pods only its own pods and, to the metrics port, the "
         "operator's: the operator's namespace and its pods' labels, e.g. ringleader-system/app=ringleader,tier=op",
     )
+    p.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=DEFAULT_QPS,
+        help="requests a second to the API server, the operator's own and kopf's together (0: no limit)",
+    )
+    p.add_argument("--kube-api-burst", type=positive, default=DEFAULT_BURST, help="requests sent at once above qps")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -61,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a probe every few seconds
     _name_the_user()
+    budget = ClientBudget(args.kube_api_qps, args.kube_api_burst)
+    logging.getLogger("ringleader").info("client budget for the API server: %s", budget)
     start_http_server(args.metrics_port)
     kopf.run(
         clusterwide=not args.namespace,
@@ -74,8 +84,16 @@ def main(argv: list[str] | None = None) -> None:
             watches=WATCHES_PER_NAMESPACE * max(1, len(args.namespace)),  # kopf's open watch streams, at most
             max_ranks=args.max_replicas_per_job,
             operator_pods=args.network_policies,
+            budget=budget,
         ),
     )
+
+
+def positive(text: str) -> int:
+    """A whole number >= 1, or argparse's one-line usage error."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
 
 
 def operator_pods(text: str) -> tuple[str, dict[str, str]]:

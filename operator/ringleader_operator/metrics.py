@@ -14,5 +14,9 @@ RECONCILE_SECONDS = Histogram(
     "Duration of one reconcile round of one job.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+CLIENT_WAIT_SECONDS = Counter(
+    "ringleader_client_rate_limit_wait_seconds_total",
+    "Seconds requests to the API server waited for the operator's client budget (--kube-api-qps, --kube-api-burst).",
+)
 JOBS = Gauge("ringleader_jobs", "TrainingJobs by phase, as last seen.", ["phase"])
 KNOWN_PHASES = tuple(p.value for p in JobPhase)

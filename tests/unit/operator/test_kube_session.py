@@ -7,6 +7,7 @@ import asyncio
 import kopf
 import pytest
 from ringleader_operator.kube import KOPF_REQUESTS, kopf_session
+from ringleader_operator.ratelimit import ClientBudget
 
 
 @pytest.mark.parametrize("watches", [4, 12])
@@ -15,7 +16,7 @@ def test_the_session_carries_the_credentials_and_room_for_every_watch(watches: i
                                default_namespace="team-a", insecure=True, priority=7)  # fmt: skip
 
     async def make() -> tuple[kopf.AiohttpSession, int | None]:
-        made = kopf_session(info, watches=watches)
+        made = kopf_session(info, watches=watches, budget=ClientBudget())
         connector = made.aiohttp_session.connector
         limit = None if connector is None else connector.limit
         await made.aiohttp_session.close()
