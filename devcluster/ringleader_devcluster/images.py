@@ -187,7 +187,7 @@ def _bud(layout: Layout, image: Image, context: Path) -> None:
 
     try:
         code = run_lines(
-            [*buildah, "bud", "--layers", "--isolation", "chroot", "--network", "host", "--pull-never",
+            [*buildah, "bud", "--layers", "--force-rm", "--isolation", "chroot", "--network", "host", "--pull-never",
              "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-f", image.dockerfile, "-t", image.name, "."],
             f"building {image.dockerfile}",
             progress,

@@ -4,6 +4,7 @@ and it reaches the API server as in-cluster clients do."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,17 @@ def test_the_operator_image_runs_non_root_without_torch_in_a_restricted_namespac
 
 
 def test_a_failed_build_names_the_dockerfile_step_and_why(layout: Layout, tmp_path: Path) -> None:
+    """...and leaves no working container (nor its mounted layer) behind in buildah's storage."""
     (tmp_path / "Dockerfile").write_text(
         "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo fine\nRUN echo the reason >&2; exit 7\nRUN true\n"
     )
     broken = images.Image("localhost/ringleader/broken:dev", "Dockerfile", ())
+    containers = [*images._buildah(layout), "containers", "--quiet"]
+    before = set(subprocess.run(containers, capture_output=True, text=True, check=True, timeout=60).stdout.split())
     with pytest.raises(realnode.RealNodeError) as failed:
         images._bud(layout, broken, tmp_path)
     assert str(failed.value) == (
         "building Dockerfile failed at STEP 3/4 `RUN echo the reason >&2; exit 7` (exit status 7): the reason"
     )
+    after = set(subprocess.run(containers, capture_output=True, text=True, check=True, timeout=60).stdout.split())
+    assert after <= before
