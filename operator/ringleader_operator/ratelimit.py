@@ -21,6 +21,8 @@ import aiohttp
 
 from . import metrics
 
+# Kueue's shipped manager configuration (clientConnection qps 50, burst 100); Kubeflow's training-operator ships
+# 20 and 30. Provisional: the control-plane benchmark at matched budgets (bench/control_plane_bench.py) decides.
 DEFAULT_QPS = 50.0
 DEFAULT_BURST = 100
 
