@@ -31,6 +31,14 @@ class Lookups:
     config_map: Callable[[str, str], Mapping[str, str] | None]
     secret: Callable[[str, str], Mapping[str, str] | None]  # values already base64-decoded
 
+    def data(self, kind: str, namespace: str, name: str, optional: bool) -> Mapping[str, str] | None:
+        """The data of config map (`kind` "configmap") or secret `name`: None when it does not exist and the
+        reference is optional, MissingReference when it does not exist and is required."""
+        obj = (self.config_map if kind == "configmap" else self.secret)(namespace, name)
+        if obj is None and not optional:
+            raise MissingReference(f'{kind} "{name}" not found')
+        return obj
+
 
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -99,18 +107,11 @@ def resource_ref(container: Mapping[str, Any], resource: str) -> str:
     return "0" if value is None else str(value)
 
 
-def _lookup_key(
-    kind: str,
-    get: Callable[[str, str], Mapping[str, str] | None],
-    namespace: str,
-    ref: Mapping[str, Any],
-) -> str | None:
-    obj = get(namespace, ref["name"])
+def _lookup_key(kind: str, lookups: Lookups, namespace: str, ref: Mapping[str, Any]) -> str | None:
     optional = bool(ref.get("optional"))
+    obj = lookups.data(kind, namespace, ref["name"], optional)
     if obj is None:
-        if optional:
-            return None
-        raise MissingReference(f'{kind} "{ref["name"]}" not found')
+        return None
     if ref["key"] not in obj:
         if optional:
             return None
@@ -137,16 +138,10 @@ def resolve_env(inputs: PodInputs, container: Mapping[str, Any]) -> dict[str, st
 def _env_from(source: Mapping[str, Any], lookups: Lookups, namespace: str) -> dict[str, str]:
     """The variables one `envFrom` entry brings (its ConfigMap's or Secret's keys, prefixed)."""
     prefix, out = source.get("prefix", ""), {}
-    for kind, get in (("configmap", lookups.config_map), ("secret", lookups.secret)):
-        ref = source.get("configMapRef" if kind == "configmap" else "secretRef")
-        if not ref:
-            continue
-        obj = get(namespace, ref["name"])
-        if obj is None:
-            if ref.get("optional"):
-                continue
-            raise MissingReference(f'{kind} "{ref["name"]}" not found')
-        out.update({prefix + key: val for key, val in obj.items()})
+    for kind, field_name in (("configmap", "configMapRef"), ("secret", "secretRef")):
+        ref = source.get(field_name)
+        if ref and (obj := lookups.data(kind, namespace, ref["name"], bool(ref.get("optional")))) is not None:
+            out.update({prefix + key: val for key, val in obj.items()})
     return out
 
 
@@ -163,7 +158,7 @@ def _value_from(inputs: PodInputs, container: Mapping[str, Any], item: Mapping[s
             target = next((c for c in containers if c["name"] == ref["containerName"]), container)
         return resource_ref(target, ref["resource"])
     if "configMapKeyRef" in src:
-        return _lookup_key("configmap", lookups.config_map, namespace, src["configMapKeyRef"])
+        return _lookup_key("configmap", lookups, namespace, src["configMapKeyRef"])
     if "secretKeyRef" in src:
-        return _lookup_key("secret", lookups.secret, namespace, src["secretKeyRef"])
+        return _lookup_key("secret", lookups, namespace, src["secretKeyRef"])
     raise UnsupportedPod("UnsupportedEnvSource", f"env {item['name']}: unsupported valueFrom {sorted(src)}")

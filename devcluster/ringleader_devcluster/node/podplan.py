@@ -130,12 +130,8 @@ def _object_files(
 ) -> dict[str, bytes]:
     """Files of a config map or secret volume source (all keys, or `items`); none when it is optional and
     missing; MissingReference when it is required and missing."""
-    data = (lookups.config_map if kind == "configmap" else lookups.secret)(namespace, obj_name)
-    if data is None:
-        if src.get("optional"):
-            return {}
-        raise MissingReference(f'{kind} "{obj_name}" not found')
-    return _key_items(data, src.get("items"), obj_name)
+    data = lookups.data(kind, namespace, obj_name, bool(src.get("optional")))
+    return {} if data is None else _key_items(data, src.get("items"), obj_name)
 
 
 def _downward_files(inputs: PodInputs, items: list[Mapping[str, Any]]) -> dict[str, bytes]:
