@@ -1,13 +1,15 @@
 """Control plane side by side: Ringleader's operator against Kubeflow's training-operator on the dev cluster.
 
-    python -m bench.control_plane_bench [--reps 3] [--single 8 64 256] [--burst 500] [--fake-nodes 24]
+    python -m bench.control_plane_bench [--reps 5] [--burst-reps 3] [--single 8 64 256] [--burst 500]
+                                        [--configs defaults matched] [--fake-nodes 24]
 
-Both run out of cluster on this host as service accounts with their own RBAC (bench/subjects.py), with their
-defaults, watching all namespaces; pods go to kwok fake nodes, so nothing runs behind them and a pod is
-Running as soon as it is bound. The same work for both: one job of 8, 64 and 256 workers (one pod each;
-for the training-operator a PyTorchJob of one Master and N-1 Workers), then `--burst` jobs of 4 workers
-created together by 16 client threads. Every run gets a fresh operator process and a fresh namespace, and
-measures from just before the first create call:
+Both run out of cluster on this host as service accounts with their own RBAC (bench/subjects.py), watching all
+namespaces, at two configurations (bench/control_plane_plan.py): each at its shipped defaults, and both at
+the same generous client budget with the training-operator's controller threads raised. Pods go to kwok fake
+nodes, so nothing runs behind them and a pod is Running as soon as it is bound. The same work for both: one job
+of 8, 64 and 256 workers (one pod each; for the training-operator a PyTorchJob of one Master and N-1 Workers),
+then `--burst` jobs of 4 workers created together by 16 client threads. Every run gets a fresh operator process
+and a fresh namespace, and measures from just before the first create call:
 
 - created_s: until the last of the pods exists (a watch from before the creates sees its ADDED event);
 - running_s: until every pod was seen Running;
@@ -16,36 +18,34 @@ measures from just before the first create call:
   whatever the operator does periodically for a running job in that time);
 - cpu_s and peak_rss_mb of the operator process over the run (RSS is VmHWM of the fresh process).
 
-The two operators alternate within each repetition. Results with every run go to
-bench/results/control-plane.json; medians and the ratio Ringleader / training-operator are printed.
-Nothing is asserted.
+Runs are interleaved (control_plane_plan.schedule). The settings that change the outcome are printed first and
+kept in bench/results/control-plane.json with every run; per configuration and scenario the medians with their
+ranges, the ratio Ringleader / training-operator with its bootstrap interval, and each goal's verdict (met only
+when the interval is inside the goal) are printed. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client, config, watch
 from ringleader_devcluster import commands, controlplane, operatorprocess
-from ringleader_devcluster.layout import Layout
+from ringleader_devcluster.layout import Layout, read_versions
 
 from bench import audit
+from bench import control_plane_plan as plan
 from bench.common import delete_namespace, new_namespace, proc_stats
 from bench.identity import ensure_namespace
-from bench.record import RESULTS, machine, write_result
+from bench.record import PEER_VERSIONS, RESULTS, machine, write_result
 from bench.subjects import Subject, kubeflow_training_operator, ringleader, stop
 
-GOALS = {
-    "created_ratio_single_max": 0.5,  # for the 64- and 256-worker jobs
-    "created_ratio_burst_max": 1.0,
-    "operator_rss_mb_max": 250.0,
-}
+CREATE_THREADS = 16  # client threads creating the jobs of a run
 RESULT = RESULTS / "control-plane.json"
 PROGRESS_S = 15.0  # a run still waiting for its pods says how far it got this often
 PROGRESS_PODS = 256  # deleting the namespace of a run with more pods takes minutes: say so
@@ -111,11 +111,17 @@ class PodWatch:
 
 
 def run(
-    subject: Subject, core: client.CoreV1Api, custom: client.CustomObjectsApi, layout: Layout, jobs: int, workers: int
+    subject: Subject,
+    flags: Sequence[str],
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    layout: Layout,
+    jobs: int,
+    workers: int,
 ) -> dict[str, Any]:
-    """One measured run on a fresh operator process and namespace."""
+    """One measured run on a fresh operator process (started with `flags`) and namespace."""
     total = jobs * workers
-    proc = subject.start(layout.state / "bench" / f"{subject.name}.log")
+    proc = subject.start(layout.state / "bench" / f"{subject.name}.log", flags)
     try:
         ns = new_namespace(core)
         pods = PodWatch(core, ns, total)
@@ -123,7 +129,7 @@ def run(
         cpu0 = proc_stats(proc.pid)["cpu_seconds"]
         bodies = [subject.job(f"j{i}" if jobs > 1 else "big", workers, FAKE_POD) for i in range(jobs)]
         t0 = time.monotonic()
-        with ThreadPoolExecutor(16) as pool:
+        with ThreadPoolExecutor(CREATE_THREADS) as pool:
             list(pool.map(lambda b: custom.create_namespaced_custom_object(
                 subject.group, subject.version, ns, subject.plural, b, _request_timeout=60), bodies))  # fmt: skip
         while pods.thread.is_alive() and time.monotonic() - t0 < 1800:
@@ -157,83 +163,87 @@ def run(
     }
 
 
-METRICS = ("created_s", "running_s", "requests_per_job", "cpu_s", "peak_rss_mb")
-
-
-def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scenario (jobs x workers) and operator: medians of each metric; and Ringleader / training-operator."""
-    rows = []
-    for jobs, workers in dict.fromkeys((r["jobs"], r["workers"]) for r in runs):
-        row: dict[str, Any] = {"jobs": jobs, "workers": workers}
-        for name in ("ringleader", "training-operator"):
-            mine = [r for r in runs if (r["jobs"], r["workers"], r["operator"]) == (jobs, workers, name)]
-            if mine:
-                row[name] = {m: statistics.median(r[m] for r in mine) for m in METRICS} | {"n": len(mine)}
-        if "ringleader" in row and "training-operator" in row:
-            row["ratio"] = {
-                m: row["ringleader"][m] / row["training-operator"][m] if row["training-operator"][m] else None
-                for m in METRICS
-            }
-        rows.append(row)
-    return rows
+def header(args: argparse.Namespace, configs: list[str], commit: str) -> list[str]:
+    """Every setting that changes the outcome, printed before the runs and kept in the result."""
+    peer_version = read_versions(PEER_VERSIONS)["TRAINING_OPERATOR_VERSION"]
+    lines = [
+        f"Ringleader at commit {commit}; Kubeflow's training-operator {peer_version}; "
+        f"kube {read_versions()['KUBE_VERSION']}",
+        f"{args.fake_nodes} kwok fake nodes (110 pods each); jobs created by {CREATE_THREADS} client threads; "
+        f"kube-scheduler at its defaults (client QPS 50, burst 100)",
+        f"repetitions: {args.reps} per one-job scenario, {args.burst_reps} for the burst; operators alternate "
+        "(A B, B A, ...) and configurations alternate by repetition",
+    ]
+    for name in configs:
+        c = plan.CONFIGS[name]
+        for op in plan.OPERATORS:
+            settings = ", ".join(f"{k} {v}" for k, v in c.settings[op].items())
+            lines.append(f"[{name}] {op}: {settings}; flags: {' '.join(c.args[op]) or '(none)'}")
+    return lines
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=5, help="repetitions of each one-job scenario")
+    p.add_argument("--burst-reps", type=int, default=3, help="repetitions of the burst")
     p.add_argument("--single", type=int, nargs="*", default=[8, 64, 256], help="workers of the one-job runs")
     p.add_argument("--burst", type=int, default=500, help="jobs of 4 workers created together (0: none)")
+    p.add_argument("--configs", nargs="+", choices=list(plan.CONFIGS), default=list(plan.CONFIGS))
     p.add_argument("--fake-nodes", type=int, default=24, help="110 pods each: room for the burst")
-    p.add_argument("--only", choices=["ringleader", "training-operator"], help="measure one operator")
+    p.add_argument("--only", choices=list(plan.OPERATORS), help="measure one operator (no ratios)")
     p.add_argument("--keep", action="store_true",
                    help="keep the runs of bench/results/control-plane.json that this invocation does not redo "
-                        "(other scenarios or the other operator): measure the long burst apart")  # fmt: skip
+                        "(other configurations, scenarios or operators): measure the long burst apart")  # fmt: skip
     args = p.parse_args()
     layout = Layout.from_env()
     if not commands.api_ready(layout):
         raise SystemExit("bench: the dev cluster is not running (start it with `make dev-cluster`)")
     operatorprocess.operator_down()  # one operator acts on TrainingJobs at a time
+    commit = machine()["commit"]  # each run names its own: --keep mixes runs of several invocations
+    settings = header(args, args.configs, commit)
+    for line in settings:
+        print(f"[bench] {line}", flush=True)
     controlplane.scale_fake_nodes(layout, args.fake_nodes)
     api = config.new_client_from_config(config_file=str(layout.kubeconfig))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     workdir = layout.state / "bench"
     ensure_namespace(core)  # the operators' service accounts live there
-    factories = {"training-operator": kubeflow_training_operator, "ringleader": ringleader}
-    subjects = [make(layout, core, workdir) for name, make in factories.items() if args.only in (None, name)]
+    factories = {plan.PEER: kubeflow_training_operator, plan.RINGLEADER: ringleader}
+    operators = [name for name in plan.OPERATORS if args.only in (None, name)]
+    subjects = {name: factories[name](layout, core, workdir) for name in operators}
     scenarios = [(1, w) for w in args.single] + ([(args.burst, 4)] if args.burst else [])
+    order = plan.schedule(scenarios, lambda jobs, _: args.burst_reps if jobs > 1 else args.reps, args.configs,
+                          operators)  # fmt: skip
     runs = []
-    commit = machine()["commit"]  # each run names its own: --keep mixes runs of several invocations
     try:
-        for jobs, workers in scenarios:
-            for rep in range(args.reps):
-                for subject in subjects:
-                    r = run(subject, core, custom, layout, jobs, workers)
-                    runs.append({**r, "commit": commit})
-                    print(
-                        f"[bench] {jobs} x {workers}-worker {subject.name:17s} ({rep + 1}/{args.reps}): created "
-                        f"{r['created_s']:7.2f} s, Running {r['running_s']:7.2f} s, {r['requests_per_job']:6.1f} "
-                        f"requests/job, CPU {r['cpu_s']:6.1f} s, peak RSS {r['peak_rss_mb']:4.0f} MB",
-                        flush=True,
-                    )
+        for i, planned in enumerate(order):
+            subject, cfg = subjects[planned.operator], plan.CONFIGS[planned.config]
+            r = run(subject, cfg.args[planned.operator], core, custom, layout, planned.jobs, planned.workers)
+            runs.append({**r, "config": planned.config, "rep": planned.rep, "commit": commit})
+            print(
+                f"[bench] ({i + 1}/{len(order)}) [{planned.config}] {plan.scenario_name(planned.jobs, planned.workers)}"
+                f" {subject.name:17s} rep {planned.rep + 1}: created {r['created_s']:7.2f} s, Running "
+                f"{r['running_s']:7.2f} s, {r['requests_per_job']:6.1f} requests/job, CPU {r['cpu_s']:6.1f} s, "
+                f"peak RSS {r['peak_rss_mb']:4.0f} MB",
+                flush=True,
+            )
     finally:
         controlplane.scale_fake_nodes(layout, 0)
     if args.keep and RESULT.exists():
-        redone = {(r["jobs"], r["workers"], r["operator"]) for r in runs}
-        runs = [r for r in json.loads(RESULT.read_text())["runs"]
-                if (r["jobs"], r["workers"], r["operator"]) not in redone] + runs  # fmt: skip
-    rows = compare(runs)
+        old = json.loads(RESULT.read_text())
+        redone = {(r["config"], r["jobs"], r["workers"], r["operator"]) for r in runs}
+        runs = [r for r in old.get("runs", []) if "config" in r
+                and (r["config"], r["jobs"], r["workers"], r["operator"]) not in redone] + runs  # fmt: skip
+    rows = plan.compare(runs)
     for row in rows:
-        if "ratio" in row:
-            q = row["ratio"]
-            print(
-                f"[bench] {row['jobs']} x {row['workers']}: Ringleader / training-operator (medians): created "
-                f"{q['created_s']:.2f}x, Running {q['running_s']:.2f}x, requests/job {q['requests_per_job']:.2f}x, "
-                f"CPU {q['cpu_s']:.2f}x, peak RSS {q['peak_rss_mb']:.2f}x"
-            )
+        if row.ratio:
+            print(f"[bench] {plan.medians_line(row)}", flush=True)
+    for judged in plan.judge(rows):
+        print(f"[bench] goal: {judged.line()}", flush=True)
     write_result(
         RESULT.stem,
-        {"goals": GOALS, "reps": args.reps, "fake_nodes": args.fake_nodes, "settle_s": SETTLE_S, "rows": rows,
-         "runs": runs},
+        {"settings": settings, "reps": args.reps, "burst_reps": args.burst_reps, "fake_nodes": args.fake_nodes,
+         "settle_s": SETTLE_S, "rows": [r.as_dict() for r in rows], "runs": runs},
     )  # fmt: skip
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from ringleader_devcluster.layout import REPO_ROOT
 
+from bench import control_plane_plan as cp
 from bench.record import range_verdict
-from bench.report_plots import OPERATORS, PLOTTERS, Result, scenarios_in_order
+from bench.report_plots import PLOTTERS, Result
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PLOTS = REPO_ROOT / "bench" / "plots"
@@ -51,51 +52,39 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def scenario(row: Result) -> str:
-    return f"{row['jobs']} jobs x {row['workers']} workers" if row["jobs"] > 1 else f"1 job x {row['workers']} workers"
+CP_METRICS = [("created_s", "created (s)", "{:.2f}"), ("running_s", "all Running (s)", "{:.2f}"),
+              ("requests_per_job", "API requests / job", "{:.1f}"), ("cpu_s", "operator CPU (s)", "{:.1f}"),
+              ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}")]  # fmt: skip
 
 
 def control_plane(result: Result) -> list[str]:
-    """Medians per scenario for both operators, the ratio Ringleader / training-operator, and the goals."""
-    goals = result["goals"]
-    metrics = [("created_s", "created (s)", "{:.2f}"), ("running_s", "all Running (s)", "{:.2f}"),
-               ("requests_per_job", "API requests / job", "{:.1f}"), ("cpu_s", "operator CPU (s)", "{:.1f}"),
-               ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}")]  # fmt: skip
-    rows = []
-    scenarios = scenarios_in_order(result)
-    for row in scenarios:
-        for key, label, fmt in metrics:
-            cells = [fmt.format(row[op][key]) if op in row else "-" for op in OPERATORS]
-            ratio = (row.get("ratio") or {}).get(key)
-            rows.append([scenario(row), label, *cells, f"{ratio:.2f}x" if ratio is not None else "-"])
-    runs = ", ".join(
-        f"{row['jobs']}x{row['workers']}: " + " + ".join(f"{row[op]['n']}" for op in OPERATORS if op in row)
-        for row in scenarios
+    """Per configuration a table: each operator's median (min-max) per scenario and metric, and Ringleader /
+    training-operator with its 95 % bootstrap interval; then the goals, judged on those intervals."""
+    if not result.get("rows") or "config" not in result["rows"][0]:
+        return ["_The result file is of an earlier format (no configurations): run `make bench-cluster`._"]
+    rows = [cp.row_from(r) for r in result["rows"]]
+    reps = (
+        f"{result['reps']} repetitions per one-job scenario and {result['burst_reps']} of the burst, interleaved; "
+        "median (min-max) of the runs; the ratio's interval is a 95 % bootstrap interval of the ratio of medians"
     )
-    nodes = result["fake_nodes"]
-    reps = f"medians of the runs per scenario (training-operator + Ringleader: {runs}), {nodes} fake kwok nodes"
     commits = sorted({str(r["commit"]) for r in result.get("runs", []) if r.get("commit")})
     if len(commits) > 1:  # runs kept from earlier invocations (--keep)
         reps += "; the runs span commits " + ", ".join(f"`{c}`" for c in commits) + " (each run names its own)"
-    out = [provenance(result, reps), ""]
-    out += table(["scenario", "metric", "training-operator", "Ringleader", "Ringleader / TO"], rows)
-    out += ["", "Goals:"]
-    for row in scenarios:
-        if row["jobs"] == 1 and row["workers"] < 64:
-            continue  # the goals name the 64- and 256-worker jobs and the burst
-        ratio = (row.get("ratio") or {}).get("created_s")
-        if ratio is None:
-            missing = " and ".join(op for op in OPERATORS if op not in row)
-            out.append(f"- {scenario(row)}: not judged, no run of the {missing}")
-            continue
-        limit = goals["created_ratio_burst_max"] if row["jobs"] > 1 else goals["created_ratio_single_max"]
-        out.append(f"- {scenario(row)}: time to all pods created {ratio:.2f}x the training-operator's "
-                   f"(goal <= {limit:g}x): {verdict(ratio <= limit)}")  # fmt: skip
-    rss = max((row["ringleader"]["peak_rss_mb"] for row in scenarios if "ringleader" in row), default=None)
-    if rss is not None:
-        limit = goals["operator_rss_mb_max"]
-        out.append(f"- Ringleader's peak RSS, the largest over the scenarios: {rss:.0f} MB (goal <= {limit:g} MB): "
-                   f"{verdict(rss <= limit)}")  # fmt: skip
+    out = [provenance(result, reps), "", "Settings (printed by the benchmark before its runs):", ""]
+    out += [f"- {line}" for line in result.get("settings", [])]
+    for name in dict.fromkeys(r.config for r in rows):
+        title = cp.CONFIGS[name].title if name in cp.CONFIGS else name
+        out += ["", f"### `{name}`: {title}", ""]
+        body = []
+        for row in (r for r in rows if r.config == name):
+            for key, label, fmt in CP_METRICS:
+                cells = [row.operators[op][key].text(fmt) if op in row.operators else "-" for op in cp.OPERATORS]
+                ratio = row.ratio.get(key)
+                body.append([cp.scenario_name(row.jobs, row.workers), label, *cells,
+                             ratio.text(unit="x") if ratio else "-"])  # fmt: skip
+        out += table(["scenario", "metric", "training-operator", "Ringleader", "Ringleader / TO"], body)
+    out += ["", "Goals (at `matched` budgets; met only when the whole interval is inside the goal):"]
+    out += [f"- {j.line()}" for j in cp.judge(rows)]
     return out
 
 

@@ -11,13 +11,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from bench import control_plane_plan as cp
+
 Result = dict[str, Any]
-OPERATORS = ("training-operator", "ringleader")
-
-
-def scenarios_in_order(result: Result) -> list[Result]:
-    """The control-plane rows by jobs, then workers (runs kept with --keep come first in the file)."""
-    return sorted(result["rows"], key=lambda r: (r["jobs"], r["workers"]))
 
 
 def save(fig: Any, path: Path) -> None:
@@ -27,15 +23,27 @@ def save(fig: Any, path: Path) -> None:
 
 
 def plot_control_plane(result: Result, path: Path) -> None:
-    rows = scenarios_in_order(result)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in zip(axes, ("created_s", "running_s"), ("all pods created", "all pods Running"), strict=True):
-        for i, op in enumerate(OPERATORS):
-            xs = [j + (i - 0.5) * 0.38 for j, row in enumerate(rows) if op in row]
-            ax.bar(xs, [row[op][key] for row in rows if op in row], width=0.38, label=op)
-        ax.set_xticks(range(len(rows)), [f"{r['jobs']}x{r['workers']}" for r in rows])
-        ax.set(yscale="log", ylabel="seconds (median)", xlabel="jobs x workers", title=label)
-        ax.legend()
+    """All pods created and all Running per scenario: a panel per configuration, bars at the medians, whiskers
+    from the fastest to the slowest run."""
+    if not result.get("rows") or "config" not in result["rows"][0]:
+        return
+    rows = [cp.row_from(r) for r in result["rows"]]
+    configs = list(dict.fromkeys(r.config for r in rows))
+    fig, axes = plt.subplots(len(configs), 2, figsize=(10, 4 * len(configs)), squeeze=False)
+    for axrow, config in zip(axes, configs, strict=True):
+        mine = [r for r in rows if r.config == config]
+        for ax, key, label in zip(axrow, ("created_s", "running_s"), ("all pods created", "all pods Running"),
+                                  strict=True):  # fmt: skip
+            for i, op in enumerate(cp.OPERATORS):
+                have = [(j, r.operators[op][key]) for j, r in enumerate(mine) if op in r.operators]
+                xs = [j + (i - 0.5) * 0.38 for j, _ in have]
+                mids = [iv.mid for _, iv in have]
+                err = [[iv.mid - iv.lo for _, iv in have], [iv.hi - iv.mid for _, iv in have]]
+                ax.bar(xs, mids, width=0.38, yerr=err, capsize=3, label=op)
+            ax.set_xticks(range(len(mine)), [f"{r.jobs}x{r.workers}" for r in mine])
+            ax.set(yscale="log", ylabel="seconds (median, min-max)", xlabel="jobs x workers",
+                   title=f"{label} [{config}]")  # fmt: skip
+            ax.legend()
     save(fig, path)
 
 

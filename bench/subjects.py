@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ class Subject:
     version: str
     plural: str
     job: Callable[[str, int, dict[str, Any]], dict[str, Any]]
-    start: Callable[[Path], subprocess.Popen[bytes]]  # log path -> a process that is ready
+    start: Callable[[Path, Sequence[str]], subprocess.Popen[bytes]]  # (log path, extra flags) -> a ready process
 
     @property
     def user(self) -> str:
@@ -54,9 +54,9 @@ def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject
     apply(layout, *docs)
     kubeconfig = kubeconfig_for(core, layout.kubeconfig, account, workdir / "ringleader.kubeconfig")
 
-    def start(log: Path) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "ringleader_operator", "--standalone",
-                "--metrics-port", str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT)]  # fmt: skip
+    def start(log: Path, flags: Sequence[str]) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "ringleader_operator", "--standalone", "--metrics-port",
+                str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT), *flags]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         return spawn(argv, env, log, f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", "the Ringleader operator")
 
@@ -77,8 +77,8 @@ def kubeflow_training_operator(layout: Layout, core: client.CoreV1Api, workdir: 
     kubeconfig = training_operator.setup(layout, core, workdir)
     to = training_operator
 
-    def start(log: Path) -> subprocess.Popen[bytes]:
-        proc = to.start(layout, kubeconfig, log)
+    def start(log: Path, flags: Sequence[str]) -> subprocess.Popen[bytes]:
+        proc = to.start(layout, kubeconfig, log, flags)
         to.check_webhook(client.CustomObjectsApi(core.api_client), AUDITED_NAMESPACE)
         return proc
 

@@ -15,7 +15,8 @@ Deployment, Service and cert controller provide what it waits for; out of cluste
   files in /tmp/k8s-webhook-server/serving-certs (a path fixed in its code), which `setup` writes. The API
   server then really calls its validating webhook on every PyTorchJob create, as in a cluster.
 
-It runs with its defaults (one controller thread, client QPS 20, burst 30), as its Deployment does.
+Started without flags it runs with its defaults (one controller thread, client QPS 20, burst 30), as its
+Deployment does; the benchmark's matched configuration adds its budget flags (bench/control_plane_plan.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import base64
 import contextlib
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +138,9 @@ def setup(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Path:
     return kubeconfig_for(core, layout.kubeconfig, ACCOUNT, workdir / "kubeconfig")
 
 
-def start(layout: Layout, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
-    """Start it and return once it reports ready (certificates mounted, CA injected, webhook serving)."""
+def start(layout: Layout, kubeconfig: Path, log: Path, flags: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Start it with `flags` added (e.g. its client budget) and return once it reports ready (certificates
+    mounted, CA injected, webhook serving)."""
     argv = [
         str(binary(layout)),
         "--enable-scheme=pytorchjob",
@@ -145,6 +148,7 @@ def start(layout: Layout, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes
         f"--health-probe-bind-address=127.0.0.1:{HEALTH_PORT}",
         f"--webhook-server-port={WEBHOOK_PORT}",
         f"--kubeconfig={kubeconfig}",
+        *flags,
     ]
     env = {**os.environ, "MY_POD_NAMESPACE": AUDITED_NAMESPACE, "KUBECONFIG": str(kubeconfig)}
     return spawn(argv, env, log, f"http://127.0.0.1:{HEALTH_PORT}/readyz", "training-operator")
