@@ -131,6 +131,16 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
+def lift_gate(pod: dict[str, Any]) -> None:
+    """Take the gang gate off a pod about to be created (other gates stay; an empty list goes)."""
+    spec = pod["spec"]
+    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GATE]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+
+
 def _bound(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 

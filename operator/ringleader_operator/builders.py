@@ -9,6 +9,7 @@ user set is kept: env vars, resources, volumes, tolerations, node selectors. Not
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from . import admission, gangs, launchers, templates
@@ -73,6 +74,12 @@ def job_labels(job: str) -> dict[str, str]:
 
 def rank_labels(job: str, role: Role, index: int) -> dict[str, str]:
     return {LABEL_JOB: job, LABEL_ROLE: role.value, LABEL_INDEX: str(index)}
+
+
+def rank_of(pod: Mapping[str, Any]) -> tuple[Role, int]:
+    """(role, index) of a pod this operator built (from the labels `rank_labels` gave it)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return Role(labels[LABEL_ROLE]), int(labels[LABEL_INDEX])
 
 
 def owner_reference(job: TrainingJob) -> dict[str, Any]:

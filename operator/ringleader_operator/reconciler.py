@@ -216,24 +216,22 @@ class Reconciler:
         if service is not None:
             record.service_uid = uid  # this job's own (not a leftover): later rounds need not read it
         service_exists = record.service_uid == uid
-        if any(admission.gated(x) for x in pods):
-            # One admission at a time across all jobs: each decides on room the previous ones have already
-            # claimed (their released pods count as placed), so two jobs never both take the same room.
-            async with self.admission_lock:
-                await self._decide(job, obj, pods, service_exists, await self._cluster())
-        else:
-            await self._decide(job, obj, pods, service_exists, None)
+        now = utcnow()
+        if not any(admission.gated(x) for x in pods):
+            p = plan(job, pods, service_exists, now, None, self.max_ranks)
+            if not any(admission.gated(x) for x in p.create_pods):
+                await self._apply(job, obj, p)
+                return
+        # Gang admission: the round decides with the cluster in view (a plan is pure: planning again costs no
+        # request). One admission at a time across all jobs, held until its pods are created or released: each
+        # decides on room the previous ones have already claimed (their released pods count as placed), so two
+        # jobs never both take the same room.
+        async with self.admission_lock:
+            await self._apply(job, obj, plan(job, pods, service_exists, now, await self._cluster(), self.max_ranks))
 
-    async def _decide(
-        self,
-        job: TrainingJob,
-        obj: dict[str, Any],
-        pods: list[dict[str, Any]],
-        service_exists: bool,
-        cluster: admission.Cluster | None,
-    ) -> None:
+    async def _apply(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
+        """Carry out a round's plan: status, events, the job's objects, pods."""
         namespace, name = job.namespace, job.name
-        p = plan(job, pods, service_exists, utcnow(), cluster, self.max_ranks)
         self._note_waiting(job, p.waiting_for_room)
         if p.delete_job:
             log.info("[%s/%s] ttlSecondsAfterFinished has run out: deleting the job", namespace, name)
@@ -308,8 +306,9 @@ class Reconciler:
         metrics.PODS_CREATED.inc(created)
         if created:
             log.info("[%s/%s] created %d pods", namespace, name, created)
-        if any(admission.gated(x) for x in p.create_pods):
-            # The round that can release them needs no pod event: the cache already holds our creates.
+        if not p.waiting_for_room and any(admission.gated(x) for x in p.create_pods):
+            # Created gated but not weighed (a rank still waits out its back-off, say): the round that can release
+            # them needs no pod event, the cache already holds our creates.
             self.wake_after(namespace, name, 0.0)
 
     def _note_waiting(self, job: TrainingJob, waiting: bool) -> None:

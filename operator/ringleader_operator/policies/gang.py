@@ -1,5 +1,6 @@
-"""Gang admission by the operator itself: the pods of a job that uses it are created gated and released to
-the scheduler together, once every rank has one and they fit the cluster's free room all at once."""
+"""Gang admission by the operator itself: the pods of a job that uses it go to the scheduler together, once
+every rank has one and they fit the cluster's free room all at once. A gang that fits as its pods are created is
+created released; otherwise its pods are created gated and released together later."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from .. import admission, gangs
 from ..api import ConditionType
+from ..builders import rank_of
 from ..conditions import Reason
 from ..job_objects import build_pod_group
 from ..observed import parse_time
@@ -19,19 +21,25 @@ ADMISSION_RETRY_SECONDS = 5.0
 
 def admit_gang(r: Round, cluster: admission.Cluster | None) -> None:
     """Release the job's gated pods if they fit together, else record that they wait (failing the job past
-    runPolicy.schedulingTimeoutSeconds). `cluster` (every Node and pod) is needed only while some pods carry
-    the gate; without it they stay gated. A gang scheduler's PodGroup goes with the pods being created."""
+    runPolicy.schedulingTimeoutSeconds). The gang is the gated pods that exist and the gated pods this round
+    creates: when it fits, those being created go out without the gate (created straight into the scheduler's
+    queue, overlapping creation with scheduling, with no release patch per pod) and the existing ones are
+    released. `cluster` (every Node and pod) is needed only then; without it everything stays gated. A gang
+    scheduler's PodGroup goes with the pods being created."""
     if r.plan.create_pods and gangs.gang_scheduler(r.job) is not None:
         r.plan.pod_group = build_pod_group(r.job)
     gated = _gated_staying(r)
-    if not gated or cluster is None or not _every_rank_has_a_pod(r):
+    creating = [x for x in r.plan.create_pods if admission.gated(x)]
+    if not (gated or creating) or cluster is None or not _every_rank_has_a_pod(r):
         return
-    verdict = admission.admit([x["spec"] for x in gated], cluster.nodes, cluster.pods)
+    verdict = admission.admit([x["spec"] for x in [*gated, *creating]], cluster.nodes, cluster.pods)
     if not verdict.fits:
         _wait_for_room(r, verdict)
         return
     r.plan.ungate_pods = sorted(x["metadata"]["name"] for x in gated)
-    message = f"{len(gated)} pods fit the cluster's free room together: released to the scheduler"
+    for pod in creating:
+        admission.lift_gate(pod)
+    message = f"{len(gated) + len(creating)} pods fit the cluster's free room together: released to the scheduler"
     r.set_condition(ConditionType.ADMITTED, True, Reason.ADMITTED, message)
 
 
@@ -42,7 +50,10 @@ def _gated_staying(r: Round) -> list[dict[str, Any]]:
 
 
 def _every_rank_has_a_pod(r: Round) -> bool:
-    return not r.plan.create_pods and all(any(r.live(p) for p in r.by_rank.get(rank, [])) for rank in r.desired)
+    """Every rank has a pod that stays or one this round creates (a rank waiting out its restart back-off has
+    neither: the gang waits for it)."""
+    creating = {rank_of(x) for x in r.plan.create_pods}
+    return all(rank in creating or any(r.live(p) for p in r.by_rank.get(rank, [])) for rank in r.desired)
 
 
 def _wait_for_room(r: Round, verdict: admission.Verdict) -> None:

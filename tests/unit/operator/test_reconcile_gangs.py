@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
 from ringleader_operator.api import Role
 from ringleader_operator.reconcile import plan
@@ -17,7 +18,12 @@ PENDING_PAIR = [gated(pod(Role.WORKER, 0, "Pending")), gated(pod(Role.WORKER, 1,
 
 def test_gated_pods_are_released_together_once_every_rank_has_one_and_they_fit() -> None:
     one = plan(job(), PENDING_PAIR[:1], True, NOW, Cluster([gpu_node(8)], []))
-    assert one.ungate_pods == [] and [x["metadata"]["name"] for x in one.create_pods] == ["j-worker-1"]
+    # The missing rank is created with the gang: it goes out released, the gated one is released with it.
+    assert one.ungate_pods == ["j-worker-0"] and [x["metadata"]["name"] for x in one.create_pods] == ["j-worker-1"]
+    assert not any(admission.gated(x) for x in one.create_pods)
+    fresh = plan(job(), [], True, NOW, Cluster([gpu_node(8)], []))
+    assert len(fresh.create_pods) == 2 and not any(admission.gated(x) for x in fresh.create_pods)
+    assert plan(job(), [], True, NOW).create_pods[0]["spec"]["schedulingGates"] == [{"name": admission.GATE}]
     both = plan(job(), PENDING_PAIR, True, NOW, Cluster([gpu_node(8)], PENDING_PAIR))
     assert both.ungate_pods == ["j-worker-0", "j-worker-1"] and not both.waiting_for_room
     admitted = next(c for c in both.status.conditions if c.type.value == "Admitted")

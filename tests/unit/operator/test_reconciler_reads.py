@@ -1,6 +1,7 @@
 """What a reconcile round reads from the API server: the job's Service only until it is known to exist (read
 or created), again on a fresh round or when the job is a new one under the same name; fresh rounds are due
-every FRESH_SECONDS; a round that created gated pods asks for the round that releases them at once. Against a
+every FRESH_SECONDS; a round that creates a gang weighs it against the cluster first (created released when it
+fits, gated and weighed again later when not). Against a
 recording fake of Kube (a narrow unit test of the reconciler's bookkeeping)."""
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from ringleader_operator import admission
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
 from ringleader_operator.api import Role
+from ringleader_operator.policies.gang import ADMISSION_RETRY_SECONDS
 from ringleader_operator.reconciler import Reconciler
 
-from tests.unit.operator.builders import TEMPLATE, pod
+from tests.unit.operator.builders import TEMPLATE, gpu_node, pod
 
 
 class FakeKube:
@@ -26,6 +29,7 @@ class FakeKube:
         self.pods = pods
         self.calls: list[str] = []
         self.foreign: list[dict[str, Any]] = []  # pods carrying the job's labels that it does not own
+        self.node_list: list[dict[str, Any]] = []  # the cluster's nodes, for gang admission
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         self.calls.append("get_job")
@@ -86,10 +90,10 @@ class FakeKube:
         self.calls.append("delete_job")
 
     async def nodes(self) -> list[dict[str, Any]]:
-        return []
+        return self.node_list
 
     async def cluster(self) -> Cluster:
-        return Cluster([], [])
+        return Cluster(self.node_list, [])
 
     async def close(self) -> None:
         self.calls.append("close")
@@ -149,8 +153,16 @@ def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: py
     assert r.fresh_due("ns", "j")
 
 
-def test_a_round_that_created_gated_pods_asks_for_the_next_round_at_once() -> None:
+@pytest.mark.parametrize(
+    ("nodes", "gated", "due"),
+    [([gpu_node(8)], False, None), ([], True, ADMISSION_RETRY_SECONDS)],
+    ids=["room:created-released", "no-room:created-gated-and-weighed-again-later"],
+)
+def test_a_round_that_creates_a_gang_weighs_it_first(
+    nodes: list[dict[str, Any]], gated: bool, due: float | None
+) -> None:
     kube = FakeKube(service_exists=True, pods=False)
+    kube.node_list = nodes
     r = Reconciler(kube, emit=lambda *_: None)
 
     async def main() -> float | None:
@@ -160,9 +172,10 @@ def test_a_round_that_created_gated_pods_asks_for_the_next_round_at_once() -> No
         r.queue.close()
         return due
 
-    due = asyncio.run(main())
-    assert "create_pods" in kube.calls and all(g["name"] for p in kube.created for g in p["spec"]["schedulingGates"])
-    assert due is not None and due <= 0.0
+    got = asyncio.run(main())
+    assert "create_pods" in kube.calls and "ungate_pods" not in kube.calls  # no release patch per pod
+    assert [admission.gated(p) for p in kube.created] == [gated, gated]
+    assert got == pytest.approx(due, abs=0.1) if due is not None else got is None
 
 
 def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
 from ringleader_operator.api import Role
 from ringleader_operator.policies.gang import admit_gang
@@ -17,31 +18,51 @@ WAITING_SINCE_NOW = {"conditions": [{"type": "Admitted", "status": "False", "rea
                                      "lastTransitionTime": NOW}]}  # fmt: skip
 
 
+def planned(index: int) -> dict[str, Any]:
+    """Worker `index`'s pod as the restarts policy plans to create it: gated, 3 GPUs."""
+    return gated(pod(Role.WORKER, index, "Pending"))
+
+
 @pytest.mark.parametrize(
-    ("pods", "gpus", "status", "timeout", "now", "want"),
+    ("pods", "creating", "gpus", "status", "timeout", "now", "want"),
     [
-        # -> (released, waiting for room, requeue after, failed, events)
-        (PAIR[:1], 8, {}, None, NOW, ([], False, None, False, [])),  # worker 1 has no pod yet
-        (PAIR, None, {}, None, NOW, ([], False, None, False, [])),  # no look at the cluster: nothing released
-        (PAIR, 8, {}, None, NOW, (["j-worker-0", "j-worker-1"], False, None, False, ["GangAdmitted"])),
-        (PAIR, 4, {}, None, NOW, ([], True, 5, False, ["Unschedulable"])),
-        (PAIR, 4, WAITING_SINCE_NOW, None, after(5), ([], True, 5, False, [])),  # the same verdict: no new event
-        (PAIR, 4, WAITING_SINCE_NOW, 30, after(28), ([], True, 2, False, [])),  # the timeout comes first
-        (PAIR, 4, WAITING_SINCE_NOW, 30, after(30), ([], True, None, True, ["Unschedulable"])),
+        # -> (released, created without the gate, waiting for room, requeue after, failed, events)
+        (PAIR[:1], [], 8, {}, None, NOW, ([], [], False, None, False, [])),  # worker 1 waits out a back-off
+        (PAIR[:1], [1], 8, {}, None, NOW, (["j-worker-0"], [1], False, None, False, ["GangAdmitted"])),
+        ([], [0, 1], 8, {}, None, NOW, ([], [0, 1], False, None, False, ["GangAdmitted"])),  # created released
+        ([], [0, 1], 4, {}, None, NOW, ([], [], True, 5, False, ["Unschedulable"])),  # created gated, waiting
+        ([], [0, 1], None, {}, None, NOW, ([], [], False, None, False, [])),  # no look at the cluster: gated
+        (PAIR, [], None, {}, None, NOW, ([], [], False, None, False, [])),  # no look at the cluster: nothing released
+        (PAIR, [], 8, {}, None, NOW, (["j-worker-0", "j-worker-1"], [], False, None, False, ["GangAdmitted"])),
+        (PAIR, [], 4, {}, None, NOW, ([], [], True, 5, False, ["Unschedulable"])),
+        (PAIR, [], 4, WAITING_SINCE_NOW, None, after(5), ([], [], True, 5, False, [])),  # same verdict: no new event
+        (PAIR, [], 4, WAITING_SINCE_NOW, 30, after(28), ([], [], True, 2, False, [])),  # the timeout comes first
+        (PAIR, [], 4, WAITING_SINCE_NOW, 30, after(30), ([], [], True, None, True, ["Unschedulable"])),
     ],
-    ids=["a-rank-missing", "no-cluster", "fits", "never-fits", "still-waiting", "nearly-timed-out", "timed-out"],
-)
+    ids=["a-rank-in-back-off", "created-with-the-rest", "all-created-now", "created-does-not-fit",
+         "created-unweighed", "no-cluster", "fits", "never-fits", "still-waiting", "nearly-timed-out", "timed-out"],
+)  # fmt: skip
 def test_admit_gang(
-    pods: list[dict[str, Any]], gpus: int | None, status: dict[str, Any], timeout: int | None, now: str,
-    want: tuple[Any, ...],
+    pods: list[dict[str, Any]], creating: list[int], gpus: int | None, status: dict[str, Any], timeout: int | None,
+    now: str, want: tuple[Any, ...],
 ) -> None:  # fmt: skip
     r = round_of(job(status=status, runPolicy={"schedulingTimeoutSeconds": timeout}), pods, now=now)
-    if len(pods) < 2:
-        r.plan.create_pods.append({"metadata": {"name": "j-worker-1"}})  # what the restarts policy planned
+    r.plan.create_pods = [planned(i) for i in creating]  # what the restarts policy planned
     admit_gang(r, None if gpus is None else Cluster([gpu_node(gpus)], []))
-    got = (r.plan.ungate_pods, r.plan.waiting_for_room, r.plan.requeue_after, r.failed,
+    ungated = [i for i, x in zip(creating, r.plan.create_pods, strict=True) if not admission.gated(x)]
+    got = (r.plan.ungate_pods, ungated, r.plan.waiting_for_room, r.plan.requeue_after, r.failed,
            [e.reason for e in r.plan.events])  # fmt: skip
     assert got == want
+
+
+def test_lifting_the_gate_keeps_other_gates() -> None:
+    x = planned(0)
+    x["spec"]["schedulingGates"].insert(0, {"name": "example.com/quota"})
+    admission.lift_gate(x)
+    assert x["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
+    y = planned(1)
+    admission.lift_gate(y)
+    assert "schedulingGates" not in y["spec"]
 
 
 def test_a_pod_planned_for_deletion_is_neither_weighed_nor_released() -> None:
