@@ -293,7 +293,7 @@ class Reconciler:
             await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
         if p.ungate_pods:
             await self.kube.ungate_pods(namespace, p.ungate_pods)
-            log.info("[%s/%s] gang admitted: %s released to the scheduler", namespace, name, ", ".join(p.ungate_pods))
+            log.info("[%s/%s] gang admitted: %d gated pods released to the scheduler", namespace, name, len(p.ungate_pods))
         if not p.create_pods:
             return
         try:
@@ -305,7 +305,8 @@ class Reconciler:
             return
         metrics.PODS_CREATED.inc(created)
         if created:
-            log.info("[%s/%s] created %d pods", namespace, name, created)
+            gated = sum(admission.gated(x) for x in p.create_pods)
+            log.info("[%s/%s] created %d pods (%d gated)", namespace, name, created, gated)
         if not p.waiting_for_room and any(admission.gated(x) for x in p.create_pods):
             # Created gated but not weighed (a rank still waits out its back-off, say): the round that can release
             # them needs no pod event, the cache already holds our creates.

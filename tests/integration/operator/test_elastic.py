@@ -51,7 +51,9 @@ def test_scale_4_to_2_to_3_keeps_training_to_succeeded(
     assert out.returncode != 0 and "spec.workers.replicas must be at most spec.workers.maxReplicas" in out.stderr
     scale(2)
     wait_for("2 workers running", lambda: world_running(core, namespace, "el", 2), timeout=120)
-    assert get(custom, namespace, "el")["status"]["replicas"] == 2
+    # The round that creates a world's pods writes status before they exist; the next round (on their events)
+    # counts them.
+    wait_for("status.replicas 2", lambda: get(custom, namespace, "el")["status"]["replicas"] == 2, timeout=10)
     wait_for("a checkpoint of 2 workers", lambda: steps_of_world(directory, 2), timeout=120)
     resumed_at_2 = _resumes(core, namespace)[-1]
     assert resumed_at_2 >= max(steps_of_world(directory, 4)) - 20 and resumed_at_2 > 0  # from a 4-worker step
