@@ -14,6 +14,7 @@ import kopf
 
 from .api import GROUP, PLURAL, VERSION
 from .builders import DEFAULT_MAX_RANKS, LABEL_JOB
+from .diffbase import JobsOnlyDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest
 from .ratelimit import ClientBudget
@@ -43,7 +44,7 @@ def _emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # kopf keeps its own bookkeeping in annotations, never in our status.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ringleader.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="ringleader.dev")
+    settings.persistence.diffbase_storage = JobsOnlyDiffBaseStorage(prefix="ringleader.dev")
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "ringleader-operator"
     settings.posting.reporting_instance = socket.gethostname()

@@ -293,7 +293,9 @@ class Reconciler:
             await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
         if p.ungate_pods:
             await self.kube.ungate_pods(namespace, p.ungate_pods)
-            log.info("[%s/%s] gang admitted: %d gated pods released to the scheduler", namespace, name, len(p.ungate_pods))
+            log.info(
+                "[%s/%s] gang admitted: %d gated pods released to the scheduler", namespace, name, len(p.ungate_pods)
+            )
         if not p.create_pods:
             return
         try:
