@@ -120,18 +120,25 @@ def strategies(result: Result) -> list[str]:
         ]
         for r in result["rows"]
     ]
-    runs = result.get("reps", 1)
     reps = f"median over the logged windows of {result.get('steps', '?')} steps, one run per configuration"
-    if runs > 1:
-        reps += f" except the baseline and the trainer's allreduce (gloo): median of {runs} interleaved runs each"
+    if "pairs" in result:
+        reps += (f" except the baseline and the trainer's allreduce (gloo): {result['pairs']} pairs of runs back to "
+                 "back, the first alternating; their rows are the median of the runs' medians")  # fmt: skip
+    elif result.get("reps", 1) > 1:
+        reps += f" except the baseline and the trainer's allreduce (gloo): median of {result['reps']} interleaved runs"
     out = [provenance(result, reps), ""]
     out += table(["workers", "configuration", "step (ms)", "samples/s", "vs allreduce (gloo)"], rows)
     overheads = result.get("overhead_vs_baseline") or {}
     goal = result.get("goal_overhead", 0.05)
-    for workers, share in overheads.items():
+    for workers, o in overheads.items():
         out.append("")
-        out.append(f"Goal: the trainer's allreduce within {goal:.0%} of a plain torchrun DDP script ({workers} "
-                   f"workers): {share:+.1%} step time: {verdict(share <= goal)}")  # fmt: skip
+        what = f"Goal: the trainer's allreduce within {goal:.0%} of a plain torchrun DDP script ({workers} workers)"
+        if isinstance(o, dict):  # paired runs, two-sided
+            out.append(f"{what}, two-sided: {o['median']:+.1%} step time ({o['lo']:+.1%} to {o['hi']:+.1%}, 95 % "
+                       f"bootstrap interval over {o['n']} pairs): **{o['verdict']}**")  # fmt: skip
+        else:  # an earlier result: one number, no interval
+            out.append(f"{what}: {o:+.1%} step time (an earlier result without pairs: not judged; run "
+                       "`make bench-trainer`)")  # fmt: skip
     return out
 
 
