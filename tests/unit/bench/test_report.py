@@ -154,11 +154,17 @@ def test_recovery_and_checkpoint_verdicts() -> None:
     text = "\n".join(report.recovery(recovery))
     assert "| allreduce | worker-1 | 5 | 7.00 | 9.00 | **met** |" in text
     assert "| ps-sync | worker-1 | 5 | 20.00 | 20.00 | **missed** |" in text
-    checkpoint = {"machine": MACHINE, "goal_share": 0.03, "rows": [
-        {"example": "wide-mlp", "workers": 2, "interval": 100, "median_step_s": 0.3, "median_save_s": 0.6,
-         "overhead_share": 0.02},
+    checkpoint = {"machine": MACHINE, "goal_share": 0.03, "pairs": 3, "rows": [
+        {"example": "wide-mlp", "workers": 2, "interval": 100, "checkpoint_bytes": 2e8, "median_step_s": 0.3,
+         "median_save_s": 0.6, "overhead_share": 0.02, "overhead_share_range": [0.018, 0.025],
+         "wall_delta": {"median": 0.066, "lo": 0.04, "hi": 0.08, "n": 3}, "verdict": "missed"},
     ]}  # fmt: skip
-    assert "| wide-mlp | 2 | 100 | 300.0 | 600 | 2.00% | **met** |" in "\n".join(report.checkpoint(checkpoint))
+    text = "\n".join(report.checkpoint(checkpoint))
+    assert (
+        "| wide-mlp | 2 | 100 | 200 | 300.0 | 600 | 2.00% (1.80%-2.50%) | +6.6% (+4.0% to +8.0%) | **missed** |" in text
+    )
+    assert "3 pairs of runs with and without checkpoints" in text
+    assert "earlier format" in report.checkpoint({"goal_share": 0.03, "rows": []})[0]
 
 
 def test_write_makes_the_report_and_png_plots_and_names_what_is_missing(tmp_path: Path) -> None:
