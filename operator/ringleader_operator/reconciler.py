@@ -23,7 +23,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -110,6 +110,7 @@ class Reconciler:
         self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed)
         self.admission_lock = asyncio.Lock()
         self.claims = Claims()
+        self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
         self.scraper = ProgressScraper(kube, emit, self.jobs.get, self._cached_pods)
 
     def memory(self, key: Key) -> JobMemory:
@@ -186,7 +187,11 @@ class Reconciler:
         own claims left out)."""
         now = time.monotonic()
         if (cache := self._cached()) is not None and self.clusterwide:
-            return admission.Cluster(await self.kube.nodes(), self.claims.overlay(cache.all_pods(now), now, exclude))
+            if self.nodes is not None:
+                nodes = [n for store in self.nodes.values() for n in store]
+            else:
+                nodes = await self.kube.nodes()
+            return admission.Cluster(nodes, self.claims.overlay(cache.all_pods(now), now, exclude))
         cluster = await self.kube.cluster()
         return admission.Cluster(cluster.nodes, self.claims.overlay([digest(p) for p in cluster.pods], now, exclude))
 
