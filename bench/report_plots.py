@@ -66,10 +66,16 @@ def plot_strategies(result: Result, path: Path) -> None:
     width = 0.8 / max(1, len(workers))
     for i, w in enumerate(workers):
         by = {r["config"]: r for r in result["rows"] if r["workers"] == w}
+        have = [c for c in configs if c in by]
         xs = [j + i * width for j, c in enumerate(configs) if c in by]
-        ax.bar(xs, [by[c]["median_step_s"] * 1000 for c in configs if c in by], width=width, label=f"{w} workers")
+        mids = [by[c]["median_step_s"] * 1000 for c in have]
+        # Whiskers: the range of the runs' medians where a configuration ran more than once (the paired ones).
+        runs = [[m * 1000 for m in by[c].get("run_medians_s") or [by[c]["median_step_s"]]] for c in have]
+        err = [[mid - min(r) for mid, r in zip(mids, runs, strict=True)],
+               [max(r) - mid for mid, r in zip(mids, runs, strict=True)]]  # fmt: skip
+        ax.bar(xs, mids, width=width, yerr=err, capsize=3, label=f"{w} workers")
     ax.set_xticks([j + width * (len(workers) - 1) / 2 for j in range(len(configs))], configs, rotation=20, ha="right")
-    ax.set(ylabel="median step time (ms)", title="step time per strategy, wide MLP")
+    ax.set(ylabel="median step time (ms; whiskers: runs' range)", title="step time per strategy, wide MLP")
     ax.legend()
     save(fig, path)
 

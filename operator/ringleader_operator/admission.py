@@ -101,6 +101,18 @@ class Node:
     free: Resources = field(default_factory=dict)
 
 
+def node_digest(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Node admission reads (name, labels, taints, unschedulable, allocatable, Ready), for the
+    operator's node index: a Node as served is mostly images, addresses and managedFields."""
+    meta, spec, status = (node.get(k) or {} for k in ("metadata", "spec", "status"))
+    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    return {
+        "metadata": {"name": meta.get("name", ""), "labels": meta.get("labels") or {}},
+        "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
+        "status": {"allocatable": status.get("allocatable") or {}, "conditions": ready},
+    }
+
+
 def _usable(node: Mapping[str, Any]) -> bool:
     spec, status = node.get("spec") or {}, node.get("status") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])

@@ -12,8 +12,10 @@ from typing import Any, cast
 
 import kopf
 
+from .admission import node_digest
 from .api import GROUP, PLURAL, VERSION
 from .builders import DEFAULT_MAX_RANKS, LABEL_JOB
+from .diffbase import JobsOnlyDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest
 from .ratelimit import ClientBudget
@@ -28,7 +30,9 @@ RETRY_DELAY = 5.0
 WORKER_IDLE_SECONDS = 1.0
 PEERING_NAME = "ringleader"
 PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
-WATCHES_PER_NAMESPACE = 4  # TrainingJobs, pods, the peering object, and one to spare (the cluster counts as one)
+# TrainingJobs, pods, the peering object and the Nodes (one cluster-wide watch; counted per namespace, so
+# there is room to spare when several namespaces are watched). The cluster counts as one namespace.
+WATCHES_PER_NAMESPACE = 4
 # Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
 # gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
 # outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
@@ -43,7 +47,7 @@ def _emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # kopf keeps its own bookkeeping in annotations, never in our status.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ringleader.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="ringleader.dev")
+    settings.persistence.diffbase_storage = JobsOnlyDiffBaseStorage(prefix="ringleader.dev")
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "ringleader-operator"
     settings.posting.reporting_instance = socket.gethostname()
@@ -73,9 +77,19 @@ async def pods_by_job(namespace: str | None, labels: Mapping[str, str], body: ko
     return {(namespace, labels.get(LABEL_JOB)): digest(body)}
 
 
+@kopf.index("", "v1", "nodes")
+async def nodes_by_name(name: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """Every Node, as the digest gang admission reads: each admission weighs all of them, and listing them
+    from the API server in every decision (under the admission lock) was a request and a deserialization of
+    every Node per job in a burst of new jobs."""
+    return {name: node_digest(body)}
+
+
 def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
-    """Hand the pod index (kopf passes it to every handler, by the index function's name) to the cache."""
+    """Hand the pod and node indexes (kopf passes them to every handler, by the index functions' names) to the
+    reconciler."""
     memo.reconciler.cache.index = kwargs["pods_by_job"]
+    memo.reconciler.nodes = kwargs["nodes_by_name"]
 
 
 @kopf.on.login()

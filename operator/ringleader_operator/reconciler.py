@@ -23,7 +23,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from . import admission, metrics
 from .api import ConditionType, JobPhase, TrainingJob, TrainingJobStatus
 from .builders import DEFAULT_MAX_RANKS
+from .claims import Claims
 from .conditions import Reason, set_condition
 from .job_objects import build_network_policy, build_service, build_token_secret
 from .jobmemory import JobMemory, Key
@@ -50,6 +51,18 @@ POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one roun
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
+
+
+def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods a round's plan hands to the scheduler, as they will look: those it creates without the gang gate,
+    and those it lifts the gate from (digests)."""
+    out = [digest(x) for x in p.create_pods if not admission.gated(x)]
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("name") in p.ungate_pods:
+            ungated = {**pod, "spec": dict(pod.get("spec") or {})}
+            admission.lift_gate(ungated)
+            out.append(ungated)
+    return out
 
 
 def status_json(status: TrainingJobStatus) -> dict[str, Any]:
@@ -96,6 +109,8 @@ class Reconciler:
         self.jobs: dict[Key, JobMemory] = {}
         self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed)
         self.admission_lock = asyncio.Lock()
+        self.claims = Claims()
+        self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
         self.scraper = ProgressScraper(kube, emit, self.jobs.get, self._cached_pods)
 
     def memory(self, key: Key) -> JobMemory:
@@ -167,11 +182,18 @@ class Reconciler:
             return pods
         return [digest(p) for p in await self.kube.list_pods(namespace, name)]
 
-    async def _cluster(self) -> admission.Cluster:
+    async def _cluster(self, exclude: Key) -> admission.Cluster:
+        """Every node and pod as admission weighs them: with the room other jobs' admissions claimed (`exclude`'s
+        own claims left out)."""
+        now = time.monotonic()
         if (cache := self._cached()) is not None and self.clusterwide:
-            return admission.Cluster(await self.kube.nodes(), cache.all_pods(time.monotonic()))
+            if self.nodes is not None:
+                nodes = [n for store in self.nodes.values() for n in store]
+            else:
+                nodes = await self.kube.nodes()
+            return admission.Cluster(nodes, self.claims.overlay(cache.all_pods(now), now, exclude))
         cluster = await self.kube.cluster()
-        return admission.Cluster(cluster.nodes, [digest(p) for p in cluster.pods])
+        return admission.Cluster(cluster.nodes, self.claims.overlay([digest(p) for p in cluster.pods], now, exclude))
 
     async def _round(self, namespace: str, name: str, fresh: bool) -> None:
         key = (namespace, name)
@@ -223,11 +245,13 @@ class Reconciler:
                 await self._apply(job, obj, p)
                 return
         # Gang admission: the round decides with the cluster in view (a plan is pure: planning again costs no
-        # request). One admission at a time across all jobs, held until its pods are created or released: each
-        # decides on room the previous ones have already claimed (their released pods count as placed), so two
-        # jobs never both take the same room.
+        # request). One decision at a time across all jobs, each counting the room the previous ones claimed (their
+        # released pods count as placed), so two jobs never both take the same room. The lock covers the decision
+        # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
-            await self._apply(job, obj, plan(job, pods, service_exists, now, await self._cluster(), self.max_ranks))
+            p = plan(job, pods, service_exists, now, await self._cluster(exclude=key), self.max_ranks)
+            self.claims.claim(key, released(p, pods), time.monotonic())
+        await self._apply(job, obj, p)
 
     async def _apply(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Carry out a round's plan: status, events, the job's objects, pods."""
@@ -293,7 +317,9 @@ class Reconciler:
             await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
         if p.ungate_pods:
             await self.kube.ungate_pods(namespace, p.ungate_pods)
-            log.info("[%s/%s] gang admitted: %d gated pods released to the scheduler", namespace, name, len(p.ungate_pods))
+            log.info(
+                "[%s/%s] gang admitted: %d gated pods released to the scheduler", namespace, name, len(p.ungate_pods)
+            )
         if not p.create_pods:
             return
         try:

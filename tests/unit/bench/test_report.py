@@ -111,12 +111,26 @@ def test_allreduce_goal_looks_at_16_mb_and_above_only(ring_s_at_16m: float, verd
 def test_strategies_report_the_overhead_over_plain_ddp() -> None:
     rows = [{"config": "allreduce (gloo)", "workers": 2, "median_step_s": 0.3, "samples_per_s": 426.7,
              "vs_allreduce_gloo": 1.0}]  # fmt: skip
-    result = {"machine": MACHINE, "steps": 40, "rows": rows, "goal_overhead": 0.05,
-              "overhead_vs_baseline": {"2": 0.031, "4": 0.07}}  # fmt: skip
+    paired = {
+        "2": {"median": 0.031, "lo": -0.01, "hi": 0.045, "n": 10, "verdict": "met"},
+        "4": {"median": -0.07, "lo": -0.09, "hi": -0.06, "n": 10, "verdict": "missed"},
+    }
+    result = {"machine": MACHINE, "steps": 40, "pairs": 10, "rows": rows, "goal_overhead": 0.05,
+              "overhead_vs_baseline": paired}  # fmt: skip
     text = "\n".join(report.strategies(result))
     assert "| 2 | allreduce (gloo) | 300 | 427 | 1.00x |" in text
-    assert "(2 workers): +3.1% step time: **met**" in text
-    assert "(4 workers): +7.0% step time: **missed**" in text
+    assert (
+        "(2 workers), two-sided: +3.1% step time (-1.0% to +4.5%, 95 % bootstrap interval over 10 pairs): **met**"
+        in text
+    )
+    assert (
+        "(4 workers), two-sided: -7.0% step time (-9.0% to -6.0%, 95 % bootstrap interval over 10 pairs): **missed**"
+        in text
+    )
+    assert "10 pairs of runs back to back" in text
+    old = {**result, "overhead_vs_baseline": {"2": 0.031}}
+    del old["pairs"]
+    assert "+3.1% step time (an earlier result without pairs: not judged" in "\n".join(report.strategies(old))
 
 
 def test_gpu_section_reports_each_strategy_against_nccl_and_the_rings_staging_cost() -> None:
@@ -140,11 +154,17 @@ def test_recovery_and_checkpoint_verdicts() -> None:
     text = "\n".join(report.recovery(recovery))
     assert "| allreduce | worker-1 | 5 | 7.00 | 9.00 | **met** |" in text
     assert "| ps-sync | worker-1 | 5 | 20.00 | 20.00 | **missed** |" in text
-    checkpoint = {"machine": MACHINE, "goal_share": 0.03, "rows": [
-        {"example": "wide-mlp", "workers": 2, "interval": 100, "median_step_s": 0.3, "median_save_s": 0.6,
-         "overhead_share": 0.02},
+    checkpoint = {"machine": MACHINE, "goal_share": 0.03, "pairs": 3, "rows": [
+        {"example": "wide-mlp", "workers": 2, "interval": 100, "checkpoint_bytes": 2e8, "median_step_s": 0.3,
+         "median_save_s": 0.6, "overhead_share": 0.02, "overhead_share_range": [0.018, 0.025],
+         "wall_delta": {"median": 0.066, "lo": 0.04, "hi": 0.08, "n": 3}, "verdict": "missed"},
     ]}  # fmt: skip
-    assert "| wide-mlp | 2 | 100 | 300.0 | 600 | 2.00% | **met** |" in "\n".join(report.checkpoint(checkpoint))
+    text = "\n".join(report.checkpoint(checkpoint))
+    assert (
+        "| wide-mlp | 2 | 100 | 200 | 300.0 | 600 | 2.00% (1.80%-2.50%) | +6.6% (+4.0% to +8.0%) | **missed** |" in text
+    )
+    assert "3 pairs of runs with and without checkpoints" in text
+    assert "earlier format" in report.checkpoint({"goal_share": 0.03, "rows": []})[0]
 
 
 def test_write_makes_the_report_and_png_plots_and_names_what_is_missing(tmp_path: Path) -> None:

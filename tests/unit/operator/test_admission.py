@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from ringleader_operator.admission import GATE, admit, format_quantity, parse_quantity, pod_requests
+from ringleader_operator.admission import GATE, admit, format_quantity, node_digest, parse_quantity, pod_requests
 
 
 @pytest.mark.parametrize(
@@ -132,3 +132,21 @@ def test_admit(
     verdict = admit(gang, nodes, pods)
     assert (verdict.fits, verdict.never) == (fits, never)
     assert message in verdict.message and bool(verdict.message) != fits
+
+
+def test_decisions_on_node_digests_equal_those_on_whole_nodes() -> None:
+    """The node index holds admission.node_digest of each Node: every decision must come out the same."""
+    taint = [{"key": "gpu", "effect": "NoSchedule"}]
+    whole = [node("n1", 8, labels={"pool": "a"}, taints=taint), node("n2", 4, unschedulable=True),
+             node("n3", 4, ready=False), node("n4", 2)]  # fmt: skip
+    whole[0]["metadata"]["managedFields"] = [{"manager": "kubelet"}] * 20
+    whole[0]["status"]["images"] = [{"names": ["x"]}] * 50
+    whole[0]["status"]["conditions"].insert(0, {"type": "MemoryPressure", "status": "False"})
+    digests = [node_digest(n) for n in whole]
+    assert "images" not in digests[0]["status"] and "managedFields" not in digests[0]["metadata"]
+    tolerating = {"tolerations": [{"key": "gpu", "operator": "Exists"}], "nodeSelector": {"pool": "a"}}
+    others = [running(2, "n4"), released(1)]
+    for gpus in (1, 2, 6, 8, 9):
+        for extra in ({}, tolerating):
+            gang = [gang_pod(gpus, **extra)]
+            assert admit(gang, digests, others) == admit(gang, whole, others)

@@ -204,3 +204,48 @@ def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
     foreign = [message for reason, message in events if reason == "ForeignPodsIgnored"]
     assert len(foreign) == 2, events
     assert foreign[0].endswith("ignored: j-worker-0-copy") and foreign[1].endswith("ignored: by-hand, j-worker-0-copy")
+
+
+class SlowWrites(FakeKube):
+    """Jobs of two 3-GPU workers by name; pod creates that land only when `landed` is set, and are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__(service_exists=False, pods=False)
+        self.landed = asyncio.Event()
+        self.created_by_job: dict[str, list[dict[str, Any]]] = {}
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        job = await super().get_job(namespace, name)
+        job["metadata"]["uid"] = f"uid-{name}"
+        job["spec"]["workers"]["gpus"] = 3
+        return job
+
+    async def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None  # each job's Service is created by its round
+
+    async def create_pods(self, pods: list[dict[str, Any]]) -> int:
+        await self.landed.wait()
+        self.created_by_job[pods[0]["metadata"]["labels"]["ringleader.dev/job-name"]] = pods
+        return len(pods)
+
+
+def test_admission_counts_the_room_a_decision_claimed_before_its_writes_land() -> None:
+    """Job a fits the 8-GPU node and is released; its creates are still in flight when job b decides, and the
+    node shows none of a's pods yet: b must still see the room as taken and wait, gated."""
+    kube = SlowWrites()
+    kube.node_list = [gpu_node(8)]
+    r = Reconciler(kube, emit=lambda *_: None)
+
+    async def main() -> None:
+        first = asyncio.create_task(r.round("ns", "a", False))
+        await asyncio.sleep(0.05)  # a has decided and released the lock; its creates wait
+        assert not r.admission_lock.locked() and "a" not in kube.created_by_job
+        second = asyncio.create_task(r.round("ns", "b", False))
+        await asyncio.sleep(0.05)
+        kube.landed.set()
+        await asyncio.gather(first, second)
+        r.queue.close()
+
+    asyncio.run(main())
+    assert [admission.gated(p) for p in kube.created_by_job["a"]] == [False, False]
+    assert [admission.gated(p) for p in kube.created_by_job["b"]] == [True, True]
