@@ -333,9 +333,11 @@ class Reconciler:
         if created:
             gated = sum(admission.gated(x) for x in p.create_pods)
             log.info("[%s/%s] created %d pods (%d gated)", namespace, name, created, gated)
-        if not p.waiting_for_room and any(admission.gated(x) for x in p.create_pods):
-            # Created gated but not weighed (a rank still waits out its back-off, say): the round that can release
-            # them needs no pod event, the cache already holds our creates.
+        if created:
+            # A round at once, with no pod event needed (the cache holds our creates): it records the new pods'
+            # ranks as seen before anything can happen to them (an eviction in their first second is then counted
+            # as the rank's failure, not mistaken for a pod that never was), and it releases pods created gated
+            # but not weighed (a rank still waited out its back-off).
             self.wake_after(namespace, name, 0.0)
 
     def _note_waiting(self, job: TrainingJob, waiting: bool) -> None:

@@ -14,7 +14,6 @@ from ringleader_operator import admission
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
 from ringleader_operator.api import Role
-from ringleader_operator.policies.gang import ADMISSION_RETRY_SECONDS
 from ringleader_operator.reconciler import Reconciler
 
 from tests.unit.operator.builders import TEMPLATE, gpu_node, pod
@@ -30,6 +29,7 @@ class FakeKube:
         self.calls: list[str] = []
         self.foreign: list[dict[str, Any]] = []  # pods carrying the job's labels that it does not own
         self.node_list: list[dict[str, Any]] = []  # the cluster's nodes, for gang admission
+        self.status: dict[str, Any] = {}  # the last status written
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         self.calls.append("get_job")
@@ -66,6 +66,7 @@ class FakeKube:
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
     ) -> None:
         self.calls.append("patch_status")
+        self.status = status
 
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
         self.calls.append("create_pods")
@@ -154,12 +155,10 @@ def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: py
 
 
 @pytest.mark.parametrize(
-    ("nodes", "gated", "due"),
-    [([gpu_node(8)], False, None), ([], True, ADMISSION_RETRY_SECONDS)],
-    ids=["room:created-released", "no-room:created-gated-and-weighed-again-later"],
+    ("nodes", "gated"), [([gpu_node(8)], False), ([], True)], ids=["room:created-released", "no-room:created-gated"]
 )
-def test_a_round_that_creates_a_gang_weighs_it_first(
-    nodes: list[dict[str, Any]], gated: bool, due: float | None
+def test_a_round_that_creates_a_gang_weighs_it_first_and_looks_at_its_pods_at_once(
+    nodes: list[dict[str, Any]], gated: bool
 ) -> None:
     kube = FakeKube(service_exists=True, pods=False)
     kube.node_list = nodes
@@ -172,10 +171,16 @@ def test_a_round_that_creates_a_gang_weighs_it_first(
         r.queue.close()
         return due
 
-    got = asyncio.run(main())
+    due = asyncio.run(main())
     assert "create_pods" in kube.calls and "ungate_pods" not in kube.calls  # no release patch per pod
     assert [admission.gated(p) for p in kube.created] == [gated, gated]
-    assert got == pytest.approx(due, abs=0.1) if due is not None else got is None
+    # The next round comes at once (no pod event needed): it records the ranks' pods as seen, so that one
+    # evicted in its first second counts as the rank's failure.
+    assert due is not None and due <= 0.0
+    assert not any(rank.get("podSeen") for rank in kube.status.get("ranks", {}).values())
+    kube.pods = True  # the created pods, as the next round reads them
+    asyncio.run(r.round("ns", "j", False))
+    assert all(kube.status["ranks"][f"worker-{i}"]["podSeen"] for i in range(2))
 
 
 def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
