@@ -2,7 +2,10 @@
 
 The dev cluster's audit policy writes one Metadata-level event per finished request of the audited service
 accounts (stage ResponseComplete, or Panic). A benchmark notes the log's size before a run (`offset`) and
-counts what was appended after it (`requests`). A watch is counted once, when it ends.
+counts what was appended after it (`requests`). A watch is counted once, when it ends. The API server rotates
+the log at 100 MB (renaming it `audit-<time>.log` beside the new one): a run during which that happened is
+counted from its offset in the rotated file on, and from the start of the new one (a 500-job burst once read as
+0 requests when the offset pointed past the end of the new file).
 """
 
 from __future__ import annotations
@@ -47,13 +50,33 @@ def count(lines: Iterable[str], user: str) -> Requests:
     return out
 
 
-def offset(log: Path) -> int:
+@dataclass(frozen=True)
+class Mark:
+    """Where the log ended when a run began: its file (by inode) and size."""
+
+    inode: int
+    size: int
+
+
+def offset(log: Path) -> Mark:
     """Where the log ends now: count from here."""
-    return log.stat().st_size if log.exists() else 0
+    if not log.exists():
+        return Mark(0, 0)
+    st = log.stat()
+    return Mark(st.st_ino, st.st_size)
 
 
-def requests(log: Path, start: int, user: str) -> Requests:
-    """Requests of `user` written to `log` after byte `start`."""
-    with log.open("rb") as f:
+def _lines(path: Path, start: int) -> Iterable[str]:
+    with path.open("rb") as f:
         f.seek(start)
-        return count((raw.decode("utf-8", "replace") for raw in f), user)
+        yield from (raw.decode("utf-8", "replace") for raw in f)
+
+
+def requests(log: Path, start: Mark, user: str) -> Requests:
+    """Requests of `user` written to `log` since `start`, across a rotation of the log."""
+    if log.exists() and log.stat().st_ino == start.inode:
+        return count(_lines(log, start.size), user)
+    # Rotated since: the rest of the file the mark was taken in, then the new log from its start.
+    rotated = [p for p in log.parent.glob(f"{log.stem}-*{log.suffix}") if p.stat().st_ino == start.inode]
+    parts = [_lines(p, start.size) for p in rotated] + ([_lines(log, 0)] if log.exists() else [])
+    return count((line for part in parts for line in part), user)

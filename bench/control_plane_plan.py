@@ -178,6 +178,12 @@ def row_from(d: dict[str, Any]) -> Row:
     return Row(d["config"], d["jobs"], d["workers"], ops, {m: interval_of(v) for m, v in d["ratio"].items()})
 
 
+def values(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
+    """The metric over the runs that measured it (a run records null for a figure it could not take, saying why
+    in `not_counted`)."""
+    return [r[metric] for r in runs if r.get(metric) is not None]
+
+
 def compare(runs: Sequence[dict[str, Any]]) -> list[Row]:
     """Per configuration and scenario: each operator's median and min-max per metric, and Ringleader / peer as
     a ratio of medians with its bootstrap interval."""
@@ -189,12 +195,11 @@ def compare(runs: Sequence[dict[str, Any]]) -> list[Row]:
                      (config, jobs, workers, op)] for op in OPERATORS}  # fmt: skip
         for op, its in mine.items():
             if its:
-                row.operators[op] = {m: spread([r[m] for r in its]) for m in METRICS}
-        if mine[RINGLEADER] and mine[PEER]:
-            for m in METRICS:
-                ratio = ratio_interval([r[m] for r in mine[RINGLEADER]], [r[m] for r in mine[PEER]])
-                if ratio is not None:
-                    row.ratio[m] = ratio
+                row.operators[op] = {m: spread(values(its, m)) for m in METRICS if values(its, m)}
+        for m in METRICS:
+            ratio = ratio_interval(values(mine[RINGLEADER], m), values(mine[PEER], m))
+            if ratio is not None:
+                row.ratio[m] = ratio
         rows.append(row)
     return sorted(rows, key=lambda r: (list(CONFIGS).index(r.config) if r.config in CONFIGS else 99, r.jobs, r.workers))
 

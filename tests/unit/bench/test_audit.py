@@ -42,11 +42,27 @@ def test_count(lines: list[str], total: int, calls: dict[str, int]) -> None:
 
 def test_requests_counts_only_what_follows_the_offset(tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
-    assert audit.offset(log) == 0
+    assert audit.offset(log) == audit.Mark(0, 0)
     log.write_text(event(ME, "create", "pods") + "\n")
     mark = audit.offset(log)
     with log.open("a") as f:
         f.write(event(ME, "delete", "pods") + "\n" + event(ME, "delete", "pods") + "\n")
     assert audit.requests(log, mark, ME).as_dict() == {
         "total": 2, "by_verb": {"delete": 2}, "by_call": {"delete pods": 2}
+    }  # fmt: skip
+
+
+def test_requests_follow_the_log_across_a_rotation(tmp_path: Path) -> None:
+    """The API server renames a full log to audit-<time>.log and starts a new one: what followed the mark in the
+    rotated file and everything in the new one count, what preceded the mark does not."""
+    log = tmp_path / "audit.log"
+    log.write_text(event(ME, "create", "pods") + "\n")
+    mark = audit.offset(log)
+    with log.open("a") as f:
+        f.write(event(ME, "delete", "pods") + "\n")
+    log.rename(tmp_path / "audit-2026-11-25T19-43-12.496.log")
+    (tmp_path / "audit-2026-11-24T10-00-00.000.log").write_text(event(ME, "get", "pods") * 3 + "\n")  # older
+    log.write_text(event(ME, "patch", "pods") + "\n" + event(ME, "patch", "pods") + "\n")
+    assert audit.requests(log, mark, ME).as_dict() == {
+        "total": 3, "by_verb": {"delete": 1, "patch": 2}, "by_call": {"patch pods": 2, "delete pods": 1}
     }  # fmt: skip

@@ -85,3 +85,11 @@ def test_judge_reads_each_goal_at_its_configuration() -> None:
     assert judged[("cpu_s", (1, 64))].verdict is Verdict.MET  # the CPU goal covers every measured scenario
     assert ("cpu_s", (1, 256)) not in judged
     assert judged[("peak_rss_mb", (500, 4))].verdict is None
+
+
+def test_a_figure_a_run_could_not_take_is_left_out_not_read_as_zero() -> None:
+    measured = [*runs("matched", 500, 4, TO, [40.0, 41.0, 42.0]), *runs("matched", 500, 4, RL, [60.0, 61.0, 62.0])]
+    measured[-1]["requests_per_job"] = None  # the audit log rotated during that run
+    (row,) = cp.compare(measured)
+    assert row.operators[RL]["requests_per_job"].n == 2 and row.operators[RL]["running_s"].n == 3
+    assert row.ratio["requests_per_job"].mid == 1.0
