@@ -333,7 +333,6 @@ class Reconciler:
         if created:
             gated = sum(admission.gated(x) for x in p.create_pods)
             log.info("[%s/%s] created %d pods (%d gated)", namespace, name, created, gated)
-        if created:
             # A round at once, with no pod event needed (the cache holds our creates): it records the new pods'
             # ranks as seen before anything can happen to them (an eviction in their first second is then counted
             # as the rank's failure, not mistaken for a pod that never was), and it releases pods created gated
