@@ -72,7 +72,7 @@ def summarize(
         "median_save_s": statistics.median(s for w in with_runs for s in w["save_s"]),
         "checkpoint_bytes": max(w["checkpoint_bytes"] for w in with_runs),
         "overhead_share": share.mid, "overhead_share_range": [share.lo, share.hi],
-        "wall_delta": {"median": wall.mid - 1, "lo": wall.lo - 1, "hi": wall.hi - 1, "n": wall.n},
+        "wall_delta": wall.as_delta(),
         "verdict": at_most(wall, 1 + GOAL_SHARE).value,
         "walls_s": [[w["wall_s"], wo["wall_s"]] for w, wo in pairs],
     }  # fmt: skip

@@ -91,13 +91,6 @@ class Goal:
     absolute: bool = False
     config: str = "matched"
 
-    def describe(self) -> str:
-        where = "every scenario" if self.scenario is None else scenario_name(*self.scenario)
-        what = METRIC_LABELS[self.metric]
-        if self.absolute:
-            return f"{where}: Ringleader's {what} <= {self.limit:g}"
-        return f"{where}: {what} <= {self.limit:g}x the training-operator's"
-
 
 METRIC_LABELS = {
     "created_s": "time to all pods created (s)",

@@ -46,6 +46,10 @@ class Interval:
     def as_dict(self) -> dict[str, float]:
         return {"median": self.mid, "lo": self.lo, "hi": self.hi, "n": self.n}
 
+    def as_delta(self) -> dict[str, float]:
+        """A ratio's interval read as a relative difference (ratio - 1: +0.05 is 5 % more), as `as_dict`."""
+        return {"median": self.mid - 1, "lo": self.lo - 1, "hi": self.hi - 1, "n": self.n}
+
     def text(self, fmt: str = "{:.2f}", unit: str = "") -> str:
         """ "1.23x (1.10-1.40x)": the estimate and its interval, for tables."""
         return f"{fmt.format(self.mid)}{unit} ({fmt.format(self.lo)}-{fmt.format(self.hi)}{unit})"

@@ -150,8 +150,7 @@ def overhead(trainer: list[float], baseline: list[float]) -> dict[str, Any]:
     if interval is None:
         raise SystemExit("bench: no pairs of runs to compare")
     verdict = within(interval, 1 - GOAL_OVERHEAD, 1 + GOAL_OVERHEAD)
-    return {"median": interval.mid - 1, "lo": interval.lo - 1, "hi": interval.hi - 1, "n": interval.n,
-            "verdict": verdict.value}  # fmt: skip
+    return {**interval.as_delta(), "verdict": verdict.value}
 
 
 if __name__ == "__main__":

@@ -76,10 +76,13 @@ def rank_labels(job: str, role: Role, index: int) -> dict[str, str]:
     return {LABEL_JOB: job, LABEL_ROLE: role.value, LABEL_INDEX: str(index)}
 
 
-def rank_of(pod: Mapping[str, Any]) -> tuple[Role, int]:
-    """(role, index) of a pod this operator built (from the labels `rank_labels` gave it)."""
+def rank_of(pod: Mapping[str, Any]) -> tuple[Role, int] | None:
+    """(role, index) from the labels `rank_labels` gives a pod; None when they are missing or not valid."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return Role(labels[LABEL_ROLE]), int(labels[LABEL_INDEX])
+    try:
+        return Role(labels.get(LABEL_ROLE, "")), int(labels.get(LABEL_INDEX, ""))
+    except ValueError:
+        return None
 
 
 def owner_reference(job: TrainingJob) -> dict[str, Any]:

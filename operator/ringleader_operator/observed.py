@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .api import KIND, Role, TrainingJob
-from .builders import ANNOTATION_ATTEMPT, ANNOTATION_WORKERS, LABEL_INDEX, LABEL_ROLE, pod_name
+from .builders import ANNOTATION_ATTEMPT, ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import Failure, classify
 
 
@@ -43,12 +43,10 @@ class ObservedPod:
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
         """None for a pod without valid rank labels (not ours to manage)."""
         meta = pod.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        try:
-            role = Role(labels.get(LABEL_ROLE, ""))
-            index = int(labels.get(LABEL_INDEX, ""))
-        except ValueError:
+        rank = rank_of(pod)
+        if rank is None:
             return None
+        role, index = rank
         annotations = meta.get("annotations") or {}
         try:
             attempt: int | None = int(annotations[ANNOTATION_ATTEMPT])
