@@ -5,7 +5,8 @@
 
 Both run out of cluster on this host as service accounts with their own RBAC (bench/subjects.py), watching all
 namespaces, at two configurations (bench/control_plane_plan.py): each at its shipped defaults, and both at
-the same generous client budget with the training-operator's controller threads raised. Pods go to kwok fake
+the same generous client budget with the training-operator's controller threads raised (and kube-scheduler's
+budget raised alike, restarted between configurations: controlplane.set_scheduler_budget). Pods go to kwok fake
 nodes, so nothing runs behind them and a pod is Running as soon as it is bound. The same work for both: one job
 of 8, 64 and 256 workers (one pod each; for the training-operator a PyTorchJob of one Master and N-1 Workers),
 then `--burst` jobs of 4 workers created together by 16 client threads. Every run gets a fresh operator process
@@ -169,13 +170,14 @@ def header(args: argparse.Namespace, configs: list[str], commit: str) -> list[st
     lines = [
         f"Ringleader at commit {commit}; Kubeflow's training-operator {peer_version}; "
         f"kube {read_versions()['KUBE_VERSION']}",
-        f"{args.fake_nodes} kwok fake nodes (110 pods each); jobs created by {CREATE_THREADS} client threads; "
-        f"kube-scheduler at its defaults (client QPS 50, burst 100)",
+        f"{args.fake_nodes} kwok fake nodes (110 pods each, kwok without a client rate limit); jobs created by "
+        f"{CREATE_THREADS} client threads",
         f"repetitions: {args.reps} per one-job scenario, {args.burst_reps} for the burst; operators alternate "
         "(A B, B A, ...) and configurations alternate by repetition",
     ]
     for name in configs:
         c = plan.CONFIGS[name]
+        lines.append(f"[{name}] {c.scheduler_setting()}")
         for op in plan.OPERATORS:
             settings = ", ".join(f"{k} {v}" for k, v in c.settings[op].items())
             lines.append(f"[{name}] {op}: {settings}; flags: {' '.join(c.args[op]) or '(none)'}")
@@ -218,6 +220,7 @@ def main() -> None:
     try:
         for i, planned in enumerate(order):
             subject, cfg = subjects[planned.operator], plan.CONFIGS[planned.config]
+            controlplane.set_scheduler_budget(layout, *(cfg.scheduler or (None, None)))
             r = run(subject, cfg.args[planned.operator], core, custom, layout, planned.jobs, planned.workers)
             runs.append({**r, "config": planned.config, "rep": planned.rep, "commit": commit})
             print(
@@ -228,6 +231,7 @@ def main() -> None:
                 flush=True,
             )
     finally:
+        controlplane.set_scheduler_budget(layout, None, None)
         controlplane.scale_fake_nodes(layout, 0)
     if args.keep and RESULT.exists():
         old = json.loads(RESULT.read_text())

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import servicenet
@@ -25,7 +26,7 @@ from .commands import (
 )
 from .layout import CLUSTER_NAME, Layout
 from .node.network import Bridge
-from .pids import is_running, pid_from, stop_pid, wait_gone
+from .pids import is_running, pid_from, spawn, stop_pid, wait_gone, wait_ready
 from .waiting import WaitTimeout, wait_until
 
 API_PORT = int(os.environ.get("RINGLEADER_API_PORT", "16443"))
@@ -39,9 +40,12 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 
 def _kwokctl_config(layout: Layout) -> Path:
     """Options kwokctl has no flag for: loopback-only binding; the bridge address in the API server's
-    certificate, so pods reach it through the process node's relay with verified TLS; the controller-manager's
-    node monitoring at Kubernetes' defaults (kwokctl slows it down for fake nodes) so a lost process node is
-    noticed; and kwok managing only its own fake nodes, never the process node."""
+    certificate, so pods reach it through the process node's relay with verified TLS; node heartbeats at
+    Kubernetes' own pace (kwokctl's heartbeat factor of 5 slows them down for fake nodes), so the
+    controller-manager notices a lost process node within its 40 s grace period and kwok renews its fake nodes'
+    leases every 10 s, inside that grace period (with the factor's 200 s leases renewed every 50 s, each fake
+    node went NotReady, untaken by the scheduler, for about 10 s of every 50); and kwok managing only its own
+    fake nodes, never the process node."""
     bridge = Bridge()
     override = [
         {"key": "manage-all-nodes", "value": "false", "override": True},
@@ -56,6 +60,7 @@ def _kwokctl_config(layout: Layout) -> Path:
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "options": {
             "bindAddress": "127.0.0.1",
+            "heartbeatFactor": 1,
             "kubeApiserverCertSANs": [
                 bridge.gateway,
                 servicenet.KUBERNETES_SERVICE_IP,  # in-cluster clients on the real node connect there
@@ -83,7 +88,7 @@ def _kwokctl_config(layout: Layout) -> Path:
                     {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
                 ],
             },
-            # kwokctl's own options for these are overridden by its defaults for fake nodes (25 s, 3m20s).
+            # Kubernetes' defaults, written out: the failover tests rely on them.
             {"name": "kube-controller-manager", "extraArgs": node_monitoring},
         ],
     }
@@ -214,6 +219,51 @@ def stop_component(component: str) -> None:
     os.kill(pid, signal.SIGKILL)
     wait_gone(pid, 10)
     say(f"{component} killed")
+
+
+SCHEDULER_BUDGET_FLAGS = ("--kube-api-qps=", "--kube-api-burst=")
+
+
+def scheduler_argv(argv: Sequence[str], qps: int | None, burst: int | None) -> list[str]:
+    """kube-scheduler's command line `argv` with its client budget set to `qps`/`burst` (None: no flag, the
+    scheduler's own default of QPS 50, burst 100). The flags are deprecated but honoured while the scheduler
+    runs without --config, as kwokctl starts it here."""
+    kept = [a for a in argv if not a.startswith(SCHEDULER_BUDGET_FLAGS)]
+    return [*kept, *([f"--kube-api-qps={qps}"] if qps else []), *([f"--kube-api-burst={burst}"] if burst else [])]
+
+
+def _scheduler_leader(layout: Layout) -> str:
+    """The holder of kube-scheduler's leader lease ("" when it has none)."""
+    got = kubectl(
+        layout, "get", "lease", "-n", "kube-system", "kube-scheduler", "-o", "jsonpath={.spec.holderIdentity}",
+        check=False,
+    )  # fmt: skip
+    return got.stdout.strip() if got.returncode == 0 else ""
+
+
+def set_scheduler_budget(layout: Layout, qps: int | None, burst: int | None) -> None:
+    """Run kube-scheduler with the client budget `qps`/`burst` (None: its defaults), restarting it when it runs
+    with another; return once the new one leads (schedules). The replacement takes over kwokctl's pid file and
+    log, so deleting the cluster stops it; restarting the control plane starts kwokctl's own command line."""
+    pidfile = layout.cluster_dir / "pids" / "kube-scheduler.pid"
+    pid = pid_from(pidfile)
+    if pid is None:
+        raise ClusterError("kube-scheduler does not run: start the dev cluster first ('make dev-cluster')")
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    want = scheduler_argv(argv, qps, burst)
+    if want == argv:
+        return
+    t0 = time.monotonic()
+    cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    before = _scheduler_leader(layout)
+    stop_pid(pid, timeout=20)  # SIGTERM: it gives its lease up (ReleaseOnCancel), so the next one leads at once
+    log = layout.cluster_dir / "logs" / "kube-scheduler.log"
+    new = spawn(want, pidfile, log, cwd=cwd)
+    wait_ready(
+        "kube-scheduler", lambda: _scheduler_leader(layout) not in ("", before), new, log, READY_TIMEOUT, ClusterError
+    )
+    budget = f"QPS {qps}, burst {burst}" if qps else "its default budget"
+    say(f"kube-scheduler restarted with {budget}", t0)
 
 
 def delete_control_plane(layout: Layout) -> None:

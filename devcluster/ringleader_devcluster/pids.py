@@ -15,10 +15,12 @@ from .tools import RealNodeError
 from .waiting import WaitTimeout, wait_until
 
 
-def spawn(argv: list[str], pidfile: Path, log: Path, env: dict[str, str] | None = None) -> int:
+def spawn(argv: list[str], pidfile: Path, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
     """Start `argv` in its own session, appending its output to `log`, and record its pid in `pidfile`."""
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd, start_new_session=True
+        )
     pidfile.write_text(str(proc.pid))
     return proc.pid
 

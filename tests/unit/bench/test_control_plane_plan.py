@@ -44,6 +44,10 @@ def test_matched_configuration_gives_both_the_same_budget() -> None:
     assert cp.CONFIGS["defaults"].args == {TO: (), RL: ()}
     for config in cp.CONFIGS.values():
         assert config.settings[TO]["qps"] and config.settings[RL]["qps"]  # the header prints both budgets
+    # The scheduler, which binds both operators' pods, gets the same budget, and the header says so.
+    assert matched.scheduler == (1000, 2000) and cp.CONFIGS["defaults"].scheduler is None
+    assert matched.scheduler_setting() == "kube-scheduler: client QPS 1000, burst 2000"
+    assert "defaults (client QPS 50, burst 100)" in cp.CONFIGS["defaults"].scheduler_setting()
 
 
 def runs(config: str, jobs: int, workers: int, op: str, running: list[float]) -> list[dict[str, Any]]:

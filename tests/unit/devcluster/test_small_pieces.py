@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from ringleader_devcluster import cluster, commands
+from ringleader_devcluster import cluster, commands, controlplane
 from ringleader_devcluster.layout import Layout, read_versions
 from ringleader_devcluster.node.kubeletapi import tail_bytes
 from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
@@ -156,3 +156,22 @@ def test_a_busy_port_is_waited_for_briefly_then_named_with_its_holder(monkeypatc
     # A server that closes within the grace period (as one stopped a moment ago does) is waited for.
     threading.Timer(0.3, server.close).start()
     commands.ensure_port_free(port, "kube-apiserver")
+
+
+@pytest.mark.parametrize(
+    ("argv", "qps", "burst", "want"),
+    [
+        (["kube-scheduler", "--kubeconfig=k"], 1000, 2000,
+         ["kube-scheduler", "--kubeconfig=k", "--kube-api-qps=1000", "--kube-api-burst=2000"]),
+        # a budget set before is replaced, not repeated
+        (["kube-scheduler", "--kube-api-qps=1000", "--kubeconfig=k", "--kube-api-burst=2000"], 200, 400,
+         ["kube-scheduler", "--kubeconfig=k", "--kube-api-qps=200", "--kube-api-burst=400"]),
+        # None: back to the scheduler's defaults, no flag at all
+        (["kube-scheduler", "--kube-api-qps=1000", "--kube-api-burst=2000"], None, None, ["kube-scheduler"]),
+        (["kube-scheduler"], None, None, ["kube-scheduler"]),
+    ],
+)  # fmt: skip
+def test_scheduler_argv_sets_or_drops_the_client_budget(
+    argv: list[str], qps: int | None, burst: int | None, want: list[str]
+) -> None:
+    assert controlplane.scheduler_argv(argv, qps, burst) == want
