@@ -1,5 +1,11 @@
-"""kopf wiring: every trigger (job created/updated/resumed, a job's pod changed, a periodic timer) runs the
-same level-based reconcile for the job concerned. Nothing else happens here."""
+"""kopf wiring: every trigger (a job seen for the first time or its spec changed, a job's pod changed, a
+periodic timer) runs the same level-based reconcile for the job concerned. Nothing else happens here.
+
+TrainingJobs are watched with an event handler, not kopf's create/update/resume handlers: those keep the
+last handled spec in an annotation on the job, a patch per new job and per change of spec (and the watch event
+it brings) that a level-based reconcile has no use for; the job's generation tells a change of spec from a
+status write. (kopf's finalizer on each job stays: its timers ask for it.) A round that cannot reach the API
+server runs again in reconciler.RETRY_SECONDS."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import kopf
 from .admission import node_digest
 from .api import GROUP, PLURAL, VERSION
 from .builders import DEFAULT_MAX_RANKS, LABEL_JOB
-from .diffbase import JobsOnlyDiffBaseStorage
+from .diffbase import NoDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest
 from .ratelimit import ClientBudget
@@ -23,7 +29,6 @@ from .reconciler import POD_EVENTS_SECONDS, Reconciler
 
 RESYNC_SECONDS = 30.0  # the timer heals whatever a missed event left behind
 PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
-RETRY_DELAY = 5.0
 # How long kopf keeps an object's worker after its last event. An idle worker holds that event's whole
 # body (managedFields included): at kopf's default of 5 s, a burst of 500 new jobs had about 800 of their 2000
 # pods' bodies alive at a time, at 1 s about 150. A later event starts a new worker: a task, not a request.
@@ -47,7 +52,7 @@ def _emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # kopf keeps its own bookkeeping in annotations, never in our status.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ringleader.dev")
-    settings.persistence.diffbase_storage = JobsOnlyDiffBaseStorage(prefix="ringleader.dev")
+    settings.persistence.diffbase_storage = NoDiffBaseStorage()
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "ringleader-operator"
     settings.posting.reporting_instance = socket.gethostname()
@@ -118,14 +123,23 @@ async def _reconcile(
     try:
         await reconciler.trigger(namespace, name, fresh)
     except ApiUnavailable as e:
-        raise kopf.TemporaryError(str(e), delay=RETRY_DELAY) from e
+        reconciler.retry((namespace, name), e)
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
-    await _reconcile(memo, kwargs, namespace, name)
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def job_event(
+    type: str | None, body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    """Every watch event of a TrainingJob (type None: listed at start). The reconciler keeps the job as the
+    event shows it; a round runs when the job is new to this process or its spec changed."""
+    if not namespace or not name:
+        return
+    _attach(memo, kwargs)
+    reconciler: Reconciler = memo.reconciler
+    if type == "DELETED":
+        reconciler.job_gone(namespace, name)
+    elif reconciler.job_seen(dict(body)):
+        await _reconcile(memo, kwargs, namespace, name)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
@@ -174,7 +188,6 @@ async def pod_event(
     if not namespace or not job:
         return
     if ended or meta.get("deletionTimestamp"):
-        with contextlib.suppress(kopf.TemporaryError):  # event handlers are not retried; the timer heals
-            await _reconcile(memo, kwargs, namespace, job)
+        await _reconcile(memo, kwargs, namespace, job)
     else:
         reconciler.wake_after(namespace, job, POD_EVENTS_SECONDS)

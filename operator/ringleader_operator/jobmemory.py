@@ -4,7 +4,12 @@ when the job goes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .podcache import resource_version
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -14,6 +19,21 @@ class JobMemory:
     phase: str | None = None  # as the last round planned it (the jobs-by-phase gauge)
     waiting_since: str | None = None  # gated pods wait for room: the job's creationTimestamp (queue order)
     service_uid: str | None = None  # the job (by uid) whose Service is known to exist: rounds skip reading it
-    fresh_read_at: float | None = None  # monotonic time a round last read pods and Service from the API server
+    # Monotonic time a round last read pods and Service from the API server, or the record was made: the
+    # watch that fills the pod cache was listed before this process saw the job, so the cache is as good as
+    # a fresh read then.
+    fresh_read_at: float = field(default_factory=time.monotonic)
     foreign_pods: tuple[str, ...] = ()  # pods carrying its labels that are not its ranks, as last reported
     scrape_failures: int = 0  # progress scrapes failed in a row
+    # The newest version of the job this process has seen (a watch event or the answer to its own write), its
+    # managedFields left out; rounds read it instead of the API server. None: read it there.
+    body: dict[str, Any] | None = None
+    generation: int | None = None  # the spec's generation the last round was asked for
+
+    def saw(self, obj: Mapping[str, Any]) -> None:
+        """Keep `obj` as the job's body unless the one kept is newer (an event can arrive after the answer to
+        the write that made it, or after a later write's)."""
+        if self.body is not None and resource_version(self.body) > resource_version(obj):
+            return
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+        self.body = {**obj, "metadata": meta}

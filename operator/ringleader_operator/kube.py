@@ -311,13 +311,14 @@ class Kube:
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> None:
-        """Merge `status` into the job's. With `resource_version` the write happens only if the job has not
-        changed since it was read (else Conflict): a decision made on an old reading is never written."""
+    ) -> dict[str, Any] | None:
+        """Merge `status` into the job's; returns the job as written (None: it is gone). With `resource_version`
+        the write happens only if the job has not changed since it was read (else Conflict): a decision made on
+        an old reading is never written."""
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        await self._call(
+        written = await self._call(
             f"updating status of {namespace}/{name}",
             self.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -331,3 +332,4 @@ class Kube:
             ),
             absent=404,
         )
+        return dict(written) if isinstance(written, dict) else None

@@ -11,13 +11,14 @@ from .admission import Cluster
 
 
 class StatusApi(Protocol):
-    """What the progress scraper needs: worker 0's address, and a status patch."""
+    """What the progress scraper needs: worker 0's address, and a status patch (answering the job as written,
+    None when it is gone)."""
 
     async def pod_ip(self, namespace: str, name: str) -> str | None: ...
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> None: ...
+    ) -> dict[str, Any] | None: ...
 
 
 class KubeApi(StatusApi, Protocol):

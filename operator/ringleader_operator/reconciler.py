@@ -6,9 +6,11 @@ not start a round each: a job's such events within POD_EVENTS_SECONDS share one 
 phase one after another, and each round costs reads and a status write). A pod that ends or is being deleted
 gets a round at once.
 
-Reads: the job from the API server; its pods from kopf's index; whether its Service exists from what this
-process last read or created. The periodic resync reads pods and Service from the API server every
-FRESH_SECONDS, so what a watch gap leaves behind lasts that long at most.
+Reads: the job as this process last saw it (its watch events and the answers to its own status writes, see
+`job_seen`), from the API server only when it has none or a write met a newer version; its pods from kopf's
+index; whether its Service exists from what this process last read or created. The periodic resync reads the
+job, its pods and Service from the API server every FRESH_SECONDS, so what a watch gap leaves behind lasts
+that long at most.
 
 Order of writes: status first (it records restart counts before a failed pod is deleted), then the
 Service, deletions and creations. The status write is conditional on the job's resourceVersion as read at
@@ -23,6 +25,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -51,6 +54,11 @@ POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one roun
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
+RETRY_SECONDS = 5.0  # a round that could not reach the API server runs again this much later
+# Rounds in progress at once, all jobs together. Each holds its job, pods and plan and the requests it has in
+# flight; a burst of 500 new jobs had 500 at once, for no more throughput (decisions take turns under the
+# admission lock and requests share one client budget).
+ROUNDS_AT_ONCE = 32
 
 
 def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -107,7 +115,10 @@ class Reconciler:
         self.clusterwide = clusterwide
         self.emit = emit
         self.jobs: dict[Key, JobMemory] = {}
-        self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed)
+        self.phase_counts: Counter[str] = Counter()  # jobs by the phase their last round planned
+        for name in metrics.KNOWN_PHASES:
+            metrics.JOBS.labels(phase=name).set(0)
+        self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed, ROUNDS_AT_ONCE)
         self.admission_lock = asyncio.Lock()
         self.claims = Claims()
         self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
@@ -126,21 +137,49 @@ class Reconciler:
         """Reconcile the job in `seconds`, or sooner (one pending wake-up per job, the sooner one stays)."""
         self.queue.add_after((namespace, name), seconds)
 
+    def job_seen(self, obj: Mapping[str, Any]) -> bool:
+        """A watch event brought the job `obj` (not a deletion): keep it for rounds to read, and say whether it
+        needs a round: the first sight of it in this process, or a new generation of its spec. A change of its
+        status alone (this operator's own writes, the progress scraper's) needs none."""
+        meta = obj.get("metadata") or {}
+        record = self.memory((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        kept = (record.body or {}).get("metadata") or {}
+        if record.body is not None and kept.get("uid") != meta.get("uid"):
+            record.generation = None  # a new job of the same name (its predecessor's deletion went unseen)
+        record.saw(obj)
+        generation = int(meta.get("generation") or 0)
+        if record.generation is not None and generation <= record.generation:
+            return False
+        record.generation = generation
+        return True
+
+    def job_gone(self, namespace: str, name: str) -> None:
+        """A watch event says the job was deleted."""
+        self._forget((namespace, name))
+
     async def _process(self, key: Key, fresh: bool) -> bool:
-        """One round; True to run again at once (its status write met a newer version of the job)."""
+        """One round; True to run again at once (its status write met a newer version of the job, which that
+        round then reads from the API server)."""
         try:
             await self.round(*key, fresh)
         except Conflict as e:
             log.debug("[%s/%s] %s; reconciling again", *key, e)
+            if (record := self.jobs.get(key)) is not None:
+                record.body = None
             return True
         return False
 
-    @staticmethod
-    def _timer_failed(key: Key, e: Exception) -> None:
-        if isinstance(e, ApiUnavailable):  # the periodic resync tries again
-            log.warning("[%s/%s] %s", *key, e)
+    def _timer_failed(self, key: Key, e: Exception) -> None:
+        """A round started by a wake-up failed (no caller to raise it to)."""
+        if isinstance(e, ApiUnavailable):
+            self.retry(key, e)
         else:  # no handler of kopf's reports it for us; the resync tries again
             log.error("[%s/%s] reconcile round failed", *key, exc_info=e)
+
+    def retry(self, key: Key, e: ApiUnavailable) -> None:
+        """A round could not reach the API server: it runs again in RETRY_SECONDS."""
+        log.warning("[%s/%s] %s; trying again in %.0f s", *key, e, RETRY_SECONDS)
+        self.wake_after(*key, RETRY_SECONDS)
 
     async def round(self, namespace: str, name: str, fresh: bool) -> None:
         started = time.monotonic()
@@ -150,23 +189,29 @@ class Reconciler:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
     def fresh_due(self, namespace: str, name: str) -> bool:
-        """Whether the job's next resync round should read its pods and Service from the API server (at most
-        every FRESH_SECONDS), not from what this process has cached."""
-        last = self.memory((namespace, name)).fresh_read_at
-        return last is None or time.monotonic() - last >= FRESH_SECONDS
+        """Whether the job's next resync round should read it, its pods and Service from the API server (every
+        FRESH_SECONDS after this process first saw the job or last read them so), not from what it has kept."""
+        return time.monotonic() - self.memory((namespace, name)).fresh_read_at >= FRESH_SECONDS
 
     def _record_phase(self, key: Key, phase: str | None) -> None:
-        """Keep the jobs-by-phase gauge in step with what the last rounds saw."""
-        if phase is not None:
-            self.memory(key).phase = phase or JobPhase.PENDING
-        phases = [m.phase for m in self.jobs.values() if m.phase is not None]
-        for name in {*phases, *metrics.KNOWN_PHASES}:
-            metrics.JOBS.labels(phase=name).set(sum(p == name for p in phases))
+        """Keep the jobs-by-phase gauge in step with what the last rounds saw (None: the job is gone). Counts
+        move by the one job's change: a round costs the same with ten jobs or ten thousand."""
+        record = self.memory(key) if phase is not None else self.jobs.get(key)
+        before = record.phase if record is not None else None
+        after = None if phase is None else (phase or JobPhase.PENDING)
+        if before == after:
+            return
+        if record is not None and after is not None:
+            record.phase = after
+        for name, change in ((before, -1), (after, 1)):
+            if name is not None:
+                self.phase_counts[name] += change
+                metrics.JOBS.labels(phase=name).set(self.phase_counts[name])
 
     def _forget(self, key: Key) -> None:
         """The job is gone (or going): drop what this process remembers of it."""
-        self.jobs.pop(key, None)
         self._record_phase(key, None)
+        self.jobs.pop(key, None)
 
     # ---- reads ---------------------------------------------------------------------------------------
     def _cached(self) -> PodCache | None:
@@ -176,6 +221,16 @@ class Reconciler:
     def _cached_pods(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
         cache = self._cached()
         return None if cache is None else cache.job_pods(namespace, job, time.monotonic())
+
+    async def _job(self, key: Key, fresh: bool) -> dict[str, Any] | None:
+        """The job as last seen, or from the API server (fresh, none seen, or a write met a newer version)."""
+        record = self.jobs.get(key)
+        if not fresh and record is not None and record.body is not None:
+            return record.body
+        obj = await self.kube.get_job(*key)
+        if obj is not None:
+            self.memory(key).saw(obj)
+        return obj
 
     async def _pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
         if not fresh and (pods := self._cached_pods(namespace, name)) is not None:
@@ -197,7 +252,7 @@ class Reconciler:
 
     async def _round(self, namespace: str, name: str, fresh: bool) -> None:
         key = (namespace, name)
-        obj = await self.kube.get_job(namespace, name)
+        obj = await self._job(key, fresh)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
             return  # deleted: garbage collection removes what it owned
@@ -279,7 +334,9 @@ class Reconciler:
             new_status.setdefault("ranks", {}).update(dict.fromkeys(gone))
         if new_status != status_json(job.status):
             version = (obj.get("metadata") or {}).get("resourceVersion")
-            await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
+            written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
+            if written is not None and (record := self.jobs.get((job.namespace, job.name))) is not None:
+                record.saw(written)  # the next round reads it, not the version its watch event replaces
 
     def _report(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """The plan's events, the foreign-pods warning (once per set of pods, not every round), the restarts."""

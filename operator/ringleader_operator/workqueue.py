@@ -4,7 +4,8 @@ belongs to the queue (one pending timer per key; the sooner one stays).
 
 It knows nothing of Kubernetes: `process(key, fresh)` is the work, and returns True to be run again at once
 (a write that met a newer version of the object). `fresh` is sticky until a run takes it: a run asked for with
-fresh=True reads from the API server, not a cache.
+fresh=True reads from the API server, not a cache. At most `concurrency` keys are processed at once (client-go
+controllers' workers): the others wait their turn in the order they asked, holding nothing yet.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ class WorkQueue(Generic[K]):
         self,
         process: Callable[[K, bool], Awaitable[bool]],
         on_error: Callable[[K, Exception], None],
+        concurrency: int = 1_000_000,
     ) -> None:
         """`on_error(key, exc)` hears of a run started by a timer that raised (no caller to raise it to); runs
-        started by `run` raise to their caller."""
+        started by `run` raise to their caller. `concurrency`: how many keys are processed at once."""
         self.process, self.on_error = process, on_error
+        self.turns = asyncio.Semaphore(concurrency)
         self.slots: dict[K, _Slot] = {}
         self.timers: dict[K, asyncio.TimerHandle] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -49,9 +52,10 @@ class WorkQueue(Generic[K]):
         async with slot.lock:
             while True:
                 slot.again = False
-                fresh, slot.fresh = slot.fresh, False
-                if await self.process(key, fresh):
-                    slot.again = True
+                async with self.turns:
+                    fresh, slot.fresh = slot.fresh, False
+                    if await self.process(key, fresh):
+                        slot.again = True
                 if not slot.again:
                     break
         if not slot.again:

@@ -10,10 +10,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from ringleader_operator import admission
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
 from ringleader_operator.api import Role
+from ringleader_operator.kube import Conflict
 from ringleader_operator.reconciler import Reconciler
 
 from tests.unit.operator.builders import TEMPLATE, gpu_node, pod
@@ -64,9 +66,10 @@ class FakeKube:
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> None:
+    ) -> dict[str, Any] | None:
         self.calls.append("patch_status")
         self.status = status
+        return None  # the job as written is not answered: rounds read it again
 
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
         self.calls.append("create_pods")
@@ -108,7 +111,9 @@ def _rounds(kube: FakeKube, steps: list[tuple[bool, str]], **options: Any) -> li
 
     async def main() -> None:
         for fresh, uid in steps:
-            kube.uid = uid
+            if uid != kube.uid:  # a new job of the same name: its watch event comes first
+                kube.uid = uid
+                assert r.job_seen(await kube.get_job("ns", "j"))
             kube.calls.clear()
             await r.round("ns", "j", fresh)
             out.append([c for c in kube.calls if any(k in c for k in ("service", "secret", "network_policy"))])
@@ -143,15 +148,18 @@ def test_with_operator_pods_a_new_job_gets_its_network_policy_before_its_service
     assert kube.policy["spec"]["ingress"][1]["from"][0]["podSelector"] == {"matchLabels": {"app": "ringleader"}}
 
 
-def test_a_fresh_round_is_due_first_and_then_after_fresh_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fresh_round_is_due_fresh_seconds_after_the_job_was_first_seen_or_last_read_fresh() -> None:
     kube = FakeKube(service_exists=True)
     r = Reconciler(kube, emit=lambda *_: None)
+    assert not r.fresh_due("ns", "j")  # first seen now: the pod cache was listed before
+    r.memory(("ns", "j")).fresh_read_at -= reconciler_module.FRESH_SECONDS
     assert r.fresh_due("ns", "j")
+    kube.calls.clear()
     asyncio.run(r.round("ns", "j", True))
+    assert kube.calls[:3] == ["get_job", "list_pods", "read_service"]  # a fresh round reads all three
     assert not r.fresh_due("ns", "j")
-    assert r.fresh_due("ns", "other")
-    monkeypatch.setattr(reconciler_module, "FRESH_SECONDS", 0.0)
-    assert r.fresh_due("ns", "j")
+    r.memory(("ns", "j")).fresh_read_at -= reconciler_module.FRESH_SECONDS - 1
+    assert not r.fresh_due("ns", "j")
 
 
 @pytest.mark.parametrize(
@@ -254,3 +262,95 @@ def test_admission_counts_the_room_a_decision_claimed_before_its_writes_land() -
     asyncio.run(main())
     assert [admission.gated(p) for p in kube.created_by_job["a"]] == [False, False]
     assert [admission.gated(p) for p in kube.created_by_job["b"]] == [True, True]
+
+
+def _job(uid: str = "u1", generation: int = 1, rv: int = 1, phase: str | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "j", "namespace": "ns", "uid": uid, "generation": generation, "resourceVersion": str(rv),
+                     "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"workers": {"replicas": 2, "template": TEMPLATE}},
+        **({"status": {"phase": phase}} if phase else {}),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("events", "want"),
+    [
+        ([_job()], [True]),  # first sight (created, or listed at start)
+        ([_job(), _job(rv=2, phase="Running")], [True, False]),  # a status write: no round
+        ([_job(), _job(generation=2, rv=3)], [True, True]),  # the spec changed
+        ([_job(), _job(generation=2, rv=3), _job(generation=2, rv=4, phase="Running")], [True, True, False]),
+        ([_job(), _job(uid="u2", rv=9)], [True, True]),  # a new job of the same name, its predecessor's end unseen
+    ],
+    ids=["new", "status-only", "new-generation", "status-after-new-generation", "new-uid"],
+)
+def test_a_job_event_asks_for_a_round_when_the_job_is_new_or_its_spec_changed(
+    events: list[dict[str, Any]], want: list[bool]
+) -> None:
+    r = Reconciler(FakeKube(service_exists=True), emit=lambda *_: None)
+    assert [r.job_seen(e) for e in events] == want
+    kept = r.memory(("ns", "j")).body
+    assert kept is not None and kept["metadata"]["resourceVersion"] == events[-1]["metadata"]["resourceVersion"]
+    assert "managedFields" not in kept["metadata"]
+
+
+class WritesAnswer(FakeKube):
+    """Status writes answer the job as written (a newer resourceVersion); the first `conflicts` of them meet a
+    newer version instead."""
+
+    def __init__(self, conflicts: int = 0) -> None:
+        super().__init__(service_exists=True)
+        self.rv, self.conflicts = 5, conflicts
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append("get_job")
+        return _job(rv=self.rv, phase="Pending")
+
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any] | None:
+        self.calls.append(f"patch_status@{resource_version}")
+        if self.conflicts:
+            self.conflicts -= 1
+            self.rv += 1
+            raise Conflict("the object has been modified", 409)
+        self.rv += 1
+        self.status = status
+        return {**_job(rv=self.rv), "status": status}
+
+
+def test_rounds_read_the_job_as_last_seen_and_from_the_api_server_only_when_they_must() -> None:
+    kube = WritesAnswer(conflicts=1)
+    r = Reconciler(kube, emit=lambda *_: None)
+
+    async def main() -> list[str]:
+        assert r.job_seen(_job(rv=5, phase="Pending"))
+        await r.trigger("ns", "j")  # reads the job as its event showed it; the write meets a newer one
+        await r.trigger("ns", "j")  # as its own write answered it: no read
+        calls = list(kube.calls)
+        r.job_gone("ns", "j")
+        await r.trigger("ns", "j")  # the job went: asked again, the API server answers
+        r.queue.close()
+        return [*calls, "|", *kube.calls[len(calls) :]]
+
+    calls = [c for c in asyncio.run(main()) if c == "|" or "job" in c or "status" in c]  # the job's reads, writes
+    # conflict -> the round runs again at once, reading the job from the API server; then no more reads
+    assert calls[:3] == ["patch_status@5", "get_job", "patch_status@6"], calls
+    assert calls.count("get_job") == 2 and calls[calls.index("|") + 1] == "get_job", calls
+
+
+def test_the_jobs_by_phase_gauge_moves_by_each_jobs_change() -> None:
+    r = Reconciler(FakeKube(service_exists=True), emit=lambda *_: None)
+
+    def gauge() -> dict[str, float]:
+        return {p: REGISTRY.get_sample_value("ringleader_jobs", {"phase": p}) or 0.0 for p in ("Pending", "Running")}
+
+    r._record_phase(("ns", "a"), "")  # no phase yet counts as Pending
+    r._record_phase(("ns", "b"), "Running")
+    assert gauge() == {"Pending": 1, "Running": 1}
+    r._record_phase(("ns", "a"), "Running")
+    r._record_phase(("ns", "a"), "Running")  # no change, no count
+    assert gauge() == {"Pending": 0, "Running": 2}
+    r.job_gone("ns", "b")
+    r.job_gone("ns", "b")  # gone twice (an event and a round): counted once
+    assert gauge() == {"Pending": 0, "Running": 1}

@@ -92,3 +92,30 @@ def test_each_job_gets_its_own_round_and_a_new_event_after_the_round_gets_anothe
 
     r = _run(script)
     assert sorted((name, t) for _, name, t in r.rounds) == [("a", 0.05), ("a", 0.2), ("b", 0.05)]
+
+
+def test_at_most_concurrency_keys_are_processed_at_once_and_the_rest_take_turns_in_order() -> None:
+    running: list[str] = []
+    most = 0
+    order: list[str] = []
+
+    async def work(key: str, fresh: bool) -> bool:
+        nonlocal most
+        running.append(key)
+        most = max(most, len(running))
+        await asyncio.sleep(1.0)
+        running.remove(key)
+        order.append(key)
+        return False
+
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue(work, on_error=lambda key, e: None, concurrency=3)
+        await asyncio.gather(*(q.run(k) for k in "abcdefg"))
+        assert loop.time() == 3.0  # three turns of one virtual second: 3 + 3 + 1 keys
+
+    loop = VirtualClockLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert most == 3 and order == list("abcdefg")
