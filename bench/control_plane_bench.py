@@ -17,7 +17,10 @@ and a fresh namespace, and measures from just before the first create call:
 - requests per job: the operator's API requests counted in the API server's audit log (bench/audit.py) from
   the first create until SETTLE_S seconds after all pods were Running (so status updates are included, and
   whatever the operator does periodically for a running job in that time);
-- cpu_s and peak_rss_mb of the operator process over the run (RSS is VmHWM of the fresh process).
+- cpu_s and peak_rss_mb of the operator process over the run (RSS is VmHWM of the fresh process);
+- cluster_cpu_s: CPU of the control plane (etcd, API server, controller-manager, scheduler, kwok) over the same
+  span as the requests: what the operator's requests cost the cluster. On a machine of few cores the operator
+  and the control plane share them, so this bounds how fast any operator's pods can be Running.
 
 Runs are interleaved (control_plane_plan.schedule). The settings that change the outcome are printed first and
 kept in bench/results/control-plane.json with every run; per configuration and scenario the medians with their
@@ -128,6 +131,7 @@ def run(
         pods = PodWatch(core, ns, total)
         mark = audit.offset(layout.audit_log)
         cpu0 = proc_stats(proc.pid)["cpu_seconds"]
+        cluster0 = _cluster_cpu(layout)
         bodies = [subject.job(f"j{i}" if jobs > 1 else "big", workers, FAKE_POD) for i in range(jobs)]
         t0 = time.monotonic()
         with ThreadPoolExecutor(CREATE_THREADS) as pool:
@@ -146,6 +150,7 @@ def run(
         time.sleep(max(0.0, pods.running_at + SETTLE_S - time.monotonic()))
         reqs = audit.requests(layout.audit_log, mark, subject.user)
         stats = proc_stats(proc.pid)
+        cluster_cpu = _cluster_cpu(layout) - cluster0
         if total > PROGRESS_PODS:
             print(f"[bench]   deleting namespace {ns} ({total} pods: this takes minutes)", flush=True)
         delete_namespace(core, ns)  # while the operator runs: it removes its own finalizers
@@ -161,7 +166,13 @@ def run(
         "requests_per_job": reqs.total / jobs,
         "cpu_s": stats["cpu_seconds"] - cpu0,
         "peak_rss_mb": stats["peak_rss_mb"],
+        "cluster_cpu_s": cluster_cpu,
     }
+
+
+def _cluster_cpu(layout: Layout) -> float:
+    """CPU seconds the control plane's processes (kwokctl's pid files) have used so far."""
+    return sum(proc_stats(pid)["cpu_seconds"] for pid in controlplane.component_pids(layout))
 
 
 def header(args: argparse.Namespace, configs: list[str], commit: str) -> list[str]:
@@ -227,7 +238,7 @@ def main() -> None:
                 f"[bench] ({i + 1}/{len(order)}) [{planned.config}] {plan.scenario_name(planned.jobs, planned.workers)}"
                 f" {subject.name:17s} rep {planned.rep + 1}: created {r['created_s']:7.2f} s, Running "
                 f"{r['running_s']:7.2f} s, {r['requests_per_job']:6.1f} requests/job, CPU {r['cpu_s']:6.1f} s, "
-                f"peak RSS {r['peak_rss_mb']:4.0f} MB",
+                f"peak RSS {r['peak_rss_mb']:4.0f} MB, control plane CPU {r['cluster_cpu_s']:6.1f} s",
                 flush=True,
             )
     finally:

@@ -31,7 +31,7 @@ from bench.stats import Interval, Verdict, at_most, ratio_interval, spread
 
 RINGLEADER, PEER = "ringleader", "training-operator"
 OPERATORS = (PEER, RINGLEADER)
-METRICS = ("created_s", "running_s", "requests_per_job", "cpu_s", "peak_rss_mb")
+METRICS = ("created_s", "running_s", "requests_per_job", "cpu_s", "peak_rss_mb", "cluster_cpu_s")
 # The training-operator v1.9.2's own defaults (cmd/training-operator.v1/main.go: --kube-api-qps 20,
 # --kube-api-burst 30, --controller-threads 1), which its Deployment keeps.
 PEER_DEFAULTS = {"qps": 20, "burst": 30, "threads": 1}
@@ -112,6 +112,7 @@ METRIC_LABELS = {
     "requests_per_job": "API requests per job",
     "cpu_s": "operator CPU (s)",
     "peak_rss_mb": "operator peak RSS (MB)",
+    "cluster_cpu_s": "control plane CPU (s)",
 }
 GOALS = (
     Goal("running_s", 1.0, (1, 8)),

@@ -54,7 +54,8 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 CP_METRICS = [("created_s", "created (s)", "{:.2f}"), ("running_s", "all Running (s)", "{:.2f}"),
               ("requests_per_job", "API requests / job", "{:.1f}"), ("cpu_s", "operator CPU (s)", "{:.1f}"),
-              ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}")]  # fmt: skip
+              ("peak_rss_mb", "operator peak RSS (MB)", "{:.0f}"),
+              ("cluster_cpu_s", "control plane CPU (s)", "{:.1f}")]  # fmt: skip
 
 
 def control_plane(result: Result) -> list[str]:
@@ -78,7 +79,10 @@ def control_plane(result: Result) -> list[str]:
         body = []
         for row in (r for r in rows if r.config == name):
             for key, label, fmt in CP_METRICS:
-                cells = [row.operators[op][key].text(fmt) if op in row.operators else "-" for op in cp.OPERATORS]
+                figures = [row.operators.get(op, {}).get(key) for op in cp.OPERATORS]
+                if not any(figures):  # a metric runs of an earlier format lack
+                    continue
+                cells = [f.text(fmt) if f else "-" for f in figures]
                 ratio = row.ratio.get(key)
                 body.append([cp.scenario_name(row.jobs, row.workers), label, *cells,
                              ratio.text(unit="x") if ratio else "-"])  # fmt: skip
