@@ -33,6 +33,7 @@ _SUFFIXES = {
 }  # fmt: skip
 
 Resources = dict[str, Decimal]
+_LONGEST_FIRST = sorted((s for s in _SUFFIXES if s), key=len, reverse=True)  # "Mi" before "M"
 
 
 MAX_QUANTITY = Decimal(2**63)  # Kubernetes' own limit on a quantity's value
@@ -45,8 +46,8 @@ def parse_quantity(value: object) -> Decimal:
         raise ValueError(f"{str(value)[:40]!r} is not a Kubernetes quantity")
     text = str(value).strip()
     number, suffix = text, ""
-    for s in sorted(_SUFFIXES, key=len, reverse=True):
-        if s and text.endswith(s):
+    for s in _LONGEST_FIRST:
+        if text.endswith(s):
             number, suffix = text[: -len(s)], s
             break
     try:
@@ -90,6 +91,29 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     add(total, {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items()})
     total[PODS] = total.get(PODS, Decimal(0)) + 1
     return total
+
+
+# What pods of the cluster reserve, by (uid, resourceVersion): a version's spec never changes, and every gang
+# admission weighs every pod of the cluster, whose requests were otherwise parsed again each time. Cleared
+# whole when it reaches _MEMO_LIMIT entries (old versions are never asked for again).
+_requests_memo: dict[tuple[str, str], Resources] = {}
+_MEMO_LIMIT = 100_000
+
+
+def _pod_reserves(pod: Mapping[str, Any]) -> Resources:
+    """pod_requests of a pod object, remembered by its uid and resourceVersion when it has both. The result is
+    shared: read it, never change it."""
+    meta = pod.get("metadata") or {}
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not uid or not version:
+        return pod_requests(pod.get("spec") or {})
+    key = (str(uid), str(version))
+    found = _requests_memo.get(key)
+    if found is None:
+        if len(_requests_memo) >= _MEMO_LIMIT:
+            _requests_memo.clear()
+        found = _requests_memo[key] = pod_requests(pod.get("spec") or {})
+    return found
 
 
 @dataclass
@@ -184,6 +208,11 @@ def _nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
     return out
 
 
+def _copy(nodes: list[Node]) -> list[Node]:
+    """The nodes with their free room copied (the room placements take from)."""
+    return [Node(n.name, n.labels, n.taints, n.allocatable, dict(n.free)) for n in nodes]
+
+
 def _sort_key(req: Resources) -> tuple[Decimal, ...]:
     return tuple(-req.get(k, Decimal(0)) for k in ORDER)
 
@@ -241,10 +270,11 @@ def admit(
     """May the pods `gang` (their specs) be released together, given every Node and every pod in the cluster?
     `pods` may include the gang's own pods: gated ones are ignored, as are finished ones and unbound ones being
     deleted; bound ones take their node's room until they are gone (terminating too)."""
-    empty = _nodes(nodes)
+    usable = _nodes(nodes)
+    empty = _copy(usable)
     if not _place(list(gang), empty):
-        return Verdict(False, never=True, message=_shortage(list(gang), _nodes(nodes), "allocatable"))
-    room = _nodes(nodes)
+        return Verdict(False, never=True, message=_shortage(list(gang), _copy(usable), "allocatable"))
+    room = _copy(usable)
     by_name = {n.name: n for n in room}
     waiting = []
     for pod in pods:
@@ -254,13 +284,13 @@ def admit(
         if _bound(pod):  # terminating ones too: the scheduler counts them until they are gone
             node = by_name.get(spec["nodeName"])
             if node is not None:
-                add(node.free, pod_requests(spec), -1)
+                add(node.free, _pod_reserves(pod), -1)
         elif spec.get("schedulingGates") or (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue  # held back by someone else's gate, or going: it takes no room
         else:
             waiting.append(spec)  # released, not yet bound: its room is spoken for
     _place(waiting, room)
-    before = [Node(n.name, n.labels, n.taints, n.allocatable, dict(n.free)) for n in room]
+    before = _copy(room)
     if _place(list(gang), room):
         return Verdict(True)
     return Verdict(False, message=_shortage(list(gang), before, "free"))

@@ -150,3 +150,16 @@ def test_decisions_on_node_digests_equal_those_on_whole_nodes() -> None:
         for extra in ({}, tolerating):
             gang = [gang_pod(gpus, **extra)]
             assert admit(gang, digests, others) == admit(gang, whole, others)
+
+
+def test_a_pods_requests_are_remembered_by_version_and_a_new_version_is_weighed_anew() -> None:
+    """Admission remembers what a bound pod reserves by (uid, resourceVersion): a new version of the pod (an
+    in-place resize) is weighed by its own requests, not the remembered ones."""
+    nodes = [node("a", gpus=8)]
+    before = running(6, "a", uid="u1", resourceVersion="10")
+    assert admit([gang_pod(2)], nodes, [before]).fits
+    assert admit([gang_pod(2)], nodes, [before]).fits  # remembered: the same answer
+    resized = running(7, "a", uid="u1", resourceVersion="11")
+    assert not admit([gang_pod(2)], nodes, [resized]).fits
+    same_version_elsewhere = running(7, "a", uid="u2", resourceVersion="10")  # versions are per object
+    assert not admit([gang_pod(2)], nodes, [same_version_elsewhere]).fits
