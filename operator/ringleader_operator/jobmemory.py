@@ -19,9 +19,9 @@ class JobMemory:
     phase: str | None = None  # as the last round planned it (the jobs-by-phase gauge)
     waiting_since: str | None = None  # gated pods wait for room: the job's creationTimestamp (queue order)
     service_uid: str | None = None  # the job (by uid) whose Service is known to exist: rounds skip reading it
-    # Monotonic time a round last read pods and Service from the API server, or the record was made: the
-    # watch that fills the pod cache was listed before this process saw the job, so the cache is as good as
-    # a fresh read then.
+    # Monotonic time a round last read the job, its pods and Service from the API server, or the record was
+    # made: the watch that fills the pod cache was listed before this process saw the job, so the cache is as
+    # good as a fresh read then.
     fresh_read_at: float = field(default_factory=time.monotonic)
     foreign_pods: tuple[str, ...] = ()  # pods carrying its labels that are not its ranks, as last reported
     scrape_failures: int = 0  # progress scrapes failed in a row

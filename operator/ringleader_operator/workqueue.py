@@ -51,8 +51,10 @@ class WorkQueue(Generic[K]):
             return
         async with slot.lock:
             while True:
-                slot.again = False
                 async with self.turns:
+                    # Cleared once the turn comes: a trigger that arrived while waiting for it is served by this
+                    # run, which has not begun, and needs no run after it.
+                    slot.again = False
                     fresh, slot.fresh = slot.fresh, False
                     if await self.process(key, fresh):
                         slot.again = True

@@ -119,3 +119,28 @@ def test_at_most_concurrency_keys_are_processed_at_once_and_the_rest_take_turns_
     finally:
         loop.close()
     assert most == 3 and order == list("abcdefg")
+
+
+def test_a_trigger_while_waiting_for_a_turn_is_served_by_that_run() -> None:
+    """A key waiting for its turn has not begun: triggers meanwhile are served by the run to come, not by one
+    more after it."""
+    runs: list[str] = []
+
+    async def work(key: str, fresh: bool) -> bool:
+        runs.append(key)
+        await asyncio.sleep(1.0)
+        return False
+
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue(work, on_error=lambda key, e: None, concurrency=1)
+        first, second = asyncio.ensure_future(q.run("a")), asyncio.ensure_future(q.run("b"))
+        await asyncio.sleep(0.5)  # a runs; b waits for its turn
+        await q.run("b")  # collapses into b's coming run
+        await asyncio.gather(first, second)
+
+    loop = VirtualClockLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert runs == ["a", "b"]
