@@ -249,6 +249,7 @@ def main() -> None:
         redone = {(r["config"], r["jobs"], r["workers"], r["operator"]) for r in runs}
         runs = [r for r in old.get("runs", []) if "config" in r
                 and (r["config"], r["jobs"], r["workers"], r["operator"]) not in redone] + runs  # fmt: skip
+        settings = plan.merge_settings(old.get("settings", []), settings)
     rows = plan.compare(runs)
     for row in rows:
         if row.ratio:

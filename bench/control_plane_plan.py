@@ -257,3 +257,18 @@ def medians_line(row: Row) -> str:
         if m in row.ratio:
             parts.append(f"{label} {row.ratio[m].text(unit='x')}")
     return f"[{row.config}] {scenario_name(row.jobs, row.workers)}: Ringleader / training-operator " + ", ".join(parts)
+
+
+def merge_settings(kept: Sequence[str], new: Sequence[str]) -> list[str]:
+    """The header of a result that keeps an earlier invocation's runs (`--keep`): this invocation's lines, then
+    the earlier lines of each configuration it did not run (`[name] ...`), so that every configuration in the
+    tables still has its settings beside it."""
+    mine = {_config_of(line) for line in new}
+    return [*new, *(line for line in kept if (c := _config_of(line)) is not None and c not in mine)]
+
+
+def _config_of(line: str) -> str | None:
+    """`matched` for a line `[matched] ...`; None for a line about every configuration."""
+    if line.startswith("[") and "] " in line:
+        return line[1 : line.index("] ")]
+    return None

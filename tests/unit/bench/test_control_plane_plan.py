@@ -97,3 +97,10 @@ def test_a_figure_a_run_could_not_take_is_left_out_not_read_as_zero() -> None:
     (row,) = cp.compare(measured)
     assert row.operators[RL]["requests_per_job"].n == 2 and row.operators[RL]["running_s"].n == 3
     assert row.ratio["requests_per_job"].mid == 1.0
+
+
+def test_a_result_that_keeps_earlier_runs_keeps_the_settings_of_their_configurations() -> None:
+    kept = ["Ringleader at commit old", "[defaults] ringleader: qps 50", "[matched] ringleader: qps 1000"]
+    new = ["Ringleader at commit new", "[defaults] ringleader: qps 50, burst 100"]
+    assert cp.merge_settings(kept, new) == [*new, "[matched] ringleader: qps 1000"]
+    assert cp.merge_settings([], new) == new
