@@ -76,11 +76,18 @@ class TrainingCheckpointer:
         return dict(state["progress"])
 
     def maybe_save(self, step: int, progress: Mapping[str, Any]) -> None:
+        """Call after every step: save when the interval says so, and when the ranks agree to stop (SIGTERM;
+        stopping.py) save at this step and raise `Stopped`, which ends the process with its exit code."""
         checkpoints = self.strategy.checkpoints
-        if checkpoints is not None and checkpoints.due(step):
+        if checkpoints is None:
+            return
+        if self.strategy.stop_agreed():
+            self.save(step, progress, reason="stop")
+            raise self.strategy.stopped(step)
+        if checkpoints.due(step):
             self.save(step, progress)
 
-    def save(self, step: int, progress: Mapping[str, Any]) -> None:
+    def save(self, step: int, progress: Mapping[str, Any], reason: str = "interval") -> None:
         checkpoints = self.strategy.checkpoints
         if checkpoints is None or step == self.last_step:
             return
@@ -97,7 +104,7 @@ class TrainingCheckpointer:
         self.strategy.metrics.last_checkpoint_step.set(step)
         log_json(
             role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path),
-            seconds=round(time.perf_counter() - started, 4),
+            seconds=round(time.perf_counter() - started, 4), reason=reason,
         )  # fmt: skip
 
 

@@ -23,6 +23,9 @@ class ExitCode(IntEnum):
     # Retryable: infrastructure or peers; recreating the rank may succeed.
     RENDEZVOUS_TIMEOUT = 200  # the master or a parameter server was not reachable in time
     PEER_LOST = 201  # a collective or parameter-server exchange failed or timed out (a rank died)
+    # Not a failure: asked to stop (SIGTERM), the rank wrote its checkpoint at the step it stopped at
+    # (stopping.py). The operator recreates the rank if the job still wants it and counts no restart.
+    STOPPED = 202
 
     @property
     def retryable(self) -> bool:

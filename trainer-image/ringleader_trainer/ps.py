@@ -11,6 +11,15 @@ same number of values, and applies the optimizer the user configured to them:
 - bounded-staleness: as asynchronous, but a worker more than `max_staleness` steps ahead of the slowest
   unfinished worker waits until the slowest catches up.
 
+A stop (stopping.py) travels with the exchange, and shard 0 decides the step: a worker asked to stop sets
+Flag.STOP on its pushes; another shard asked to stop sets it on its replies, and the workers pass it on to
+shard 0 with their next push. Shard 0, once it knows, names the step every worker stops at (STOP_AT, sent
+before its next PARAMS to each worker): in synchronous mode the round just completed, which every worker
+has reached; otherwise one past the furthest clock, which no worker can have passed (each pushes to shard 0
+first and reads every reply before its next push). Workers behind it train on up to it; a worker that
+finished first leaves it unreached, and the others finish too. Workers that stop say DONE with Flag.STOP;
+the shard then checkpoints at that step and its strategy ends it as stopped.
+
 Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`, each connection
 opened by `auth`'s handshake (both ends prove the job's token). A shard admits connections through a `Gate`:
 until every worker's slot is claimed by a proven peer, connections that fail the handshake or the hello, or
@@ -34,7 +43,7 @@ from torch import nn
 
 from ringleader_trainer import auth, wire
 from ringleader_trainer.gate import Gate, Refused
-from ringleader_trainer.wire import Op, PeerLost
+from ringleader_trainer.wire import Flag, Op, PeerLost
 
 SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
 
@@ -135,6 +144,10 @@ class ShardServer:
         self.pending: dict[int, torch.Tensor] = {}
         self.failure: str | None = None
         self.finished = False  # every worker said DONE; on_progress is being called a last time
+        self.stop_heard = False  # a worker asked to stop (Flag.STOP on a push)
+        self.stop_at: int | None = None  # shard 0: the step every worker stops at, once decided
+        self.stopping = False  # a worker said DONE with Flag.STOP: the workers stopped, not finished
+        self.asked_to_stop: Callable[[], bool] = lambda: False  # this shard's own stop signal
         self.stats = ServerStats()
         self.on_progress: Callable[[int], None] = lambda slowest: None
         self.on_reject: Callable[[str, str], None] = lambda peer, reason: None  # (peer address, why)
@@ -151,6 +164,10 @@ class ShardServer:
             )
         self.flat.copy_(state["flat"])
         self.optimizer.load_state_dict(state["optimizer"])  # clocks restart at start_step, as the workers do
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop_heard or self.asked_to_stop()
 
     @property
     def slowest(self) -> int:
@@ -231,18 +248,25 @@ class ShardServer:
             wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(snapshot))
             inbox = torch.empty_like(self.grad)
             outbox = torch.empty_like(self.flat)
+            told = False  # this worker has been sent STOP_AT
             while True:
                 header = wire.recv_header(conn)
                 wire.expect(conn, header, Op.PUSH, Op.DONE)
+                stops = bool(header.flags & Flag.STOP)
                 if header.op == Op.DONE:
                     with self.cond:
                         self.done.add(worker)
+                        self.stopping |= stops
                         self.cond.notify_all()
                     wire.send(conn, Op.DONE, worker, self.clock[worker])
                     return
                 wire.recv_tensor_into(conn, header, inbox)
-                reply = self._push(worker, header.step, inbox, outbox)
-                wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply))
+                reply, stop_at = self._push(worker, header.step, inbox, outbox, stops)
+                if stop_at is not None and not told:
+                    wire.send(conn, Op.STOP_AT, worker, stop_at)
+                    told = True
+                flags = Flag.STOP if self.asked_to_stop() else Flag.NONE
+                wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply), flags)
         except (PeerLost, ValueError) as e:
             self._fail(f"shard {self.shard}: {e}")
 
@@ -264,12 +288,18 @@ class ShardServer:
         for step in range(before + 1, after + 1):
             self.on_progress(step)
 
-    def _push(self, worker: int, step: int, grad: torch.Tensor, outbox: torch.Tensor) -> torch.Tensor:
+    def _push(
+        self, worker: int, step: int, grad: torch.Tensor, outbox: torch.Tensor, stops: bool = False
+    ) -> tuple[torch.Tensor, int | None]:
         """Apply one push per the mode; return the tensor to send back (the live buffer in synchronous mode,
-        where nothing changes it until this worker pushes again; a snapshot otherwise)."""
+        where nothing changes it until this worker pushes again; a snapshot otherwise) and the step to stop
+        at, once shard 0 has decided it."""
         with self.cond:
             if step != self.clock[worker]:
                 raise PeerLost(f"worker {worker} pushed step {step}, expected {self.clock[worker]}")
+            self.stop_heard |= stops
+            if self.mode != SYNCHRONOUS:
+                self._decide_stop(max(self.clock) + 1)
             if self.mode == SYNCHRONOUS:
                 self.pending[worker] = grad
                 if len(self.pending) == self.num_workers:
@@ -278,13 +308,14 @@ class ShardServer:
                         total.add_(self.pending[w])
                     self._apply(total.div_(self.num_workers))
                     self.pending.clear()
+                    self._decide_stop(step + 1)  # the round every worker has reached
                     for w in range(self.num_workers):
                         self._advance(w, step + 1)
                     self.cond.notify_all()
                 else:
                     self._wait(lambda: self.clock[worker] > step, f"not every worker pushed step {step}")
                 self._released(worker)
-                return self.flat
+                return self.flat, self.stop_at
             self._apply(grad.div_(self.num_workers))
             self._advance(worker, step + 1)
             self.cond.notify_all()
@@ -296,7 +327,12 @@ class ShardServer:
                 )
             self._released(worker)
             outbox.copy_(self.flat)
-            return outbox
+            return outbox, self.stop_at
+
+    def _decide_stop(self, step: int) -> None:
+        """Shard 0, under the lock: fix the step to stop at, once, when a stop has been asked for."""
+        if self.shard == 0 and self.stop_at is None and self.stop_requested:
+            self.stop_at = step
 
     def _released(self, worker: int) -> None:
         lead = self.clock[worker] - self.slowest
@@ -321,6 +357,8 @@ class ShardClient:
         self.socks: list[socket.socket] = []
         self.flats = [torch.empty(sum(p.numel() for p in s), dtype=s[0].dtype if s else torch.float32) for s in shards]
         self.wait_seconds = 0.0  # time spent waiting for the shards' replies (includes staleness waits)
+        self.stop_heard = False  # a shard's reply carried Flag.STOP: pass it on to shard 0
+        self.stop_at: int | None = None  # the step shard 0 named (STOP_AT)
         try:
             for i, (host, port) in enumerate(addrs):
                 sock = wire.connect(host, port, connect_timeout, timeout)
@@ -341,13 +379,20 @@ class ShardClient:
     def _receive_params(self, step: int) -> None:
         for i, sock in enumerate(self.socks):
             header = wire.recv_header(sock)
+            if header.op == Op.STOP_AT and i == 0 and self.stop_at is None:
+                self.stop_at = header.step
+                header = wire.recv_header(sock)
             wire.expect(sock, header, Op.PARAMS)
+            self.stop_heard |= bool(header.flags & Flag.STOP)
             wire.recv_tensor_into(sock, header, self.flats[i])
             with torch.no_grad():
                 for p, v in zip(self.shards[i], flat_views(self.flats[i], self.shards[i]), strict=True):
                     p.copy_(v)
 
-    def push_pull(self, step: int) -> None:
+    def push_pull(self, step: int, stop: bool = False) -> None:
+        """Push this step's gradients (with Flag.STOP when this worker was asked to stop, or a shard's reply
+        said one was), take the new parameters, and `stop_at` once shard 0 names it."""
+        flags = Flag.STOP if stop or self.stop_heard else Flag.NONE
         for i, sock in enumerate(self.socks):
             params = self.shards[i]
             # The wire carries host memory: .cpu() is free on CPU and one copy on GPU.
@@ -357,14 +402,15 @@ class ShardClient:
             ]
             if grads:
                 torch.cat(grads, out=self.flats[i])
-            wire.send(sock, Op.PUSH, self.worker, step, wire.tensor_bytes(self.flats[i]))
+            wire.send(sock, Op.PUSH, self.worker, step, wire.tensor_bytes(self.flats[i]), flags)
         t0 = time.perf_counter()
         self._receive_params(step + 1)
         self.wait_seconds += time.perf_counter() - t0
 
-    def done(self) -> None:
+    def done(self, stop: bool = False) -> None:
+        """Tell every shard this worker is finished (or, with `stop`, stopped at its current step)."""
         for sock in self.socks:
-            wire.send(sock, Op.DONE, self.worker, 0)
+            wire.send(sock, Op.DONE, self.worker, 0, flags=Flag.STOP if stop else Flag.NONE)
         for sock in self.socks:
             wire.expect(sock, wire.recv_header(sock), Op.DONE)
         self.close()

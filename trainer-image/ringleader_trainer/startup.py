@@ -44,6 +44,8 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
         group = dist.new_group(list(range(env.num_workers)), timeout=strategy.timeout)  # every rank must call it
         strategy.workers_group = group if isinstance(group, dist.ProcessGroup) else None  # None on shards
     agree_on_resume(strategy)
+    if strategy.checkpoints is not None:  # SIGTERM now stops at an agreed step, with a checkpoint there
+        strategy.enable_stop()
     strategy._log_window = (time.perf_counter(), strategy.steps_done)
     if env.role == Role.WORKER and env.index == 0:
         strategy.metrics.serve(env.metrics_port)

@@ -47,6 +47,7 @@ from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.ps import ServerStats, flat_views
 from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.stopping import Stopped, StopSignal, StopVote
 
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
 
@@ -79,6 +80,8 @@ class Strategy:
         self.workers_group: dist.ProcessGroup | None = None
         self.checkpoints: ckpt.Checkpointer | None = None
         self.resumed: dict[str, Any] | None = None
+        self.stop = StopSignal()  # installed by `enable_stop`
+        self._vote: StopVote | None = None
         self._log_window = (time.perf_counter(), 0)  # (time, step) at the last report; reset at resume
 
     # ---- identity -----------------------------------------------------------------------------------
@@ -154,8 +157,26 @@ class Strategy:
     def finish(self) -> None:
         """After the last step: complete any pending exchange."""
 
+    # ---- lossless stop (stopping.py) ----------------------------------------------------------------
+    def enable_stop(self) -> None:
+        """Take SIGTERM as a request to stop at an agreed step with a checkpoint there (`from_env` calls
+        this once the group is formed, when the job checkpoints)."""
+        self.stop.install()
+        self._vote = StopVote(self.workers_group)
+
+    def stop_agreed(self) -> bool:
+        """Whether the workers stop at this step boundary: called by every worker after every step
+        (`TrainingCheckpointer.maybe_save`), True on all of them at the same step."""
+        return self._vote is not None and self._vote.poll(self.stop.requested)
+
+    def stopped(self, step: int) -> Stopped:
+        """The exception that ends this rank after its checkpoint at `step` (the stop it agreed to)."""
+        return Stopped(step, signalled=self.stop.requested)
+
     def close(self) -> None:
         """Leave the process group once every rank is done (worker 0 hosts the rendezvous store)."""
+        if self._vote is not None:
+            self._vote.drain()
         if dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()

@@ -24,6 +24,7 @@ from ringleader_trainer.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.startup import from_env
+from ringleader_trainer.stopping import Stopped
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Strategy
 
 
@@ -202,9 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         code = exit_code_for(e)
         message = one_line(e)
-        if code == ExitCode.PEER_LOST:
+        stopping = strategy is not None and strategy.stop.requested  # the pod is going: no recovery in it
+        if (code == ExitCode.PEER_LOST and not stopping) or (isinstance(e, Stopped) and not e.signalled):
+            # A peer's stop (its pod goes, this one stays): resume from that checkpoint with its replacement.
             recovery.reexec(message, max_recoveries)  # returns only when the recoveries are used up
-        print(f"ringleader-trainer: error: {message} (exit {int(code)} {code.name})", file=sys.stderr, flush=True)
+        kind = "stopped" if code == ExitCode.STOPPED else "error"
+        print(f"ringleader-trainer: {kind}: {message} (exit {int(code)} {code.name})", file=sys.stderr, flush=True)
         if code == ExitCode.CRASH:
             raise  # an unexpected error: keep the traceback
         return code

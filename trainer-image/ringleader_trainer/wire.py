@@ -3,7 +3,7 @@
     magic  b"RLPS"   4 bytes
     version          u8    (1)
     op               u8    (Op)
-    reserved         u16
+    flags            u16   (Flag: STOP)
     worker           u32   the sending worker's index (servers echo it)
     step             i64   the worker's step (push) or the server's clock for that worker (reply)
     length           u64   payload bytes
@@ -22,7 +22,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, IntFlag
 from typing import Any
 
 import torch
@@ -41,6 +41,12 @@ class Op(IntEnum):
     PUSH = 3  # worker -> server: the shard's gradients for one step; answered by PARAMS
     DONE = 4  # worker -> server: this worker has finished; answered by DONE
     ERROR = 5  # either way: UTF-8 message, then the connection closes
+    STOP_AT = 6  # shard 0 -> worker, before a PARAMS: stop at `step` (no payload); sent once
+
+
+class Flag(IntFlag):
+    NONE = 0
+    STOP = 1  # PUSH/DONE: this worker stops (stopping.py); PARAMS: a stop was asked for, agree on a step
 
 
 class PeerLost(TrainerError, ConnectionError):
@@ -55,6 +61,7 @@ class Header:
     worker: int
     step: int
     length: int
+    flags: Flag = Flag.NONE
 
 
 def tensor_bytes(t: torch.Tensor) -> memoryview:
@@ -86,9 +93,11 @@ def _peer(sock: socket.socket) -> str:
     return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else "the peer"  # a Unix socket has no address
 
 
-def send(sock: socket.socket, op: Op, worker: int, step: int, payload: bytes | memoryview = b"") -> None:
+def send(
+    sock: socket.socket, op: Op, worker: int, step: int, payload: bytes | memoryview = b"", flags: Flag = Flag.NONE
+) -> None:
     try:
-        sock.sendall(HEADER.pack(MAGIC, VERSION, op, 0, worker, step, len(payload)))
+        sock.sendall(HEADER.pack(MAGIC, VERSION, op, flags, worker, step, len(payload)))
         if len(payload):
             sock.sendall(payload)
     except TimeoutError as e:
@@ -110,11 +119,13 @@ def send_error(sock: socket.socket, message: str) -> None:
 def recv_header(sock: socket.socket) -> Header:
     raw = bytearray(HEADER.size)
     recv_exact(sock, memoryview(raw))
-    magic, version, op, _, worker, step, length = HEADER.unpack(raw)
+    magic, version, op, flags, worker, step, length = HEADER.unpack(raw)
     if magic != MAGIC or version != VERSION:
         raise PeerLost(f"{_peer(sock)} does not speak the parameter-server protocol v{VERSION}")
+    if flags & ~int(Flag.STOP):
+        raise PeerLost(f"{_peer(sock)} sent unknown flags {flags:#x}")
     try:
-        return Header(Op(op), worker, step, length)
+        return Header(Op(op), worker, step, length, Flag(flags))
     except ValueError as e:
         raise PeerLost(f"{_peer(sock)} sent unknown op {op}") from e
 

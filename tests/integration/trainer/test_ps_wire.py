@@ -53,9 +53,19 @@ def test_tensor_round_trip_is_raw_bytes(pair: tuple[socket.socket, socket.socket
     wire.send(a, Op.PUSH, 3, 42, wire.tensor_bytes(t))
     header = wire.recv_header(b)
     assert (header.op, header.worker, header.step, header.length) == (Op.PUSH, 3, 42, 28)
+    assert header.flags == wire.Flag.NONE
     out = torch.empty(7)
     wire.recv_tensor_into(b, header, out)
     assert torch.equal(out, t)
+
+
+def test_the_stop_flag_and_stop_at_travel_in_the_header(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    wire.send(a, Op.PUSH, 1, 5, flags=wire.Flag.STOP)
+    wire.send(a, Op.STOP_AT, 1, 7)
+    first, second = wire.recv_header(b), wire.recv_header(b)
+    assert (first.op, first.flags) == (Op.PUSH, wire.Flag.STOP)
+    assert (second.op, second.step, second.flags) == (Op.STOP_AT, 7, wire.Flag.NONE)
 
 
 @pytest.mark.parametrize(
@@ -63,6 +73,7 @@ def test_tensor_round_trip_is_raw_bytes(pair: tuple[socket.socket, socket.socket
     [
         (b"XXXX" + bytes(24), "does not speak"),
         (wire.HEADER.pack(wire.MAGIC, wire.VERSION, 99, 0, 0, 0, 0), "unknown op 99"),
+        (wire.HEADER.pack(wire.MAGIC, wire.VERSION, Op.PUSH, 0x8001, 0, 0, 0), "unknown flags 0x8001"),
     ],
 )
 def test_foreign_headers_are_rejected(pair: tuple[socket.socket, socket.socket], raw: bytes, message: str) -> None:

@@ -12,6 +12,7 @@ from ringleader_trainer.checkpointing import TrainingCheckpointer
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, shard_parameters
+from ringleader_trainer.stopping import Stopped
 from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
 
 
@@ -49,7 +50,7 @@ class ParameterServerStrategy(Strategy):
 
         def exchange() -> None:
             assert self.client is not None
-            self.client.push_pull(self.steps_done)
+            self.client.push_pull(self.steps_done, stop=self.stop.requested)
             self.communication_rounds += 1
 
         return patch_step(optimizer, exchange, local=False, after=self._advance)
@@ -77,15 +78,31 @@ class ParameterServerStrategy(Strategy):
                 saved.add(slowest)
 
         server.on_progress = on_progress
+        server.asked_to_stop = lambda: self.stop.requested
         log_json(role="ps", index=index, event="serving", values=server.flat.numel(), mode=server.mode)
         try:
             server.serve(self.listener, accept_timeout=self.options.rendezvous_timeout)
         finally:
             self.listener.close()
         stats = server.stats
+        if server.stopping:  # the workers stopped (and the shard saved) at the step shard 0 named
+            raise self.stopped(server.slowest)
         log_json(role="ps", index=index, event="done", updates=stats.updates, waits=stats.waits,
                  max_lead_on_release=stats.max_lead_on_release, rejected=stats.rejected)  # fmt: skip
         return stats
+
+    # ---- lossless stop: the request travels with the exchange, shard 0 names the step (ps.py) ----------
+    def enable_stop(self) -> None:
+        self.stop.install()
+
+    def stop_agreed(self) -> bool:
+        return self.client is not None and self.client.stop_at is not None and self.steps_done >= self.client.stop_at
+
+    def stopped(self, step: int) -> Stopped:
+        if self.client is not None:  # a worker: the shards checkpoint this step once every worker says so
+            self.client.done(stop=True)
+            self.client = None
+        return super().stopped(step)
 
     def finish(self) -> None:
         if self.client is not None:
