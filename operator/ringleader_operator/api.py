@@ -68,6 +68,7 @@ class Role(StrEnum):
 MAX_REPLICAS = 100_000
 MAX_GPUS = 128  # per pod
 MAX_SECONDS = 10**9  # about 31 years
+MAX_GRACE_SECONDS = 86400  # a pod's grace period: a day
 MAX_STEPS = 10**9  # step counts, intervals, restart budgets
 MAX_KEEP = 1000  # checkpoints kept
 
@@ -135,6 +136,15 @@ class CheckpointSpec(Model):
         "the pod).",
     )
     keep: int = Field(3, ge=1, le=MAX_KEEP, description="Newest checkpoints kept.")
+    stop_grace_period_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_GRACE_SECONDS,
+        description="The trainer pods' grace period: on SIGTERM (an eviction, a drain, a suspend) every rank "
+        "saves the step it stops at within it. Default: sized from worker 0's measured save and step times "
+        "(3 x (save + 2 steps) + 10 s, at least 30 s; 60 s before the first save), unless the template sets "
+        "terminationGracePeriodSeconds.",
+    )
 
 
 def _wait(default: float, description: str) -> Any:
@@ -218,18 +228,27 @@ class ReplicaStatus(Model):
 class RankStatus(Model):
     """One rank's restart history; the operator's memory of it lives here, not in the operator process."""
 
-    restarts: int = Field(0, description="Times this rank was restarted; also the attempt number of its pod.")
+    restarts: int = Field(0, description="Times this rank was restarted (counted against backoffLimit).")
+    stops: int = Field(0, description="Times this rank stopped cleanly on request and was recreated (not counted).")
     pod_seen: bool = Field(False, description="The pod of the current attempt was observed running or done.")
     last_reason: str = Field("", description="Why the rank was last restarted (a condition reason).")
     last_message: str = ""
     last_exit_code: int | None = None
     restart_after: str | None = Field(None, description="The replacement pod is created no earlier than this.")
 
+    @property
+    def attempt(self) -> int:
+        """The attempt number of the rank's current pod: every replacement, counted or not, is a new one."""
+        return self.restarts + self.stops
+
 
 class Progress(Model):
     step: int = 0
     loss: float | None = None
     samples_per_second: float | None = None
+    last_checkpoint_step: int | None = Field(None, description="Step of worker 0's newest checkpoint.")
+    checkpoint_seconds: float | None = Field(None, description="How long worker 0's last checkpoint took to save.")
+    step_seconds: float | None = Field(None, description="Worker 0's mean step time over its last logging interval.")
     updated_at: str = ""
 
 

@@ -9,11 +9,12 @@ user set is kept: env vars, resources, volumes, tolerations, node selectors. Not
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from . import admission, gangs, launchers, templates
-from .api import API_VERSION, KIND, Role, Strategy, TrainingJob
+from .api import API_VERSION, KIND, MAX_GRACE_SECONDS, Role, Strategy, TrainingJob
 
 LABEL_JOB = "ringleader.dev/job-name"
 LABEL_ROLE = "ringleader.dev/replica-type"
@@ -105,6 +106,41 @@ def checkpoint_directory(job: TrainingJob) -> str:
     if checkpoint is not None and checkpoint.directory:
         return checkpoint.directory
     return f"{DEFAULT_CHECKPOINT_DIR}/{job.namespace}/{job.name}/{job.metadata.get('uid', '')}".rstrip("/")
+
+
+# The grace period of a job's pods when it checkpoints (api.CheckpointSpec.stop_grace_period_seconds): on SIGTERM
+# every rank finishes its step, agrees on one more with the others and saves (the trainer's lossless stop).
+STOP_GRACE_UNMEASURED_SECONDS = 60  # before worker 0 has reported a save
+STOP_GRACE_MIN_SECONDS = 30  # Kubernetes' own default
+STOP_GRACE_MARGIN = 3  # times the measured save plus two steps (the step in flight and the agreement's)
+STOP_GRACE_ALLOWANCE_SECONDS = 10  # the signal's delivery, the process's exit, a slow disk's fsync
+
+
+def stop_grace_seconds(job: TrainingJob) -> int | None:
+    """The grace period that fits a stop with its save, None when the job does not checkpoint: the spec's, else
+    sized from worker 0's measured save and step times (status.progress), else STOP_GRACE_UNMEASURED_SECONDS."""
+    checkpoint = job.spec.checkpoint
+    if checkpoint is None:
+        return None
+    if checkpoint.stop_grace_period_seconds is not None:
+        return checkpoint.stop_grace_period_seconds
+    progress = job.status.progress
+    if progress is None or progress.checkpoint_seconds is None:
+        return STOP_GRACE_UNMEASURED_SECONDS
+    needed = STOP_GRACE_MARGIN * (progress.checkpoint_seconds + 2 * (progress.step_seconds or 0.0))
+    return min(MAX_GRACE_SECONDS, max(STOP_GRACE_MIN_SECONDS, math.ceil(needed + STOP_GRACE_ALLOWANCE_SECONDS)))
+
+
+def delete_grace_seconds(job: TrainingJob) -> int | None:
+    """The grace period of the operator's own deletions of the job's pods (suspend, resize, cleanup): the stop's
+    as measured now (pods made earlier carry an older figure), or None (each pod's own) when the job does not
+    checkpoint or a template sets its own terminationGracePeriodSeconds."""
+    templates_grace = any(
+        "terminationGracePeriodSeconds" in (spec.template.get("spec") or {})
+        for spec in (job.spec.workers, job.spec.parameter_servers)
+        if spec is not None
+    )
+    return None if templates_grace else stop_grace_seconds(job)
 
 
 def uid_suffixed(job: TrainingJob, what: str) -> str:
@@ -335,6 +371,8 @@ def _pod_rules(job: TrainingJob, name: str, spec: dict[str, Any]) -> None:
     # The operator restarts ranks itself (it counts restarts against backoffLimit and re-forms the job), so
     # the kubelet must never restart a container in place.
     spec["restartPolicy"] = "Never"
+    if (grace := stop_grace_seconds(job)) is not None:  # a template's own grace period stands
+        spec.setdefault("terminationGracePeriodSeconds", grace)
     tolerations = spec.setdefault("tolerations", [])
     for key in NODE_LOSS_TAINTS:
         if not any(t.get("key") == key for t in tolerations):

@@ -22,6 +22,7 @@ class Reason(StrEnum):
     RUNNING = "JobRunning"
     PENDING = "PodsPending"
     RESTARTING = "RankRestarting"
+    STOPPED = "RankStopped"  # asked to stop, it saved a checkpoint where it stopped: recreated, not counted
     EVICTED = "RankEvicted"
     NODE_LOST = "NodeLost"
     POD_DELETED = "PodDeleted"

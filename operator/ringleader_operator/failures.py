@@ -5,6 +5,9 @@ A failure is one of: the program exited non-zero (`EXIT`), the kubelet or the ev
 restarted), the pod was deleted or disappeared for another reason (`DELETED`), or a parameter server with
 restartPolicy Always exited cleanly (`EXITED`). Only `EXIT` is the program's doing; the others are
 infrastructure and are retried under every restart policy, bounded by runPolicy.backoffLimit like any restart.
+One ending is no failure: the trainer asked to stop (SIGTERM: an eviction, a drain, a deletion) that wrote its
+checkpoint at the step it stopped at and exited STOPPED_EXIT_CODE (`STOPPED`) is recreated, never counted:
+nothing was lost, so an eviction loop costs time, not work.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from enum import StrEnum
 from .api import RestartPolicy
 from .conditions import Reason
 
+# The trainer's ExitCode.STOPPED (docs/exit-codes.md; tests/unit/test_trainer_contracts.py holds both sides).
+STOPPED_EXIT_CODE = 202
+
 
 class Kind(StrEnum):
     EXIT = "exit"
+    STOPPED = "stopped"
     EVICTED = "evicted"
     NODE_LOST = "node-lost"
     DELETED = "deleted"
@@ -47,6 +54,7 @@ RESTART_REASONS = {
     Kind.NODE_LOST: Reason.NODE_LOST,
     Kind.DELETED: Reason.POD_DELETED,
     Kind.EXITED: Reason.RESTARTING,
+    Kind.STOPPED: Reason.STOPPED,
 }
 
 
@@ -63,6 +71,7 @@ class Failure:
         if self.kind == Kind.EXIT:
             return f"failed with exit code {self.exit_code}{suffix}"
         return {
+            Kind.STOPPED: f"stopped on request with its checkpoint saved (exit code {self.exit_code})",
             Kind.EVICTED: "was evicted",
             Kind.NODE_LOST: "was lost with its node",
             Kind.DELETED: "was deleted",
@@ -73,7 +82,10 @@ class Failure:
 def classify(exit_code: int | None, pod_reason: str, disruption: str) -> Failure:
     """The failure of a pod that stopped (phase Failed, or deleted by someone other than the operator).
     `exit_code` is the trainer container's non-zero exit code, if it has one; `pod_reason` is
-    pod.status.reason; `disruption` is the reason of its DisruptionTarget condition, if any."""
+    pod.status.reason; `disruption` is the reason of its DisruptionTarget condition, if any. A clean stop is
+    one whatever made the pod go (its disruption or reason is kept as the detail)."""
+    if exit_code == STOPPED_EXIT_CODE:
+        return Failure(Kind.STOPPED, exit_code, disruption or pod_reason)
     if disruption in _DISRUPTIONS:
         return Failure(_DISRUPTIONS[disruption], exit_code, disruption)
     if pod_reason in _POD_REASONS:

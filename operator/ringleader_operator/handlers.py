@@ -173,6 +173,7 @@ async def pod_event(
     namespace: str | None,
     status: Mapping[str, Any],
     meta: Mapping[str, Any],
+    body: kopf.Body,
     memo: kopf.Memo,
     **kwargs: Any,
 ) -> None:
@@ -184,6 +185,8 @@ async def pod_event(
     ended = type == "DELETED" or status.get("phase") in ("Succeeded", "Failed")
     if ended:
         reconciler.room_freed()  # jobs waiting for gang admission look again
+    if type == "DELETED" and reconciler.cache is not None:
+        reconciler.cache.deleted(body, time.monotonic())  # how it ended, for the round it wakes
     job = labels.get(LABEL_JOB)
     if not namespace or not job:
         return

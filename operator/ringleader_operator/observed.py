@@ -38,6 +38,7 @@ class ObservedPod:
     attempt: int | None  # None for a pod made before attempts were recorded: taken as the current one
     workers: int | None  # the world it was made for; None for a pod made before worlds were recorded
     deletion_deadline: str | None  # metadata.deletionTimestamp: set once the pod is being deleted
+    ended: bool = False  # the pod is done (Succeeded/Failed) or a container terminated with a non-zero code
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -86,6 +87,7 @@ class ObservedPod:
             attempt=attempt,
             workers=workers,
             deletion_deadline=meta.get("deletionTimestamp"),
+            ended=exit_code is not None or status.get("phase") in ("Succeeded", "Failed"),
         )
 
     @property

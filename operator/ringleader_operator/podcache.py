@@ -12,12 +12,14 @@ server instead, so whatever a watch gap left behind in the index is corrected wi
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .api import GROUP
 
 OVERLAY_SECONDS = 60.0
+GONE_SECONDS = 60.0  # how long the last state of a deleted pod is kept for the rounds after its deletion
 Key = tuple[str, str]
 Pod = dict[str, Any]
 
@@ -104,6 +106,9 @@ class PodCache:
         self.label = label
         self.index: Mapping[Any, Iterable[Pod]] | None = None  # attached by the first handler that runs
         self.written: dict[tuple[str, str | None], Written] = {}
+        # (namespace, job) -> pod name -> its last state, and the order they came in (to expire them)
+        self.gone: dict[tuple[str, str], dict[str, Pod]] = {}
+        self._gone_order: deque[tuple[float, tuple[str, str], str]] = deque()
 
     @property
     def ready(self) -> bool:
@@ -115,6 +120,29 @@ class PodCache:
         if k[1]:
             job = ((pod.get("metadata") or {}).get("labels") or {}).get(self.label)
             self.written.setdefault((k[0], job), {})[k] = (now, digest(pod))
+
+    def deleted(self, pod: Mapping[str, Any], now: float) -> None:
+        """Keep the last state of a job's pod the watch saw deleted, for GONE_SECONDS: a pod's final status
+        (how its program ended) can arrive just before its deletion, after the round it woke had looked."""
+        self._expire(now)
+        (namespace, name), job = key(pod), ((pod.get("metadata") or {}).get("labels") or {}).get(self.label)
+        if name and job:
+            self.gone.setdefault((namespace, job), {})[name] = digest(pod)
+            self._gone_order.append((now, (namespace, job), name))
+
+    def job_gone(self, namespace: str, job: str, now: float) -> list[Pod]:
+        """The last states of the job's pods deleted within GONE_SECONDS."""
+        self._expire(now)
+        return list(self.gone.get((namespace, job), {}).values())
+
+    def _expire(self, now: float) -> None:
+        """Drop what was deleted more than GONE_SECONDS ago: each entry once, in the order they came."""
+        while self._gone_order and now - self._gone_order[0][0] > GONE_SECONDS:
+            _, group, name = self._gone_order.popleft()
+            pods = self.gone.get(group, {})
+            pods.pop(name, None)
+            if not pods:
+                self.gone.pop(group, None)
 
     def job_pods(self, namespace: str, job: str, now: float) -> list[Pod]:
         assert self.index is not None

@@ -4,7 +4,7 @@ The trainer's side of the contract (docs/env-contract.md): worker 0 serves Prome
 RINGLEADER_METRICS_PORT at /metrics with the gauges below. `parse` is pure; `scrape` does one bounded GET.
 
 The page comes from a user's pod and is read as hostile: no redirects, no cookies, no compression, at most
-MAX_BYTES read within SCRAPE_TIMEOUT, only the lines of the three gauges parsed (a bounded scan of the rest),
+MAX_BYTES read within SCRAPE_TIMEOUT, only the lines of its gauges parsed (a bounded scan of the rest),
 and values that are not finite or not in range dropped. Whatever goes wrong is a ScrapeError, never more.
 """
 
@@ -21,10 +21,13 @@ from .api import Progress
 STEP = "ringleader_trainer_step"
 LOSS = "ringleader_trainer_loss"
 SAMPLES_PER_SECOND = "ringleader_trainer_samples_per_second"
-GAUGES = (STEP, LOSS, SAMPLES_PER_SECOND)
+LAST_CHECKPOINT_STEP = "ringleader_trainer_last_checkpoint_step"
+CHECKPOINT_SECONDS = "ringleader_trainer_checkpoint_seconds"
+STEP_SECONDS = "ringleader_trainer_step_seconds"
+GAUGES = (STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS)
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
 MAX_BYTES = 256 * 1024  # the trainer's page is about 5 KiB
-MAX_LINES = 64  # lines of the three gauges parsed at most
+MAX_LINES = 64  # lines of the gauges parsed at most
 CHUNK = 16 * 1024
 MAX_STEP = 2**53  # beyond any real run; a larger step is a pod's lie
 # What each gauge may hold: values outside are dropped.
@@ -32,6 +35,10 @@ IN_RANGE = {
     STEP: lambda v: 0 <= v <= MAX_STEP,
     LOSS: lambda v: abs(v) <= 1e30,
     SAMPLES_PER_SECOND: lambda v: 0 <= v <= 1e12,
+    # 0 is what a gauge holds before it is first set: no checkpoint yet, no step timed yet.
+    LAST_CHECKPOINT_STEP: lambda v: 0 < v <= MAX_STEP,
+    CHECKPOINT_SECONDS: lambda v: 0 < v <= 86400,
+    STEP_SECONDS: lambda v: 0 < v <= 86400,
 }
 
 
@@ -41,7 +48,7 @@ class ScrapeError(Exception):
 
 def parse(text: str, now: str) -> Progress | None:
     """Progress from a metrics page, or None when it has no step gauge. Only the lines that start with the
-    three gauges' names are parsed (at most MAX_LINES); NaN, infinities and values out of range are dropped."""
+    gauges' names are parsed (at most MAX_LINES); NaN, infinities and values out of range are dropped."""
     wanted = itertools.islice((line for line in text.splitlines() if line.startswith(GAUGES)), MAX_LINES)
     values: dict[str, float] = {}
     try:
@@ -58,6 +65,9 @@ def parse(text: str, now: str) -> Progress | None:
         step=int(values[STEP]),
         loss=round(values[LOSS], 6) if LOSS in values else None,
         samples_per_second=round(values[SAMPLES_PER_SECOND], 2) if SAMPLES_PER_SECOND in values else None,
+        last_checkpoint_step=int(values[LAST_CHECKPOINT_STEP]) if LAST_CHECKPOINT_STEP in values else None,
+        checkpoint_seconds=round(values[CHECKPOINT_SECONDS], 3) if CHECKPOINT_SECONDS in values else None,
+        step_seconds=round(values[STEP_SECONDS], 4) if STEP_SECONDS in values else None,
         updated_at=now,
     )
 

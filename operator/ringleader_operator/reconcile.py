@@ -25,12 +25,13 @@ def plan(
     now: str,
     cluster: admission.Cluster | None = None,
     max_ranks: int = DEFAULT_MAX_RANKS,
+    gone: list[dict[str, Any]] | None = None,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `pods` are those carrying the job's
     labels (its ranks are picked from them). `cluster` (every Node and pod) is needed only while some of the
     job's pods carry the gang gate; without it they stay gated. A job with more than `max_ranks` pods fails
-    as an invalid spec."""
-    r = Round.open(job, pods, now)
+    as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended)."""
+    r = Round.open(job, pods, now, gone)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
         return _close(r)

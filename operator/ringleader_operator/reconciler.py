@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from . import admission, metrics
 from .api import ConditionType, JobPhase, TrainingJob, TrainingJobStatus
-from .builders import DEFAULT_MAX_RANKS
+from .builders import DEFAULT_MAX_RANKS, delete_grace_seconds
 from .claims import Claims
 from .conditions import Reason, set_condition
 from .job_objects import build_network_policy, build_service, build_token_secret
@@ -294,8 +294,9 @@ class Reconciler:
             record.service_uid = uid  # this job's own (not a leftover): later rounds need not read it
         service_exists = record.service_uid == uid
         now = utcnow()
+        gone = cache.job_gone(namespace, name, time.monotonic()) if (cache := self._cached()) is not None else []
         if not any(admission.gated(x) for x in pods):
-            p = plan(job, pods, service_exists, now, None, self.max_ranks)
+            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
                 return
@@ -304,7 +305,7 @@ class Reconciler:
         # released pods count as placed), so two jobs never both take the same room. The lock covers the decision
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
-            p = plan(job, pods, service_exists, now, await self._cluster(exclude=key), self.max_ranks)
+            p = plan(job, pods, service_exists, now, await self._cluster(exclude=key), self.max_ranks, gone)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
 
@@ -365,8 +366,8 @@ class Reconciler:
     async def _apply_pods(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Deletions, forced removals, gate releases, then creations (a refused pod fails the job)."""
         namespace, name = job.namespace, job.name
-        if p.delete_pods:
-            await self.kube.delete_pods(namespace, p.delete_pods)
+        if p.delete_pods:  # a rank told to stop saves first (suspend, resize): give it the time that takes
+            await self.kube.delete_pods(namespace, p.delete_pods, grace_seconds=delete_grace_seconds(job))
         if p.force_delete_pods:
             log.warning(
                 "[%s/%s] removing pods stuck on a lost node: %s", namespace, name, ", ".join(p.force_delete_pods)

@@ -65,15 +65,20 @@ class Round:
     desired: list[RankKey] = field(default_factory=list)
     by_rank: dict[RankKey, list[ObservedPod]] = field(default_factory=dict)
     restarting: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) of restarts decided now
+    gone: dict[str, ObservedPod] = field(default_factory=dict)  # rank pods lately deleted, by name: last state
 
     @classmethod
-    def open(cls, job: TrainingJob, pods: list[dict[str, Any]], now: str) -> Round:
+    def open(
+        cls, job: TrainingJob, pods: list[dict[str, Any]], now: str, gone: list[dict[str, Any]] | None = None
+    ) -> Round:
+        """`gone`: the last states of the job's pods the watch saw deleted lately (podcache.PodCache.deleted)."""
         old = job.status
         out = Plan(status=old.model_copy(deep=True))
         out.status.observed_generation = int(job.metadata.get("generation", 0))
         observed, out.foreign_pods = own_ranks(job, pods)
         restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
-        return cls(job, pods, now, parse_time(now), old, out, observed, restarts)
+        last = {p.name: p for p in own_ranks(job, gone)[0]} if gone else {}
+        return cls(job, pods, now, parse_time(now), old, out, observed, restarts, gone=last)
 
     @property
     def status(self) -> TrainingJobStatus:

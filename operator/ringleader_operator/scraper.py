@@ -1,5 +1,6 @@
-"""Copies worker 0's step, loss and throughput into status.progress while a job runs (a kopf timer calls
-`scrape` every few seconds per running job). The page is read as hostile (progress.py)."""
+"""Copies worker 0's step, loss, throughput, newest checkpoint and its save and step times into status.progress
+while a job runs (a kopf timer calls `scrape` every few seconds per running job). The page is read as hostile
+(progress.py)."""
 
 from __future__ import annotations
 
@@ -63,8 +64,7 @@ class ProgressScraper:
         last = (obj.get("status") or {}).get("progress")
         old = Progress.model_validate(last) if last else None
         if now is None or (
-            old is not None
-            and (old.step, old.loss, old.samples_per_second) == (now.step, now.loss, now.samples_per_second)
+            old is not None and old.model_copy(update={"updated_at": ""}) == now.model_copy(update={"updated_at": ""})
         ):
             return
         await self.api.patch_status(*key, {"progress": now.model_dump(by_alias=True, mode="json")})

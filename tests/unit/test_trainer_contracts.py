@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ringleader_operator import progress
 from ringleader_operator.api import RestartPolicy
-from ringleader_operator.failures import Decision, Failure, Kind, decide_restart
+from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart
 from ringleader_trainer.exitcodes import ExitCode
 from ringleader_trainer.metrics import TrainerMetrics
 
@@ -17,10 +17,13 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
 def test_operator_reads_the_trainers_metrics_page() -> None:
     m = TrainerMetrics()
-    m.update(step=420, loss=0.25, samples_per_second=1234.5)
+    m.update(step=420, loss=0.25, samples_per_second=1234.5, step_seconds=0.25)
+    m.last_checkpoint_step.set(400)
+    m.checkpoint_seconds.set(1.5)
     parsed = progress.parse(m.text(), "2026-01-01T00:00:00Z")
     assert parsed is not None
     assert (parsed.step, parsed.loss, parsed.samples_per_second) == (420, 0.25, 1234.5)
+    assert (parsed.last_checkpoint_step, parsed.checkpoint_seconds, parsed.step_seconds) == (400, 1.5, 0.25)
 
 
 @pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])
@@ -34,3 +37,8 @@ def test_exit_codes_agree_with_the_exit_code_restart_policy(code: ExitCode) -> N
 def test_docs_list_every_exit_code() -> None:
     documented = {int(c) for c in re.findall(r"^\| (\d+) \|", DOC.read_text(), flags=re.MULTILINE)}
     assert documented == {int(c) for c in ExitCode}
+
+
+def test_the_operator_reads_the_trainers_clean_stop_as_one() -> None:
+    assert STOPPED_EXIT_CODE == ExitCode.STOPPED
+    assert classify(int(ExitCode.STOPPED), "Error", "").kind == Kind.STOPPED

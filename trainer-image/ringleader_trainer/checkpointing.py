@@ -100,11 +100,13 @@ class TrainingCheckpointer:
         if self.saves_model:
             state |= {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         path = checkpoints.save(step, state)
+        seconds = time.perf_counter() - started
         self.last_step = step
         self.strategy.metrics.last_checkpoint_step.set(step)
+        self.strategy.metrics.checkpoint_seconds.set(seconds)
         log_json(
             role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path),
-            seconds=round(time.perf_counter() - started, 4), reason=reason,
+            seconds=round(seconds, 4), reason=reason,
         )  # fmt: skip
 
 

@@ -13,6 +13,8 @@ STEP = "ringleader_trainer_step"
 LOSS = "ringleader_trainer_loss"
 SAMPLES_PER_SECOND = "ringleader_trainer_samples_per_second"
 LAST_CHECKPOINT_STEP = "ringleader_trainer_last_checkpoint_step"
+CHECKPOINT_SECONDS = "ringleader_trainer_checkpoint_seconds"
+STEP_SECONDS = "ringleader_trainer_step_seconds"
 
 
 class TrainerMetrics:
@@ -28,14 +30,23 @@ class TrainerMetrics:
         self.last_checkpoint_step = Gauge(
             LAST_CHECKPOINT_STEP, "Step of the newest checkpoint.", registry=self.registry
         )
+        # What the operator sizes the pods' grace period from (a stop saves within it).
+        self.checkpoint_seconds = Gauge(
+            CHECKPOINT_SECONDS, "Seconds the last checkpoint took to save.", registry=self.registry
+        )
+        self.step_seconds = Gauge(
+            STEP_SECONDS, "Mean seconds per step over the last logging interval.", registry=self.registry
+        )
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
 
-    def update(self, step: int, loss: float, samples_per_second: float) -> None:
+    def update(self, step: int, loss: float, samples_per_second: float, step_seconds: float | None = None) -> None:
         self.step.set(step)
         self.loss.set(loss)
         self.samples_per_second.set(samples_per_second)
+        if step_seconds is not None:
+            self.step_seconds.set(step_seconds)
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()

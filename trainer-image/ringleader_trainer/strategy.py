@@ -129,9 +129,10 @@ class Strategy:
             return
         t0, s0 = self._log_window
         now = time.perf_counter()
-        rate = (step - s0) * batch_size * self.world_size / max(now - t0, 1e-9)
+        elapsed = max(now - t0, 1e-9)
+        rate = (step - s0) * batch_size * self.world_size / elapsed
         self._log_window = (now, step)
-        self.metrics.update(step, loss, rate)
+        self.metrics.update(step, loss, rate, elapsed / (step - s0) if step > s0 else None)
         log_json(
             role=self.env.role, index=self.env.index, strategy=self.name, step=step, loss=round(loss, 6),
             samples_per_second=round(rate, 1), rounds=self.communication_rounds, **extra,

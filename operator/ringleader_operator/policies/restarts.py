@@ -1,9 +1,15 @@
 """Each rank, every round: create its pod, or count its pod's failure and restart it after its back-off.
 
-Each pod carries the attempt it was created for (the rank's restart count at the time); status.ranks
-remembers every rank's restarts, so a failure is counted exactly once however often the operator stops
-between writing the count and deleting the pod. A pod being deleted still holds its name, so its
-replacement is created only once it is gone. Which failures restart a rank is in `failures`.
+Each pod carries the attempt it was created for (the rank's restarts and clean stops at the time);
+status.ranks remembers both, so an ending is counted exactly once however often the operator stops between
+writing the count and deleting the pod. A pod being deleted still holds its name, so its replacement is
+created only once it is gone. Which failures restart a rank is in `failures`.
+
+A pod someone else deletes (an eviction, a drain, a person) is counted while its reason shows, except when
+the job checkpoints: then its trainer may be saving the step it stops at (trainer's lossless stop), and its
+exit code decides, read once it has ended (or, when the pod is gone before a round saw that, from the last
+state the watch delivered: `Round.gone`). Exit 202 is a clean stop: the rank is recreated and nothing is
+counted. A pod still running past its grace period is counted as before.
 """
 
 from __future__ import annotations
@@ -36,17 +42,39 @@ def reconcile_ranks(r: Round) -> None:
         elif mine:  # only a terminating pod holds the name
             _watch_going(r, rank, mine[0])
         elif rank.pod_seen:  # the pod vanished while the operator was not looking
-            gone = Failure(Kind.DELETED, None, "pod disappeared")
-            count_failure(r, role, index, rank, pod_name(r.job.name, role, index), gone)
+            name = pod_name(r.job.name, role, index)
+            last = r.gone.get(name)  # its last state, if the watch delivered its deletion lately
+            if last is not None and _current(rank, last):
+                gone = _going_failure(last)
+            else:
+                gone = Failure(Kind.DELETED, None, "pod disappeared")
+            count_failure(r, role, index, rank, name, gone)
         elif rank.restart_after and (after := parse_time(rank.restart_after)) > r.at:
             r.wake_at(after)
         else:
-            r.plan.create_pods.append(build_pod(r.job, role, index, attempt=rank.restarts))
+            r.plan.create_pods.append(build_pod(r.job, role, index, attempt=rank.attempt))
+
+
+def _current(rank: RankStatus, pod: ObservedPod) -> bool:
+    """The pod is of the rank's current attempt (a pod made before attempts were recorded is taken as it)."""
+    return pod.attempt is None or pod.attempt >= rank.attempt
+
+
+def _may_be_saving(r: Round, pod: ObservedPod, failure: Failure) -> bool:
+    """A pod being deleted whose trainer may be writing the checkpoint of the step it stops at: the job
+    checkpoints, the trainer has not ended, and its node still answers (a lost node's pod saves nothing)."""
+    return r.job.spec.checkpoint is not None and not pod.ended and failure.kind != Kind.NODE_LOST
+
+
+def _going_failure(pod: ObservedPod) -> Failure:
+    """Why a pod someone else deleted went: its own exit code is no program error (it was told to go)."""
+    f = pod.failure()
+    return f if f.kind != Kind.EXIT else Failure(Kind.DELETED, f.exit_code, f.detail)
 
 
 def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
-    if pod.attempt is not None and pod.attempt < rank.restarts:
+    if not _current(rank, pod):
         r.plan.delete_pods.append(pod.name)  # counted already; the operator stopped before deleting it
         return
     rank.pod_seen = True
@@ -64,11 +92,15 @@ def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
 
 def _watch_going(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is being deleted. Deleted by someone else (eviction, node loss, a person): counted now,
-    while its reason shows. Stuck past its grace on a lost node: removed for good."""
-    if rank.pod_seen and (pod.attempt is None or pod.attempt >= rank.restarts):
-        f = pod.failure()
-        failure = f if f.kind != Kind.EXIT else Failure(Kind.DELETED, f.exit_code, f.detail)
-        count_failure(r, pod.role, pod.index, rank, pod.name, failure)
+    while its reason shows, or (a job that checkpoints) once its trainer has ended or its grace is over.
+    Stuck past its grace on a lost node: removed for good."""
+    if rank.pod_seen and _current(rank, pod):
+        failure = _going_failure(pod)
+        deadline = parse_time(pod.deletion_deadline) if pod.deletion_deadline else r.at
+        if _may_be_saving(r, pod, failure) and r.at < deadline:
+            r.wake_at(deadline)  # its end (a pod event) or the deadline brings the next round
+        else:
+            count_failure(r, pod.role, pod.index, rank, pod.name, failure)
     if pod.deletion_deadline:
         stuck = parse_time(pod.deletion_deadline) + timedelta(seconds=FORCE_DELETE_AFTER_SECONDS)
         if r.at >= stuck:
@@ -85,6 +117,9 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
     policy = r.job.spec.run_policy
     what = f"{ROLE_NAMES[role]} {index} (pod {pod}) {failure.describe()}"
     total = sum(r.restarts.values())
+    if failure.kind == Kind.STOPPED:
+        _note_stop(r, rank, what, failure, total)
+        return True
     decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit)
     if decision == Decision.FAIL:
         limit = f"; backoffLimit {policy.backoff_limit} reached" if reason == Reason.BACKOFF_LIMIT else ""
@@ -109,3 +144,17 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
     r.plan.events.append(Event("Warning", rank.last_reason, note))
     r.wake_at(after)
     return True
+
+
+def _note_stop(r: Round, rank: RankStatus, what: str, failure: Failure, total: int) -> None:
+    """A clean stop: the rank is recreated at once (it saved where it stopped) and no restart is counted."""
+    rank.stops += 1
+    rank.pod_seen = False
+    rank.restart_after = None
+    rank.last_reason = RESTART_REASONS[failure.kind]
+    rank.last_message = what
+    rank.last_exit_code = failure.exit_code
+    limit = r.job.spec.run_policy.backoff_limit
+    note = f"{what}; recreating it (not counted: {total} of backoffLimit {limit} restarts used)"
+    r.restarting.append((rank.last_reason, note))
+    r.plan.events.append(Event("Normal", rank.last_reason, note))

@@ -47,12 +47,29 @@ def events_of(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
     return [e.reason for e in items]
 
 
-def test_a_job_created_suspended_waits_then_resumes_from_its_checkpoint(
+def worker0_step(core: client.CoreV1Api, ns: str, job: str) -> int:
+    """The newest step worker 0 logged (0 before it logs one, or while it has no pod)."""
+    try:
+        text = logs(core, ns, f"{job}-worker-0", container="trainer")
+    except client.ApiException:
+        return 0
+    lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    return max((e["step"] for e in lines if "step" in e and "event" not in e), default=0)
+
+
+def trainer_events(core: client.CoreV1Api, ns: str, pod: str, event: str) -> list[dict[str, Any]]:
+    lines = [json.loads(x) for x in logs(core, ns, pod, container="trainer").splitlines() if x.startswith("{")]
+    return [e for e in lines if e.get("event") == event]
+
+
+def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspended(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
 ) -> None:
     directory = tmp_path / "ckpt"
     # What Kueue does with a job of its queue: it is created suspended and waits until admitted.
     body = digits_job("susp", 2, 160, directory, runPolicy={"suspend": True})
+    body["spec"]["checkpoint"]["intervalSteps"] = 100  # a suspend before step 100 has no interval's checkpoint
+    del body["spec"]["workers"]["template"]["spec"]["terminationGracePeriodSeconds"]  # the operator's, then
     body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
     create(custom, namespace, body)
     job = wait_for("phase Suspended", lambda: suspended(custom, namespace, "susp"), timeout=30)
@@ -60,28 +77,51 @@ def test_a_job_created_suspended_waits_then_resumes_from_its_checkpoint(
     assert pods_of(core, namespace, "susp") == []
 
     patch_spec(custom, namespace, "susp", {"runPolicy": {"suspend": False}})  # admitted
-    wait_for("checkpoint 40", lambda: 40 in ckpt.complete_steps(directory, ckpt.expected_files(2, 0)), timeout=180)
+    wait_for("worker 0 past step 40", lambda: worker0_step(core, namespace, "susp") >= 40, timeout=180)
+    grace = {p.metadata.name: p.spec.termination_grace_period_seconds for p in pods_of(core, namespace, "susp")}
+    assert set(grace.values()) == {60}, grace  # the stop's grace, before any save was measured
     patch_spec(custom, namespace, "susp", {"runPolicy": {"suspend": True}})
     job = wait_for(
         "suspended with no pods",
         lambda: None if pods_of(core, namespace, "susp") else suspended(custom, namespace, "susp"),
-        timeout=60,
+        timeout=90,
     )
-    saved = max(ckpt.complete_steps(directory, ckpt.expected_files(2, 0)))
-    assert saved >= 40 and job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
+    (saved,) = ckpt.complete_steps(directory, ckpt.expected_files(2, 0))  # the stop's, no interval's
+    assert 40 <= saved < 100, saved
+    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
 
     patch_spec(custom, namespace, "susp", {"runPolicy": {"suspend": False}})
     job = wait_condition(custom, namespace, "susp", "Succeeded", timeout=240)
-    resumed = [
-        json.loads(x)
-        for x in logs(core, namespace, "susp-worker-0", container="trainer").splitlines()
-        if '"event": "resume"' in x
-    ]
-    assert resumed and resumed[-1]["step"] >= saved, resumed
+    resumed = trainer_events(core, namespace, "susp-worker-0", "resume")
+    assert [e["step"] for e in resumed] == [saved]  # exactly where it stopped: no step lost
     assert (condition(job, "Suspended") or {}).get("reason") == "JobResumed"
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # suspending is no failure
     reasons = events_of(core, namespace, "susp")
     assert "JobSuspended" in reasons and "JobResumed" in reasons
+
+
+def test_an_evicted_rank_saves_where_it_stops_and_is_recreated_without_counting_a_restart(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    directory = tmp_path / "ckpt"
+    body = digits_job("evict", 2, 160, directory)
+    body["spec"]["checkpoint"]["intervalSteps"] = 100
+    body["spec"]["workers"]["restartPolicy"] = "ExitCode"
+    del body["spec"]["workers"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    create(custom, namespace, body)
+    wait_for("worker 0 past step 40", lambda: worker0_step(core, namespace, "evict") >= 40, timeout=180)
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evict-worker-1", namespace=namespace))
+    core.create_namespaced_pod_eviction("evict-worker-1", namespace, eviction)
+    job = wait_condition(custom, namespace, "evict", "Succeeded", timeout=300)
+    (stopped,) = [s for s in ckpt.complete_steps(directory, ckpt.expected_files(2, 0)) if s % 100 and s != 160]
+    assert 40 <= stopped < 100, stopped
+    rank = job["status"]["ranks"]["worker-1"]
+    assert (rank["restarts"], rank["stops"], rank["lastReason"], rank["lastExitCode"]) == (0, 1, "RankStopped", 202)
+    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # nothing counted against backoffLimit
+    # Worker 0 was not told to stop: it recovered in place and resumed with worker 1's replacement.
+    assert [e["step"] for e in trainer_events(core, namespace, "evict-worker-0", "resume")] == [stopped]
+    assert len(trainer_events(core, namespace, "evict-worker-0", "recover")) == 1
+    assert "RankStopped" in events_of(core, namespace, "evict")
 
 
 def test_active_deadline_fails_a_running_job_and_stops_its_pods(

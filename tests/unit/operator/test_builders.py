@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 from ringleader_operator.api import Role, TrainingJob
-from ringleader_operator.builders import InvalidTemplate, build_pod, desired_ranks, rank_env, validate
+from ringleader_operator.builders import (
+    InvalidTemplate,
+    build_pod,
+    delete_grace_seconds,
+    desired_ranks,
+    rank_env,
+    stop_grace_seconds,
+    validate,
+)
 from ringleader_operator.job_objects import build_network_policy, build_pod_group, build_service, build_token_secret
 
 from .builders import training_job
@@ -437,3 +445,31 @@ def test_roles_must_agree_on_the_scheduler() -> None:
     }
     with pytest.raises(InvalidTemplate, match=r"schedulerName must equal the workers'.*'' and 'volcano'"):
         validate(job(**body))
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "progress", "want"),
+    [
+        (None, None, None),  # nothing to save: Kubernetes' default stands
+        ({}, None, 60),  # nothing measured yet
+        ({}, {"checkpointSeconds": 2.0, "stepSeconds": 0.5}, 30),  # 3 x (2 + 1) + 10 = 19: at least 30
+        ({}, {"checkpointSeconds": 40.0, "stepSeconds": 2.0}, 142),  # 3 x (40 + 4) + 10
+        ({}, {"checkpointSeconds": 40.0}, 130),  # no step time yet
+        ({"stopGracePeriodSeconds": 300}, {"checkpointSeconds": 40.0}, 300),  # the spec's
+    ],
+)
+def test_the_stop_grace_period_fits_the_measured_save(
+    checkpoint: dict[str, Any] | None, progress: dict[str, Any] | None, want: int | None
+) -> None:
+    spec: dict[str, Any] = {} if checkpoint is None else {"checkpoint": {"intervalSteps": 100, **checkpoint}}
+    job = training_job(status={"progress": progress} if progress else None, **spec)
+    assert stop_grace_seconds(job) == want
+    assert build_pod(job, Role.WORKER, 0)["spec"].get("terminationGracePeriodSeconds") == want
+    assert delete_grace_seconds(job) == want
+
+
+def test_a_templates_own_grace_period_stands() -> None:
+    template = {"spec": {"terminationGracePeriodSeconds": 7, "containers": [{"name": "trainer", "image": "t"}]}}
+    job = training_job(template=template, checkpoint={"intervalSteps": 100})
+    assert build_pod(job, Role.WORKER, 1)["spec"]["terminationGracePeriodSeconds"] == 7
+    assert delete_grace_seconds(job) is None  # the operator's deletions leave each pod its own

@@ -8,7 +8,7 @@ from ringleader_operator.api import RestartPolicy
 from ringleader_operator.conditions import Reason
 from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
 
-E, EV, NL, DEL = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED
+E, EV, NL, DEL, ST = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED, Kind.STOPPED
 
 
 @pytest.mark.parametrize(
@@ -26,6 +26,8 @@ E, EV, NL, DEL = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED
         (None, "NodeLost", "", NL),
         (None, "UnexpectedAdmissionError", "", EV),  # failed without running: not the program's fault
         (None, "", "", DEL),
+        (202, "Error", "", ST),  # the trainer stopped on request with its checkpoint written
+        (202, "Error", "EvictionByEvictionAPI", ST),  # whatever asked it to: nothing was lost
     ],
 )
 def test_classify(exit_code: int | None, pod_reason: str, disruption: str, kind: Kind) -> None:

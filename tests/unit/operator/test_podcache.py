@@ -9,7 +9,7 @@ import pytest
 from ringleader_operator.admission import Cluster, pod_requests
 from ringleader_operator.api import TrainingJob
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
-from ringleader_operator.podcache import OVERLAY_SECONDS, PodCache, digest, overlay
+from ringleader_operator.podcache import GONE_SECONDS, OVERLAY_SECONDS, PodCache, digest, overlay
 from ringleader_operator.reconcile import plan
 
 from .builders import training_job
@@ -73,6 +73,18 @@ def test_a_jobs_pods_show_only_its_own_writes_and_others_are_kept() -> None:
     assert names_rv(cache.job_pods("ns", "b", 1.0)) == {"b-0": 7}
     assert names_rv(cache.all_pods(1.0)) == {"a-0": 7, "b-0": 7, "a-9": 7}
     assert cache.all_pods(OVERLAY_SECONDS + 1) == [] and cache.written == {}  # forgotten, groups removed
+
+
+def test_the_last_state_of_a_deleted_pod_is_kept_for_its_jobs_rounds_then_dropped() -> None:
+    cache = PodCache(LABEL)
+    cache.deleted({**pod("a-0", 7), "status": {"phase": "Failed"}}, 0.0)
+    cache.deleted(pod("b-0", 8, job="b"), 10.0)
+    cache.deleted(pod("x", 9, job=""), 10.0)  # not a job's: nothing to keep
+    (last,) = cache.job_gone("ns", "a", 1.0)
+    assert (last["metadata"]["name"], last["status"]) == ("a-0", {"phase": "Failed"})
+    assert cache.job_gone("ns", "a", GONE_SECONDS + 1) == []  # expired, in the order they came
+    assert names_rv(cache.job_gone("ns", "b", GONE_SECONDS + 1)) == {"b-0": 8}
+    assert cache.job_gone("ns", "b", GONE_SECONDS + 11) == [] and cache.gone == {}
 
 
 def served(

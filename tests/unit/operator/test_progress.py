@@ -35,6 +35,21 @@ def test_parse_full_page() -> None:
 @pytest.mark.parametrize(
     ("text", "want"),
     [
+        ("last_checkpoint_step 500\ncheckpoint_seconds 1.23456\nstep_seconds 0.012345", (500, 1.235, 0.0123)),
+        ("last_checkpoint_step 0\ncheckpoint_seconds 0\nstep_seconds 0", (None, None, None)),  # never set
+        ("last_checkpoint_step -1\ncheckpoint_seconds 1e9\nstep_seconds NaN", (None, None, None)),  # lies
+    ],
+    ids=["measured", "not-yet", "out-of-range"],
+)
+def test_the_checkpoint_and_step_times_are_read(text: str, want: tuple[Any, ...]) -> None:
+    page = "ringleader_trainer_step 600\n" + "".join(f"ringleader_trainer_{line}\n" for line in text.splitlines())
+    p = parse(page, NOW)
+    assert p is not None and (p.last_checkpoint_step, p.checkpoint_seconds, p.step_seconds) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
         ("ringleader_trainer_step 5\n", (5, None, None)),
         ("ringleader_trainer_step 5\nringleader_trainer_loss NaN\n", (5, None, None)),
         ("ringleader_trainer_loss 1.0\n", None),

@@ -8,6 +8,7 @@ import pytest
 from ringleader_operator.api import RankStatus, Role
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.restarts import count_failure, reconcile_ranks
+from ringleader_operator.round_state import Round
 
 from ..builders import NOW, TEMPLATE, after, job, names, pod, round_of
 
@@ -81,3 +82,60 @@ def test_count_failure(limit: int, restarts: int, failure: Failure, restarted: b
         assert r.restarting == [(reason, r.plan.events[-1].message)]
     else:
         assert r.failed and rank.restarts == 0
+
+
+CHECKPOINTED: dict[str, Any] = {"checkpoint": {"intervalSteps": 100}}
+EVICTED = "EvictionByEvictionAPI"
+
+
+def going(
+    phase: str = "Running", exit_code: int | None = None, attempt: int = 0, disruption: str = EVICTED
+) -> dict[str, Any]:
+    """Worker 1 evicted (its grace runs to after(30)), as the watch shows it: still running, or ended."""
+    return pod(Role.WORKER, 1, phase, exit_code=exit_code, deleting=True, deadline=after(30), disruption=disruption,
+               attempt=attempt)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "w1", "gone", "now", "want"),
+    [
+        # (job spec, worker-1's pod, its last state once deleted, now) -> (restarts, stops, requeue, event reason)
+        ({}, going(), None, NOW, (1, 0, 2, "RankEvicted")),  # no checkpoint: nothing to wait for, counted at once
+        (CHECKPOINTED, going(), None, NOW, (0, 0, 30, None)),  # it may be saving: wait for its end or its grace
+        (CHECKPOINTED, going("Failed", 202), None, NOW, (0, 1, 60, "RankStopped")),  # saved, stopped (60: stuck?)
+        (CHECKPOINTED, going("Failed", 143), None, NOW, (1, 0, 2, "RankEvicted")),  # ended without a save
+        (CHECKPOINTED, going(), None, after(30), (1, 0, 2, "RankEvicted")),  # still running past its grace
+        (CHECKPOINTED, going(disruption="DeletionByTaintManager"), None, NOW, (1, 0, 2, "NodeLost")),  # no save
+        (CHECKPOINTED, None, going("Failed", 202), NOW, (0, 1, None, "RankStopped")),  # gone; its last state
+        (CHECKPOINTED, None, going("Failed", 202, attempt=-1), NOW, (1, 0, 2, "PodDeleted")),  # an older pod's
+        (CHECKPOINTED, None, None, NOW, (1, 0, 2, "PodDeleted")),  # gone, nothing known of its end
+        (CHECKPOINTED, pod(Role.WORKER, 1, "Failed", exit_code=202), None, NOW, (0, 1, None, "RankStopped")),
+    ],
+    ids=["unchecked", "saving", "stopped", "killed", "past-grace", "node-lost", "gone-stopped", "gone-older",
+         "vanished", "stopped-in-place"],
+)  # fmt: skip
+def test_a_rank_stopped_on_request_is_recreated_and_not_counted(
+    spec: dict[str, Any], w1: dict[str, Any] | None, gone: dict[str, Any] | None, now: str, want: tuple[Any, ...]
+) -> None:
+    j = one_rank(rank={"podSeen": True}, **spec)
+    r = Round.open(j, [RUNNING0, *([w1] if w1 else [])], now, [gone] if gone else None)
+    r.index_ranks([(Role.WORKER, 0), (Role.WORKER, 1)])
+    reconcile_ranks(r)
+    rank = r.status.ranks["worker-1"]
+    requeue = None if r.plan.requeue_after is None else round(r.plan.requeue_after)
+    reason = r.plan.events[-1].reason if r.plan.events else None
+    assert (rank.restarts, rank.stops, requeue, reason) == want
+    assert r.restarts[Role.WORKER] == want[0]  # what backoffLimit weighs
+    if want[1]:
+        assert rank.attempt == 1 and not rank.pod_seen and rank.restart_after is None
+        assert "not counted: 0 of backoffLimit 3" in r.plan.events[-1].message
+
+
+def test_after_a_stop_the_replacement_is_the_next_attempt_and_the_stopped_pod_is_not_counted_again() -> None:
+    j = one_rank(rank={"stops": 1}, **CHECKPOINTED)
+    r = round_of(j, [RUNNING0, pod(Role.WORKER, 1, "Failed", exit_code=202, attempt=0)])
+    reconcile_ranks(r)
+    assert r.plan.delete_pods == [W1] and not r.plan.events  # the stopped pod of attempt 0: cleared, uncounted
+    r = round_of(j, [RUNNING0])
+    reconcile_ranks(r)
+    assert [p["metadata"]["annotations"]["ringleader.dev/attempt"] for p in r.plan.create_pods] == ["1"]
