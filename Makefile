@@ -102,6 +102,7 @@ bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint overhead
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
 	@$(PY) -m bench.checkpoint_bench
+	@$(PY) -m bench.stop_bench
 	@$(PY) -m bench.report
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed

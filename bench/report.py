@@ -199,6 +199,21 @@ def checkpoint(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows)]
 
 
+def stop(result: Result) -> list[str]:
+    """Steps lost when every rank is signalled at once, the lossless stop against a kill, and the stop's times."""
+    rows = []
+    for how, r in result["summary"].items():
+        lo, hi = r["exit_s_range"]
+        save = r["median_stop_save_s"]
+        rows.append([how, ", ".join(str(n) for n in r["steps_lost"]), f"{r['median_exit_s']:.2f} ({lo:.2f}-{hi:.2f})",
+                     "-" if save is None else f"{save:.2f}"])  # fmt: skip
+    reps = (f"{result['reps']} repetitions of each signal, alternating; {result['example']}, {result['workers']} "
+            f"workers, checkpoints every {result['interval']} steps, every rank signalled at worker 0's step "
+            f"{result['at']}")  # fmt: skip
+    head = ["signal", "steps lost, each run", "signal to every rank gone (s)", "save at the stop (s)"]
+    return [provenance(result, reps), "", *table(head, rows)]
+
+
 def launchers(result: Result) -> list[str]:
     runs = result["create_to_all_initialized_s"]
     rows = [
@@ -279,6 +294,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         recovery_nodes,
     ),
     ("checkpoint", "Checkpoint overhead at the default interval", "make bench-trainer", checkpoint),
+    ("stop", "Stopping on SIGTERM: steps lost and the time a stop takes", "make bench-trainer", stop),
     ("launchers", "Launchers: job creation to every rank past init_process_group", "make bench-cluster", launchers),
     ("devcluster", "Dev cluster: start, and pod start per node kind", "make bench-cluster", devcluster),
     (
