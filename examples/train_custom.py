@@ -31,6 +31,7 @@ def main() -> None:
         strategy.close()
         return
 
+    strategy.set_total_steps(args.steps)  # kubectl get tj: progress in percent and an ETA
     model = strategy.distributed_model(model)  # DDP under allreduce
     optimizer = strategy.distributed_optimizer(optimizer, model)  # step() exchanges per the strategy
     checkpoints = strategy.checkpointer(model, optimizer)

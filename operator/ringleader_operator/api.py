@@ -249,6 +249,9 @@ class Progress(Model):
     last_checkpoint_step: int | None = Field(None, description="Step of worker 0's newest checkpoint.")
     checkpoint_seconds: float | None = Field(None, description="How long worker 0's last checkpoint took to save.")
     step_seconds: float | None = Field(None, description="Worker 0's mean step time over its last logging interval.")
+    total_steps: int | None = Field(None, description="Steps the run takes, as the trainer says.")
+    percent: float | None = Field(None, description="step / totalSteps, in percent.")
+    eta_seconds: int | None = Field(None, description="The steps left at the last measured step time.")
     updated_at: str = ""
 
 

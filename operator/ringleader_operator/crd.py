@@ -140,6 +140,8 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
+    {"name": "Progress", "type": "number", "jsonPath": ".status.progress.percent", "description": "percent"},
+    {"name": "ETA", "type": "integer", "jsonPath": ".status.progress.etaSeconds", "description": "seconds"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -17,6 +17,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .api import Progress
+from .estimates import with_estimates
 
 STEP = "ringleader_trainer_step"
 LOSS = "ringleader_trainer_loss"
@@ -24,7 +25,8 @@ SAMPLES_PER_SECOND = "ringleader_trainer_samples_per_second"
 LAST_CHECKPOINT_STEP = "ringleader_trainer_last_checkpoint_step"
 CHECKPOINT_SECONDS = "ringleader_trainer_checkpoint_seconds"
 STEP_SECONDS = "ringleader_trainer_step_seconds"
-GAUGES = (STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS)
+TOTAL_STEPS = "ringleader_trainer_total_steps"
+GAUGES = (STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS)
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
 MAX_BYTES = 256 * 1024  # the trainer's page is about 5 KiB
 MAX_LINES = 64  # lines of the gauges parsed at most
@@ -39,6 +41,7 @@ IN_RANGE = {
     LAST_CHECKPOINT_STEP: lambda v: 0 < v <= MAX_STEP,
     CHECKPOINT_SECONDS: lambda v: 0 < v <= 86400,
     STEP_SECONDS: lambda v: 0 < v <= 86400,
+    TOTAL_STEPS: lambda v: 0 < v <= MAX_STEP,
 }
 
 
@@ -61,14 +64,17 @@ def parse(text: str, now: str) -> Progress | None:
         raise ScrapeError(f"unparsable metrics: {str(e)[:200]}") from e
     if STEP not in values:
         return None
-    return Progress(
-        step=int(values[STEP]),
-        loss=round(values[LOSS], 6) if LOSS in values else None,
-        samples_per_second=round(values[SAMPLES_PER_SECOND], 2) if SAMPLES_PER_SECOND in values else None,
-        last_checkpoint_step=int(values[LAST_CHECKPOINT_STEP]) if LAST_CHECKPOINT_STEP in values else None,
-        checkpoint_seconds=round(values[CHECKPOINT_SECONDS], 3) if CHECKPOINT_SECONDS in values else None,
-        step_seconds=round(values[STEP_SECONDS], 4) if STEP_SECONDS in values else None,
-        updated_at=now,
+    return with_estimates(
+        Progress(
+            step=int(values[STEP]),
+            loss=round(values[LOSS], 6) if LOSS in values else None,
+            samples_per_second=round(values[SAMPLES_PER_SECOND], 2) if SAMPLES_PER_SECOND in values else None,
+            last_checkpoint_step=int(values[LAST_CHECKPOINT_STEP]) if LAST_CHECKPOINT_STEP in values else None,
+            checkpoint_seconds=round(values[CHECKPOINT_SECONDS], 3) if CHECKPOINT_SECONDS in values else None,
+            step_seconds=round(values[STEP_SECONDS], 4) if STEP_SECONDS in values else None,
+            total_steps=int(values[TOTAL_STEPS]) if TOTAL_STEPS in values else None,
+            updated_at=now,
+        )
     )
 
 

@@ -20,10 +20,12 @@ def test_operator_reads_the_trainers_metrics_page() -> None:
     m.update(step=420, loss=0.25, samples_per_second=1234.5, step_seconds=0.25)
     m.last_checkpoint_step.set(400)
     m.checkpoint_seconds.set(1.5)
+    m.total_steps.set(600)
     parsed = progress.parse(m.text(), "2026-01-01T00:00:00Z")
     assert parsed is not None
     assert (parsed.step, parsed.loss, parsed.samples_per_second) == (420, 0.25, 1234.5)
     assert (parsed.last_checkpoint_step, parsed.checkpoint_seconds, parsed.step_seconds) == (400, 1.5, 0.25)
+    assert (parsed.total_steps, parsed.percent, parsed.eta_seconds) == (600, 70.0, 45)
 
 
 @pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])

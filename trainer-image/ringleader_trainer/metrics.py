@@ -15,6 +15,7 @@ SAMPLES_PER_SECOND = "ringleader_trainer_samples_per_second"
 LAST_CHECKPOINT_STEP = "ringleader_trainer_last_checkpoint_step"
 CHECKPOINT_SECONDS = "ringleader_trainer_checkpoint_seconds"
 STEP_SECONDS = "ringleader_trainer_step_seconds"
+TOTAL_STEPS = "ringleader_trainer_total_steps"
 
 
 class TrainerMetrics:
@@ -37,6 +38,7 @@ class TrainerMetrics:
         self.step_seconds = Gauge(
             STEP_SECONDS, "Mean seconds per step over the last logging interval.", registry=self.registry
         )
+        self.total_steps = Gauge(TOTAL_STEPS, "Steps the run is to take (0: not said).", registry=self.registry)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -123,6 +123,10 @@ class Strategy:
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return TrainingCheckpointer(self, model, optimizer, saves_model=True)
 
+    def set_total_steps(self, steps: int) -> None:
+        """Say how many steps the run takes: the operator shows progress in percent and an ETA from it."""
+        self.metrics.total_steps.set(steps)
+
     def report(self, step: int, loss: float, batch_size: int, **extra: Any) -> None:
         """Call after each step: every `log_every` steps, log a JSON line and (worker 0) update the metrics."""
         if step % self.options.log_every:

@@ -124,6 +124,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
     if strategy.is_server:
         strategy.serve(model, optimizer)
         return
+    strategy.set_total_steps(args.steps)
     model = strategy.distributed_model(model)
     optimizer = strategy.distributed_optimizer(optimizer, model)
     checkpoints = strategy.checkpointer(model, optimizer)

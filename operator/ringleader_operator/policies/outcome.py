@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..api import ConditionType, JobPhase, Role
 from ..conditions import Reason
+from ..estimates import finished
 from ..round_state import Round
 from .cleanup import clean_pods
 
@@ -22,6 +23,8 @@ def conclude(r: Round) -> None:
         r.set_condition(ConditionType.SUCCEEDED, True, Reason.SUCCEEDED, f"all {workers} workers succeeded")
         st.phase = JobPhase.SUCCEEDED
         st.completion_time = r.now
+        if st.progress is not None:  # the last scrape came seconds before the end: the final step is the total
+            st.progress = finished(st.progress)
         clean_pods(r)
     elif r.restarting:
         note = "; ".join(note for _, note in r.restarting)

@@ -96,6 +96,8 @@ def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspend
     assert [e["step"] for e in resumed] == [saved]  # exactly where it stopped: no step lost
     assert (condition(job, "Suspended") or {}).get("reason") == "JobResumed"
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # suspending is no failure
+    progress = job["status"]["progress"]
+    assert (progress["step"], progress["totalSteps"], progress["percent"]) == (160, 160, 100.0)  # the final step
     reasons = events_of(core, namespace, "susp")
     assert "JobSuspended" in reasons and "JobResumed" in reasons
 

@@ -60,6 +60,8 @@ def test_printer_columns_and_subresources() -> None:
         "Phase",
         "Step",
         "Loss",
+        "Progress",
+        "ETA",
         "Age",
     ]
     assert version["subresources"] == {

@@ -275,3 +275,11 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
     asyncio.run(main())
     assert [reason for reason, _ in events] == ["ProgressUnavailable"] * 2
     assert events[0][1].startswith("worker 0's metrics page: http://127.0.0.1:") and events[0][1].endswith("HTTP 500")
+
+
+def test_total_steps_give_percent_and_eta() -> None:
+    page = "ringleader_trainer_step 150\nringleader_trainer_total_steps 600\nringleader_trainer_step_seconds 0.2\n"
+    p = parse(page, NOW)
+    assert p is not None and (p.total_steps, p.percent, p.eta_seconds) == (600, 25.0, 90)
+    p = parse("ringleader_trainer_step 150\nringleader_trainer_total_steps 0\n", NOW)  # never set
+    assert p is not None and (p.total_steps, p.percent, p.eta_seconds) == (None, None, None)

@@ -57,3 +57,11 @@ def test_created_is_said_once() -> None:
     note_created(r)
     note_created(r)
     assert [e.reason for e in r.plan.events] == ["JobCreated"]
+
+
+def test_a_succeeded_job_shows_the_final_step_not_the_last_scrape() -> None:
+    status = {"progress": {"step": 580, "totalSteps": 600, "stepSeconds": 0.5, "percent": 96.7, "etaSeconds": 10}}
+    r = round_of(job(status=status), pods(w0="Succeeded", w1="Succeeded"))
+    conclude(r)
+    p = r.status.progress
+    assert p is not None and (p.step, p.percent, p.eta_seconds) == (600, 100.0, 0)
