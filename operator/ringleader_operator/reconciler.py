@@ -73,10 +73,13 @@ def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def status_json(status: TrainingJobStatus) -> dict[str, Any]:
-    """Status as a reconcile round writes it: everything but `progress`, which only the scraper writes, so
-    neither can overwrite the other's newer value with a stale copy (merge patches leave absent keys alone)."""
-    return status.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"progress"})
+def status_json(status: TrainingJobStatus, with_progress: bool = False) -> dict[str, Any]:
+    """Status as a reconcile round writes it: everything but `progress`, which the scraper writes while the job
+    runs, so neither can overwrite the other's newer value with a stale copy (merge patches leave absent keys
+    alone); `with_progress` for the round that finishes the job (its final step, which no scrape can see)."""
+    return status.model_dump(
+        by_alias=True, mode="json", exclude_none=True, exclude=None if with_progress else {"progress"}
+    )
 
 
 def _invalid_spec(status: TrainingJobStatus, generation: int, message: str) -> dict[str, Any]:
@@ -329,11 +332,11 @@ class Reconciler:
 
     async def _write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Write the planned status if it changed, conditional on the resourceVersion the round read."""
-        new_status = status_json(p.status)
+        new_status = status_json(p.status, with_progress=p.final_progress)
         gone = set(job.status.ranks) - set(p.status.ranks)
         if gone:  # a merge patch keeps keys it does not name: ranks the job no longer has are removed by null
             new_status.setdefault("ranks", {}).update(dict.fromkeys(gone))
-        if new_status != status_json(job.status):
+        if new_status != status_json(job.status, with_progress=p.final_progress):
             version = (obj.get("metadata") or {}).get("resourceVersion")
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and (record := self.jobs.get((job.namespace, job.name))) is not None:

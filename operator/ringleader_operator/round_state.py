@@ -41,6 +41,7 @@ class Plan:
     waiting_for_room: bool = False  # gated pods wait for room; a round is due when others free some
     pod_group: dict[str, Any] | None = None  # the gang scheduler's PodGroup, created before the pods
     foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
+    final_progress: bool = False  # status.progress is the round's to write (the job finished: its last step)
 
 
 RankKey = tuple[Role, int]

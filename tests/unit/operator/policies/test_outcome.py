@@ -65,3 +65,12 @@ def test_a_succeeded_job_shows_the_final_step_not_the_last_scrape() -> None:
     conclude(r)
     p = r.status.progress
     assert p is not None and (p.step, p.percent, p.eta_seconds) == (600, 100.0, 0)
+    assert r.plan.final_progress  # the round writes it: the scraper no longer reads a finished job
+
+
+def test_rounds_write_progress_only_when_they_finish_it() -> None:
+    from ringleader_operator.reconciler import status_json
+
+    st = job(status={"phase": "Running", "progress": {"step": 5}}).status
+    assert "progress" not in status_json(st)  # the scraper's, while the job runs
+    assert status_json(st, with_progress=True)["progress"]["step"] == 5
