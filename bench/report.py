@@ -205,12 +205,14 @@ def stop(result: Result) -> list[str]:
     for how, r in result["summary"].items():
         lo, hi = r["exit_s_range"]
         save = r["median_stop_save_s"]
-        rows.append([how, ", ".join(str(n) for n in r["steps_lost"]), f"{r['median_exit_s']:.2f} ({lo:.2f}-{hi:.2f})",
-                     "-" if save is None else f"{save:.2f}"])  # fmt: skip
+        runs = [", ".join(str(n) for n in r[k]) for k in ("resumed_from", "steps_lost")]
+        times = [f"{r['median_exit_s']:.2f} ({lo:.2f}-{hi:.2f})", "-" if save is None else f"{save:.2f}"]
+        rows.append([how, *runs, *times])
     reps = (f"{result['reps']} repetitions of each signal, alternating; {result['example']}, {result['workers']} "
             f"workers, checkpoints every {result['interval']} steps, every rank signalled at worker 0's step "
             f"{result['at']}")  # fmt: skip
-    head = ["signal", "steps lost, each run", "signal to every rank gone (s)", "save at the stop (s)"]
+    head = ["signal", "resumes from, each run", "steps lost, each run", "signal to every rank gone (s)",
+            "save at the stop (s)"]  # fmt: skip
     return [provenance(result, reps), "", *table(head, rows)]
 
 

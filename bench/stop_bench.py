@@ -8,7 +8,8 @@ step `--at` (the trainer's lossless stop), once SIGKILL (a rank that cannot save
 stop existed, and what a pod past its grace period gets). Measured per run:
 
 - the step worker 0 had reached when signalled, and the step a restart resumes from (the newest complete
-  checkpoint): steps lost = the first minus the second;
+  checkpoint): steps lost = the first minus the second when it is larger; a stop trains on to the step the
+  ranks agree on (one or two more), which it then keeps;
 - with SIGTERM, the save at the stop (worker 0's `checkpoint` event with reason `stop`) and the time from the
   signal to the last rank's exit: what the pod's grace period must cover.
 
@@ -56,12 +57,14 @@ def run(args: argparse.Namespace, how: str, logdir: Path) -> dict[str, Any]:
         r.proc.send_signal(SIGNALS[how])
     codes = job.wait(timeout=600)
     exit_s = time.perf_counter() - t0
+    time.sleep(1.0)  # a killed supervisor's child dies of PDEATHSIG a moment later: its ports free by the next run
     complete = ckpt.complete_steps(directory, ckpt.expected_files(args.workers, 0))
     resumed = complete[0] if complete else 0
     saves = [e["seconds"] for e in job.workers[0].events("checkpoint") if e.get("reason") == "stop"]
-    out = {"how": how, "codes": codes, "reached": reached, "resumed_from": resumed, "steps_lost": reached - resumed,
+    lost = max(0, reached - resumed)
+    out = {"how": how, "codes": codes, "reached": reached, "resumed_from": resumed, "steps_lost": lost,
            "exit_s": exit_s, "stop_save_s": saves[0] if saves else None}  # fmt: skip
-    print(f"[bench] {how}: signalled at step {reached}, resumes from {resumed} ({reached - resumed} steps lost), "
+    print(f"[bench] {how}: signalled at step {reached}, resumes from {resumed} ({lost} steps lost), "
           f"all ranks gone {exit_s:.2f} s after the signal" + (f", save {saves[0]:.2f} s" if saves else ""),
           flush=True)  # fmt: skip
     return out
@@ -89,6 +92,7 @@ def main() -> None:
         saves = [r["stop_save_s"] for r in mine if r["stop_save_s"] is not None]
         summary[how] = {
             "steps_lost": [r["steps_lost"] for r in mine],
+            "resumed_from": [r["resumed_from"] for r in mine],
             "median_exit_s": statistics.median(r["exit_s"] for r in mine),
             "exit_s_range": [min(r["exit_s"] for r in mine), max(r["exit_s"] for r in mine)],
             "median_stop_save_s": statistics.median(saves) if saves else None,

@@ -224,11 +224,11 @@ def test_systems_are_told_apart_only_when_no_two_ranges_overlap(runs: dict[str, 
 
 def test_stop_section_reports_steps_lost_per_signal_and_the_stops_times() -> None:
     result = {"machine": MACHINE, "example": "wide-mlp", "workers": 2, "at": 37, "interval": 100, "reps": 2,
-              "summary": {"stop (SIGTERM)": {"steps_lost": [0, 0], "median_exit_s": 1.5, "exit_s_range": [1.2, 1.9],
-                                             "median_stop_save_s": 0.61},
-                          "kill (SIGKILL)": {"steps_lost": [37, 38], "median_exit_s": 0.1,
+              "summary": {"stop (SIGTERM)": {"steps_lost": [0, 0], "resumed_from": [38, 39], "median_exit_s": 1.5,
+                                             "exit_s_range": [1.2, 1.9], "median_stop_save_s": 0.61},
+                          "kill (SIGKILL)": {"steps_lost": [37, 38], "resumed_from": [0, 0], "median_exit_s": 0.1,
                                              "exit_s_range": [0.1, 0.2], "median_stop_save_s": None}}}  # fmt: skip
     text = "\n".join(report.stop(result))
-    assert "| stop (SIGTERM) | 0, 0 | 1.50 (1.20-1.90) | 0.61 |" in text
-    assert "| kill (SIGKILL) | 37, 38 | 0.10 (0.10-0.20) | - |" in text
+    assert "| stop (SIGTERM) | 38, 39 | 0, 0 | 1.50 (1.20-1.90) | 0.61 |" in text
+    assert "| kill (SIGKILL) | 0, 0 | 37, 38 | 0.10 (0.10-0.20) | - |" in text
     assert "every rank signalled at worker 0's step 37" in text
