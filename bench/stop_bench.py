@@ -19,7 +19,6 @@ Results go to bench/results/stop.json; nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import statistics
 import tempfile
@@ -30,15 +29,9 @@ from typing import Any
 from ringleader_trainer import checkpoint as ckpt
 
 from bench.record import write_result
-from tests.support.launch import LocalJob, job_spec, launch
+from tests.support.launch import job_spec, launch
 
 SIGNALS = {"stop (SIGTERM)": signal.SIGTERM, "kill (SIGKILL)": signal.SIGKILL}
-
-
-def logged_step(job: LocalJob) -> int:
-    out = job.workers[0].out.read_text()
-    steps = [json.loads(x).get("step", 0) for x in out.splitlines() if x.startswith("{") and '"event"' not in x]
-    return max(steps, default=0)
 
 
 def run(args: argparse.Namespace, how: str, logdir: Path) -> dict[str, Any]:
@@ -47,7 +40,7 @@ def run(args: argparse.Namespace, how: str, logdir: Path) -> dict[str, Any]:
     argv = ["--example", args.example, "--steps", str(args.at * 10), "--log-every", "1", "--timeout", "600"]
     job = launch(job_spec("stop", "allreduce", args.workers, 0, **spec), argv, logdir)
     deadline = time.monotonic() + 600
-    while (reached := logged_step(job)) < args.at:
+    while (reached := job.workers[0].last_step()) < args.at:
         if time.monotonic() > deadline or any(r.proc.poll() is not None for r in job.ranks):
             job.kill()
             raise SystemExit(f"bench: the run ended or stalled before step {args.at}:\n{job.logs()}")

@@ -48,6 +48,10 @@ class Rank:
     def stderr(self) -> str:
         return self.err.read_text()
 
+    def last_step(self) -> int:
+        """The newest step this rank logged on a progress line (0 before its first)."""
+        return max((e["step"] for e in self.events() if "step" in e and "event" not in e), default=0)
+
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The JSON lines this rank logged (only those with event `name` if given)."""
         lines = [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]

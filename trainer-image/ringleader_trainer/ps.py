@@ -298,8 +298,6 @@ class ShardServer:
             if step != self.clock[worker]:
                 raise PeerLost(f"worker {worker} pushed step {step}, expected {self.clock[worker]}")
             self.stop_heard |= stops
-            if self.mode != SYNCHRONOUS:
-                self._decide_stop(max(self.clock) + 1)
             if self.mode == SYNCHRONOUS:
                 self.pending[worker] = grad
                 if len(self.pending) == self.num_workers:
@@ -316,6 +314,7 @@ class ShardServer:
                     self._wait(lambda: self.clock[worker] > step, f"not every worker pushed step {step}")
                 self._released(worker)
                 return self.flat, self.stop_at
+            self._decide_stop(max(self.clock) + 1)  # one past the furthest worker, none of whom can pass it
             self._apply(grad.div_(self.num_workers))
             self._advance(worker, step + 1)
             self.cond.notify_all()

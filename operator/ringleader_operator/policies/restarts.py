@@ -15,7 +15,8 @@ counted. A pod still running past its grace period is counted as before.
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Literal
 
 from ..api import RankStatus, RestartPolicy, Role
 from ..builders import build_pod, pod_name, rank_key
@@ -117,8 +118,10 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
     policy = r.job.spec.run_policy
     what = f"{ROLE_NAMES[role]} {index} (pod {pod}) {failure.describe()}"
     total = sum(r.restarts.values())
-    if failure.kind == Kind.STOPPED:
-        _note_stop(r, rank, what, failure, total)
+    if failure.kind == Kind.STOPPED:  # it saved where it stopped: recreated at once, no restart counted
+        rank.stops += 1
+        note = f"{what}; recreating it (not counted: {total} of backoffLimit {policy.backoff_limit} restarts used)"
+        _replace(r, rank, failure, what, None, note, "Normal")
         return True
     decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit)
     if decision == Decision.FAIL:
@@ -131,30 +134,25 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
     # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
     # `delay` from the moment the failure was seen.
     after = r.after(math.ceil(delay) + 1)
-    rank.pod_seen = False
-    rank.restart_after = format_time(after)
-    rank.last_reason = RESTART_REASONS[failure.kind]
-    rank.last_message = what
-    rank.last_exit_code = failure.exit_code
     note = (
         f"{what}; restarting it in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
         f"{total + 1} of backoffLimit {policy.backoff_limit})"
     )
-    r.restarting.append((rank.last_reason, note))
-    r.plan.events.append(Event("Warning", rank.last_reason, note))
+    _replace(r, rank, failure, what, after, note, "Warning")
     r.wake_at(after)
     return True
 
 
-def _note_stop(r: Round, rank: RankStatus, what: str, failure: Failure, total: int) -> None:
-    """A clean stop: the rank is recreated at once (it saved where it stopped) and no restart is counted."""
-    rank.stops += 1
+def _replace(
+    r: Round, rank: RankStatus, failure: Failure, what: str, after: datetime | None, note: str,
+    kind: Literal["Normal", "Warning"],
+) -> None:  # fmt: skip
+    """What the rank's status, the job's Restarting condition and an Event say of a pod that is to be replaced
+    (no earlier than `after`, when given)."""
     rank.pod_seen = False
-    rank.restart_after = None
+    rank.restart_after = None if after is None else format_time(after)
     rank.last_reason = RESTART_REASONS[failure.kind]
     rank.last_message = what
     rank.last_exit_code = failure.exit_code
-    limit = r.job.spec.run_policy.backoff_limit
-    note = f"{what}; recreating it (not counted: {total} of backoffLimit {limit} restarts used)"
     r.restarting.append((rank.last_reason, note))
-    r.plan.events.append(Event("Normal", rank.last_reason, note))
+    r.plan.events.append(Event(kind, rank.last_reason, note))

@@ -44,15 +44,10 @@ def uninterrupted(tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int, 
     return tmp_path / "whole" / "run" / "final.pt"
 
 
-def step_of(rank: Rank) -> int:
-    steps = [e["step"] for e in rank.events() if "step" in e and "event" not in e]
-    return max(steps, default=0)
-
-
 def signal_at(job: LocalJob, step: int, ranks: list[Rank]) -> None:
     """SIGTERM to `ranks` once worker 0 has logged `step`."""
     deadline = time.monotonic() + 300
-    while step_of(job.workers[0]) < step:
+    while job.workers[0].last_step() < step:
         assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
         time.sleep(0.01)
     for r in ranks:
