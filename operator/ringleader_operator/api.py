@@ -49,6 +49,11 @@ class RestartPolicy(StrEnum):
     EXIT_CODE = "ExitCode"
 
 
+class StallAction(StrEnum):
+    RECOVER = "Recover"
+    FAIL = "Fail"
+
+
 class CleanPodPolicy(StrEnum):
     NONE = "None"
     RUNNING = "Running"
@@ -60,6 +65,9 @@ class Role(StrEnum):
 
     WORKER = "worker"
     PS = "ps"
+
+
+ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}  # how messages name a role
 
 
 # Upper bounds of the API (the CRD's `maximum`s): what no real job needs and what keeps the operator's arithmetic
@@ -186,6 +194,26 @@ class RunPolicy(Model):
         None,
         description="PriorityClass of every pod (and of the PodGroup under a gang scheduler); a template's own wins.",
     )
+    progress_deadline_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SECONDS,
+        description="A Running job whose step does not advance for this long is Stalled: the condition names "
+        "the rank that stopped first (and its node), and onStall says what follows. Counted from the last step "
+        "seen to advance, or from when the job turned Running (start-up and resuming included); leave room for "
+        "the longest checkpoint save. Default: no deadline.",
+    )
+    on_stall: StallAction = Field(
+        StallAction.RECOVER,
+        description="What a stall does: Recover replaces the rank that stopped first (its peers recover in place "
+        "and resume with it from the newest checkpoint; not counted against backoffLimit); Fail fails the job.",
+    )
+    stall_limit: int = Field(
+        3,
+        ge=0,
+        le=MAX_STEPS,
+        description="onStall Recover: stalls recovered from before the next one fails the job.",
+    )
 
 
 class TrainingJobSpec(Model):
@@ -206,6 +234,7 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     SUSPENDED = "Suspended"
     ADMITTED = "Admitted"  # gang admission: False while the pods wait for room to run all at once
+    STALLED = "Stalled"  # runPolicy.progressDeadlineSeconds passed without progress; False once it is past
 
 
 class Condition(Model):
@@ -230,6 +259,7 @@ class RankStatus(Model):
 
     restarts: int = Field(0, description="Times this rank was restarted (counted against backoffLimit).")
     stops: int = Field(0, description="Times this rank stopped cleanly on request and was recreated (not counted).")
+    stalls: int = Field(0, description="Times this rank was replaced for stopping first in a stall (not counted).")
     pod_seen: bool = Field(False, description="The pod of the current attempt was observed running or done.")
     last_reason: str = Field("", description="Why the rank was last restarted (a condition reason).")
     last_message: str = ""
@@ -239,7 +269,7 @@ class RankStatus(Model):
     @property
     def attempt(self) -> int:
         """The attempt number of the rank's current pod: every replacement, counted or not, is a new one."""
-        return self.restarts + self.stops
+        return self.restarts + self.stops + self.stalls
 
 
 class Progress(Model):
@@ -298,6 +328,10 @@ class TrainingJobStatus(Model):
     completion_time: str | None = None
     observed_generation: int = 0
     progress: Progress | None = None
+    stalls: int = Field(0, description="Stalls so far (runPolicy.progressDeadlineSeconds).")
+    last_stall_step: int | None = Field(
+        None, description="The job's step at its last stall: the Stalled condition turns False past it."
+    )
 
 
 class TrainingJob(Model):

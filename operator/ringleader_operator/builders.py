@@ -25,7 +25,7 @@ ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this p
 TRAINER_CONTAINER = "trainer"
 MASTER_PORT = 29500  # torch.distributed rendezvous (c10d TCPStore) on worker 0
 PS_PORT = 29600  # parameter-server shards listen here
-METRICS_PORT = 9090  # rank 0 serves Prometheus metrics here
+METRICS_PORT = 9090  # every rank serves Prometheus metrics here (worker 0's: the job's progress)
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
 CHECKPOINT_VOLUME = "ringleader-checkpoints"
 # The job's token (docs/env-contract.md): a Secret the operator creates per job, mounted read-only in every rank's
@@ -51,7 +51,7 @@ CONTRACT_ENV = frozenset(
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
         "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_CHECKPOINT_DIR",
-        "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE",
+        "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE", "RINGLEADER_ATTEMPT",
     }
 )  # fmt: skip
 
@@ -221,7 +221,7 @@ def worker_counts(job: TrainingJob) -> range:
     return range(low, high + 1)
 
 
-def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
+def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict[str, str]:
     """The environment contract for one rank, in a stable order (see docs/env-contract.md)."""
     spec = job.spec
     workers = spec.workers.replicas
@@ -241,6 +241,7 @@ def rank_env(job: TrainingJob, role: Role, index: int) -> dict[str, str]:
         "RINGLEADER_GLOBAL_WORLD_SIZE": str(workers + ps),
         "RINGLEADER_METRICS_PORT": str(METRICS_PORT),
         "RINGLEADER_TOKEN_FILE": f"{TOKEN_DIR}/{TOKEN_KEY}",
+        "RINGLEADER_ATTEMPT": str(attempt),
     }
     if role == Role.WORKER:
         # What torchrun gives its children: an unmodified init_process_group(init_method="env://") script works.
@@ -297,7 +298,7 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
     meta, spec = _template_copy(replica.template)
     name = pod_name(job.name, role, index)
     container = spec["containers"][trainer]
-    _wire_trainer(job, role, index, container, spec)
+    _wire_trainer(job, role, index, attempt, container, spec)
     _pod_rules(job, name, spec)
     pod = {
         "apiVersion": "v1",
@@ -336,15 +337,17 @@ def _template_copy(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return meta, spec
 
 
-def _wire_trainer(job: TrainingJob, role: Role, index: int, container: dict[str, Any], spec: dict[str, Any]) -> None:
+def _wire_trainer(
+    job: TrainingJob, role: Role, index: int, attempt: int, container: dict[str, Any], spec: dict[str, Any]
+) -> None:
     """What the operator adds to the trainer container: the rank's env, its ports, its GPUs, the job's token
     and the checkpoint volume."""
     replica = job.replicas(role)
     assert replica is not None
-    _add_missing_env(container, rank_env(job, role, index))
+    _add_missing_env(container, rank_env(job, role, index, attempt))
+    _add_port(container, "metrics", METRICS_PORT)  # every rank's page: its step, for finding who stalled a job
     if role == Role.WORKER and index == 0:
         _add_port(container, "c10d", MASTER_PORT)
-        _add_port(container, "metrics", METRICS_PORT)
     if role == Role.PS:
         _add_port(container, "ps", PS_PORT)
     if replica.gpus:

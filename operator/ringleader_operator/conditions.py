@@ -3,7 +3,8 @@
 - Setting a condition to the type/status/reason/message it already has is a no-op.
 - lastTransitionTime moves only when the status flips; a new reason or message alone keeps it.
 - Succeeded and Failed are terminal and sticky: once either is True nothing changes any more.
-- Running and Restarting exclude each other; a terminal condition turns both False.
+- Running and Restarting exclude each other; a terminal condition turns both False, and Succeeded turns a
+  Stalled condition False too (Failed leaves it: a stall may be why).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class Reason(StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # they could, once others free the room
     FOREIGN_PODS = "ForeignPodsIgnored"  # pods carrying the job's labels that it does not own
     PROGRESS_UNAVAILABLE = "ProgressUnavailable"  # worker 0's metrics page could not be read, several times
+    PROGRESS_DEADLINE = "ProgressDeadlineExceeded"  # no step for runPolicy.progressDeadlineSeconds: Stalled
+    PROGRESS_RESUMED = "ProgressResumed"  # the job got past the step it stalled at
+    RANK_STALLED = "RankStalled"  # the rank that stopped first in a stall, replaced (not counted)
+    STALL_LIMIT = "StallLimitExceeded"  # one stall more than runPolicy.stallLimit
 
 
 def is_true(conditions: list[Condition], kind: ConditionType) -> bool:
@@ -98,8 +103,10 @@ def set_condition(
     out = _set(conditions, new)
     if not status:
         return out
-    if kind in TERMINAL:
-        excluded: tuple[ConditionType, ...] = (ConditionType.RUNNING, ConditionType.RESTARTING)
+    if kind == ConditionType.SUCCEEDED:  # it got to its end: no longer stalled either
+        excluded: tuple[ConditionType, ...] = (ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.STALLED)
+    elif kind in TERMINAL:
+        excluded = (ConditionType.RUNNING, ConditionType.RESTARTING)
     elif kind == ConditionType.RUNNING:
         excluded = (ConditionType.RESTARTING,)
     elif kind == ConditionType.RESTARTING:

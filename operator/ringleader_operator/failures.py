@@ -29,6 +29,7 @@ class Kind(StrEnum):
     NODE_LOST = "node-lost"
     DELETED = "deleted"
     EXITED = "exited"
+    STALLED = "stalled"  # replaced by the operator: it stopped first in a stall (never classified from a pod)
 
 
 # Reasons Kubernetes gives a pod's DisruptionTarget condition, and pod.status.reason values a kubelet (or our
@@ -55,6 +56,7 @@ RESTART_REASONS = {
     Kind.DELETED: Reason.POD_DELETED,
     Kind.EXITED: Reason.RESTARTING,
     Kind.STOPPED: Reason.STOPPED,
+    Kind.STALLED: Reason.RANK_STALLED,
 }
 
 
@@ -76,6 +78,7 @@ class Failure:
             Kind.NODE_LOST: "was lost with its node",
             Kind.DELETED: "was deleted",
             Kind.EXITED: "exited",
+            Kind.STALLED: "stopped first in a stall",
         }[self.kind] + suffix
 
 

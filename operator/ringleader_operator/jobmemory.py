@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .podcache import resource_version
+from .stalls import Clock, Stall
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -29,6 +30,11 @@ class JobMemory:
     # managedFields left out; rounds read it instead of the API server. None: read it there.
     body: dict[str, Any] | None = None
     generation: int | None = None  # the spec's generation the last round was asked for
+    # The stall watch (scraper.py, stalls.py): worker 0's step and since when it has not changed; a stall found
+    # and not yet acted on by a round. Lost with the process: a new one starts the clock again (later, never
+    # sooner).
+    clock: Clock | None = None
+    stall: Stall | None = None
 
     def saw(self, obj: Mapping[str, Any]) -> None:
         """Keep `obj` as the job's body unless the one kept is newer (an event can arrive after the answer to

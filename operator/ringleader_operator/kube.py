@@ -183,14 +183,6 @@ class Kube:
         )
         return [self.api.sanitize_for_serialization(p) for p in pods.items] if pods else []
 
-    async def pod_ip(self, namespace: str, name: str) -> str | None:
-        pod = await self._call(
-            f"reading pod {namespace}/{name}",
-            self.core.read_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT),
-            absent=404,
-        )
-        return str(pod.status.pod_ip) if pod and pod.status and pod.status.pod_ip else None
-
     async def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         svc = await self._call(
             f"reading service {namespace}/{name}",

@@ -11,10 +11,7 @@ from .admission import Cluster
 
 
 class StatusApi(Protocol):
-    """What the progress scraper needs: worker 0's address, and a status patch (answering the job as written,
-    None when it is gone)."""
-
-    async def pod_ip(self, namespace: str, name: str) -> str | None: ...
+    """What the progress scraper needs: a status patch (answering the job as written, None when it is gone)."""
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None

@@ -1,7 +1,9 @@
-"""Training progress from rank 0's Prometheus metrics, for `status.progress` and `kubectl get tj`.
+"""Training progress from the ranks' Prometheus metrics: worker 0's for `status.progress` and `kubectl get tj`,
+every rank's place (its step and exchange stamps) for finding the rank that stopped a stalled job (stalls.py).
 
-The trainer's side of the contract (docs/env-contract.md): worker 0 serves Prometheus text on
-RINGLEADER_METRICS_PORT at /metrics with the gauges below. `parse` is pure; `scrape` does one bounded GET.
+The trainer's side of the contract (docs/env-contract.md): every rank serves Prometheus text on
+RINGLEADER_METRICS_PORT at /metrics with the gauges below. `parse` and `parse_beat` are pure; `fetch` does one
+bounded GET.
 
 The page comes from a user's pod and is read as hostile: no redirects, no cookies, no compression, at most
 MAX_BYTES read within SCRAPE_TIMEOUT, only the lines of its gauges parsed (a bounded scan of the rest),
@@ -18,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .api import Progress
 from .estimates import with_estimates
+from .stalls import Beat
 
 STEP = "ringleader_trainer_step"
 LOSS = "ringleader_trainer_loss"
@@ -26,12 +29,19 @@ LAST_CHECKPOINT_STEP = "ringleader_trainer_last_checkpoint_step"
 CHECKPOINT_SECONDS = "ringleader_trainer_checkpoint_seconds"
 STEP_SECONDS = "ringleader_trainer_step_seconds"
 TOTAL_STEPS = "ringleader_trainer_total_steps"
-GAUGES = (STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS)
+RANK_STEP = "ringleader_trainer_rank_step"
+EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
+EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
+GAUGES = (
+    STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS,
+    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE,
+)  # fmt: skip
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
 MAX_BYTES = 256 * 1024  # the trainer's page is about 5 KiB
 MAX_LINES = 64  # lines of the gauges parsed at most
 CHUNK = 16 * 1024
 MAX_STEP = 2**53  # beyond any real run; a larger step is a pod's lie
+MAX_TIMESTAMP = 10.0**11  # Unix seconds, the year 5138: a larger stamp is a pod's lie
 # What each gauge may hold: values outside are dropped.
 IN_RANGE = {
     STEP: lambda v: 0 <= v <= MAX_STEP,
@@ -42,6 +52,9 @@ IN_RANGE = {
     CHECKPOINT_SECONDS: lambda v: 0 < v <= 86400,
     STEP_SECONDS: lambda v: 0 < v <= 86400,
     TOTAL_STEPS: lambda v: 0 < v <= MAX_STEP,
+    RANK_STEP: lambda v: 0 <= v <= MAX_STEP,
+    EXCHANGE_STARTED: lambda v: 0 < v <= MAX_TIMESTAMP,
+    EXCHANGE_DONE: lambda v: 0 < v <= MAX_TIMESTAMP,
 }
 
 
@@ -50,18 +63,37 @@ class ScrapeError(Exception):
 
 
 def parse(text: str, now: str) -> Progress | None:
-    """Progress from a metrics page, or None when it has no step gauge. Only the lines that start with the
-    gauges' names are parsed (at most MAX_LINES); NaN, infinities and values out of range are dropped."""
+    """Progress from a metrics page, or None when it has no step gauge."""
+    return progress_of(values(text), now)
+
+
+def parse_beat(text: str) -> Beat:
+    return beat_of(values(text))
+
+
+def values(text: str) -> dict[str, float]:
+    """The gauges' values on a metrics page. Only the lines that start with the gauges' names are parsed (at
+    most MAX_LINES); NaN, infinities and values out of range are dropped."""
     wanted = itertools.islice((line for line in text.splitlines() if line.startswith(GAUGES)), MAX_LINES)
-    values: dict[str, float] = {}
+    out: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families("\n".join(wanted) + "\n"):
             for sample in family.samples:
                 check = IN_RANGE.get(sample.name)
                 if check is not None and math.isfinite(sample.value) and check(sample.value):
-                    values[sample.name] = sample.value
+                    out[sample.name] = sample.value
     except (ValueError, TypeError, IndexError) as e:  # what prometheus_client's parser raises on bad text
         raise ScrapeError(f"unparsable metrics: {str(e)[:200]}") from e
+    return out
+
+
+def beat_of(values: dict[str, float]) -> Beat:
+    if RANK_STEP not in values:
+        return Beat()
+    return Beat(int(values[RANK_STEP]), values.get(EXCHANGE_STARTED), values.get(EXCHANGE_DONE))
+
+
+def progress_of(values: dict[str, float], now: str) -> Progress | None:
     if STEP not in values:
         return None
     return with_estimates(
@@ -85,8 +117,13 @@ def session() -> aiohttp.ClientSession:
 
 
 async def scrape(client: aiohttp.ClientSession, host: str, port: int, now: str) -> Progress | None:
-    """One GET of worker 0's metrics page: ScrapeError for a redirect or any other status than 200, a body
-    over MAX_BYTES, a request not done within SCRAPE_TIMEOUT, or a page that does not parse."""
+    """Progress from one GET of worker 0's metrics page (`fetch`); ScrapeError for a page that does not parse."""
+    return parse(await fetch(client, host, port), now)
+
+
+async def fetch(client: aiohttp.ClientSession, host: str, port: int) -> str:
+    """One GET of a rank's metrics page: ScrapeError for a redirect or any other status than 200, a body over
+    MAX_BYTES, or a request not done within SCRAPE_TIMEOUT."""
     url = f"http://{host}:{port}/metrics"
     body = bytearray()
     try:
@@ -108,4 +145,4 @@ async def scrape(client: aiohttp.ClientSession, host: str, port: int, now: str) 
         raise ScrapeError(f"{url}: no whole page within {SCRAPE_TIMEOUT:.0f} s") from e
     except aiohttp.ClientError as e:
         raise ScrapeError(f"{url}: {str(e)[:200] or type(e).__name__}") from e
-    return parse(body.decode("utf-8", errors="replace"), now)
+    return body.decode("utf-8", errors="replace")

@@ -14,8 +14,9 @@ from . import admission
 from .api import TrainingJob
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
 from .conditions import Reason, finished
-from .policies import cleanup, deadline, gang, outcome, resize, restarts, suspend, ttl
+from .policies import cleanup, deadline, gang, outcome, resize, restarts, stall, suspend, ttl
 from .round_state import Plan, Round
+from .stalls import Stall
 
 
 def plan(
@@ -26,11 +27,13 @@ def plan(
     cluster: admission.Cluster | None = None,
     max_ranks: int = DEFAULT_MAX_RANKS,
     gone: list[dict[str, Any]] | None = None,
+    stalled: Stall | None = None,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `pods` are those carrying the job's
     labels (its ranks are picked from them). `cluster` (every Node and pod) is needed only while some of the
     job's pods carry the gang gate; without it they stay gated. A job with more than `max_ranks` pods fails
-    as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended)."""
+    as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended). `stalled`: a stall
+    the progress scraper found, to act on."""
     r = Round.open(job, pods, now, gone)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
@@ -52,6 +55,8 @@ def plan(
     r.index_ranks(desired_ranks(job))  # after validate: a job over the cap is refused without listing its ranks
     resize.drop_unwanted_ranks(r)
     restarts.reconcile_ranks(r)
+    if not r.failed:
+        stall.act_on_stall(r, stalled)
     if not r.failed:
         gang.admit_gang(r, cluster)
     if r.failed:

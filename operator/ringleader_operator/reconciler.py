@@ -42,9 +42,11 @@ from .kube import ApiUnavailable, Conflict, RejectedObject
 from .kubeapi import EventSink, KubeApi
 from .observed import earlier_job_leftovers, foreign_pods_message, utcnow
 from .podcache import PodCache, digest
+from .policies.stall import STALLED_POD_GRACE_SECONDS
 from .reconcile import plan
 from .round_state import Plan
 from .scraper import ProgressScraper
+from .stalls import Stall
 from .workqueue import WorkQueue
 
 log = logging.getLogger("ringleader.reconciler")
@@ -125,7 +127,9 @@ class Reconciler:
         self.admission_lock = asyncio.Lock()
         self.claims = Claims()
         self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
-        self.scraper = ProgressScraper(kube, emit, self.jobs.get, self._cached_pods)
+        self.scraper = ProgressScraper(
+            kube, emit, self.jobs.get, lambda namespace, job: self._pods(namespace, job, False), self._wake_now
+        )
 
     def memory(self, key: Key) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
@@ -139,6 +143,9 @@ class Reconciler:
     def wake_after(self, namespace: str, name: str, seconds: float) -> None:
         """Reconcile the job in `seconds`, or sooner (one pending wake-up per job, the sooner one stays)."""
         self.queue.add_after((namespace, name), seconds)
+
+    def _wake_now(self, key: Key) -> None:
+        self.queue.add_after(key, 0.0)
 
     def job_seen(self, obj: Mapping[str, Any]) -> bool:
         """A watch event brought the job `obj` (not a deletion): keep it for rounds to read, and say whether it
@@ -298,19 +305,27 @@ class Reconciler:
         service_exists = record.service_uid == uid
         now = utcnow()
         gone = cache.job_gone(namespace, name, time.monotonic()) if (cache := self._cached()) is not None else []
+        stalled = record.stall
         if not any(admission.gated(x) for x in pods):
-            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone)
+            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
+                self._stall_handled(key, stalled)
                 return
         # Gang admission: the round decides with the cluster in view (a plan is pure: planning again costs no
         # request). One decision at a time across all jobs, each counting the room the previous ones claimed (their
         # released pods count as placed), so two jobs never both take the same room. The lock covers the decision
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
-            p = plan(job, pods, service_exists, now, await self._cluster(exclude=key), self.max_ranks, gone)
+            p = plan(job, pods, service_exists, now, await self._cluster(exclude=key), self.max_ranks, gone, stalled)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
+        self._stall_handled(key, stalled)
+
+    def _stall_handled(self, key: Key, stalled: Stall | None) -> None:
+        """A round that carried out its plan has acted on the stall it was given (or dropped it as old)."""
+        if stalled is not None and (record := self.jobs.get(key)) is not None and record.stall is stalled:
+            record.stall = None
 
     async def _apply(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Carry out a round's plan: status, events, the job's objects, pods."""
@@ -371,6 +386,9 @@ class Reconciler:
         namespace, name = job.namespace, job.name
         if p.delete_pods:  # a rank told to stop saves first (suspend, resize): give it the time that takes
             await self.kube.delete_pods(namespace, p.delete_pods, grace_seconds=delete_grace_seconds(job))
+        if p.kill_pods:
+            log.warning("[%s/%s] replacing the pods of a stall: %s", namespace, name, ", ".join(p.kill_pods))
+            await self.kube.delete_pods(namespace, p.kill_pods, grace_seconds=STALLED_POD_GRACE_SECONDS)
         if p.force_delete_pods:
             log.warning(
                 "[%s/%s] removing pods stuck on a lost node: %s", namespace, name, ", ".join(p.force_delete_pods)

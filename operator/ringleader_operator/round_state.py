@@ -42,6 +42,7 @@ class Plan:
     pod_group: dict[str, Any] | None = None  # the gang scheduler's PodGroup, created before the pods
     foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
     final_progress: bool = False  # status.progress is the round's to write (the job finished: its last step)
+    kill_pods: list[str] = field(default_factory=list)  # stopped first in a stall: deleted with a short grace
 
 
 RankKey = tuple[Role, int]
@@ -96,12 +97,13 @@ class Round:
             self.by_rank.setdefault((p.role, p.index), []).append(p)
 
     def set_condition(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
-        """Set a condition; one that turns True says so in an event (Warning for Failed), except Restarting,
-        whose restarts have an event per rank already."""
+        """Set a condition; one that turns True says so in an event (Warning for Failed and Stalled), except
+        Restarting, whose restarts have an event per rank already."""
         before = self.status.conditions
         self.status.conditions = set_condition(before, kind, ok, reason, message, self.now, self.generation)
         if ok and self.status.conditions != before and kind != ConditionType.RESTARTING:
-            self.plan.events.append(Event("Warning" if kind == ConditionType.FAILED else "Normal", reason, message))
+            warn = kind in (ConditionType.FAILED, ConditionType.STALLED)
+            self.plan.events.append(Event("Warning" if warn else "Normal", reason, message))
 
     def fail(self, reason: str, message: str) -> None:
         self.set_condition(ConditionType.FAILED, True, reason, message)
@@ -136,7 +138,7 @@ class Round:
 
     def live(self, p: ObservedPod) -> bool:
         """The pod stays: not being deleted, and not among the deletions planned so far."""
-        return not p.deleting and p.name not in self.plan.delete_pods
+        return not p.deleting and p.name not in self.plan.delete_pods and p.name not in self.plan.kill_pods
 
 
 def _counts(pods: list[ObservedPod], role: Role, restarts: int) -> ReplicaStatus:

@@ -1,18 +1,24 @@
-"""Copies worker 0's step, loss, throughput, newest checkpoint and its save and step times into status.progress
-while a job runs (a kopf timer calls `scrape` every few seconds per running job). The page is read as hostile
-(progress.py)."""
+"""While a job runs (a kopf timer calls `scrape` every few seconds per running job): copy worker 0's step,
+loss, throughput, newest checkpoint and its save and step times into status.progress, and watch for a stall
+(runPolicy.progressDeadlineSeconds): once the job's step has not advanced for the deadline, read every rank's
+page, name the rank that stopped first (stalls.py) and hand the stall to the job's next round, which acts on
+it. Pages are read as hostile (progress.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
+from pydantic import ValidationError
 
-from . import metrics, progress
-from .api import Progress, Role
-from .builders import METRICS_PORT, pod_name
+from . import metrics, progress, stalls
+from .api import ConditionType, Progress, Role, RunPolicy
+from .builders import METRICS_PORT, rank_of
 from .conditions import Reason
 from .jobmemory import JobMemory, Key
 from .kubeapi import EventSink, StatusApi
@@ -20,6 +26,9 @@ from .observed import utcnow
 
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
+RANK_READS_AT_ONCE = 64  # rank pages read at once when a job stalls (each bounded by progress.SCRAPE_TIMEOUT)
+
+Pods = Callable[[str, str], Awaitable[list[dict[str, Any]]]]
 
 
 class ProgressScraper:
@@ -28,56 +37,151 @@ class ProgressScraper:
         api: StatusApi,
         emit: EventSink,
         memory: Callable[[Key], JobMemory | None],
-        cached_pods: Callable[[str, str], list[dict[str, Any]] | None],
+        pods: Pods,
+        wake: Callable[[Key], None] = lambda key: None,
     ) -> None:
         """`memory(key)`: the job's record, None when the reconciler holds none (the job is gone, or has had
         no round yet: the scrape then does nothing, and never creates a record a deleted job would leave
-        behind); `cached_pods(namespace, job)`: the job's pods from the pod cache, None while there is none (then
-        worker 0's address is read from the API server)."""
-        self.api, self.emit, self.memory, self.cached_pods = api, emit, memory, cached_pods
+        behind); `pods(namespace, job)`: the job's pods (from the pod cache, else the API server); `wake(key)`:
+        give the job a round soon (a stall to act on, or progress past one)."""
+        self.api, self.emit, self.memory, self.pods, self.wake = api, emit, memory, pods, wake
         self.session: aiohttp.ClientSession | None = None
 
     async def scrape(self, obj: Mapping[str, Any]) -> None:
         """One scrape of the job `obj`'s worker 0. A page that cannot be read is counted; after
         SCRAPE_FAILURES_REPORTED failures in a row, one Warning event says why, until a scrape succeeds again.
-        Status is written only when a value changed."""
+        Status is written only when a value changed. Then the stall watch (`_watch_stall`)."""
         meta = obj.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        if self.memory(key) is None or not (ip := await self._worker0_ip(*key)):
+        if self.memory(key) is None:
             return
-        if self.session is None:
-            self.session = progress.session()
+        pods = await self.pods(*key)
+        page = await self._read_worker0(obj, key, pods)
+        if (record := self.memory(key)) is None:  # looked up again: the job may have gone while the page was read
+            return
+        if page is not None:
+            record.scrape_failures = 0
+            await self._write_progress(obj, key, progress.progress_of(page, utcnow()))
+        await self._watch_stall(obj, key, record, pods, page)
+
+    async def _read_worker0(
+        self, obj: Mapping[str, Any], key: Key, pods: list[dict[str, Any]]
+    ) -> dict[str, float] | None:
+        """Worker 0's gauges, or None (no address yet, or the page could not be read: counted, reported)."""
+        worker0 = next((p for p in pods if rank_of(p) == (Role.WORKER, 0) and _ip(p)), None)
+        if worker0 is None:
+            return None
         try:
-            now = await progress.scrape(self.session, ip, METRICS_PORT, utcnow())
+            return progress.values(await progress.fetch(self._session(), _ip(worker0), METRICS_PORT))
         except progress.ScrapeError as e:
             metrics.SCRAPE_FAILURES.inc()
             log.debug("[%s/%s] no progress: %s", *key, e)
-            record = self.memory(key)  # looked up again: the job may have gone while the page was read
+            record = self.memory(key)
             if record is not None:
                 record.scrape_failures += 1
                 if record.scrape_failures == SCRAPE_FAILURES_REPORTED:
                     self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
-            return
-        if (record := self.memory(key)) is None:
-            return
-        record.scrape_failures = 0
-        last = (obj.get("status") or {}).get("progress")
+            return None
+
+    async def _write_progress(self, obj: Mapping[str, Any], key: Key, now: Progress | None) -> None:
+        status = obj.get("status") or {}
+        last = status.get("progress")
         old = Progress.model_validate(last) if last else None
         if now is None or (
             old is not None and old.model_copy(update={"updated_at": ""}) == now.model_copy(update={"updated_at": ""})
         ):
             return
         await self.api.patch_status(*key, {"progress": now.model_dump(by_alias=True, mode="json")})
+        stalled_at = status.get("lastStallStep")
+        if _condition_true(status, ConditionType.STALLED) and now.step > (stalled_at if stalled_at is not None else -1):
+            self.wake(key)  # past the stall: its round turns Stalled False
 
-    async def _worker0_ip(self, namespace: str, job: str) -> str | None:
-        worker0 = pod_name(job, Role.WORKER, 0)
-        pods = self.cached_pods(namespace, job)
-        if pods is None:
-            return await self.api.pod_ip(namespace, worker0)
-        pod = next((p for p in pods if p["metadata"].get("name") == worker0), None)
-        ip = ((pod or {}).get("status") or {}).get("podIP")
-        return str(ip) if ip else None
+    async def _watch_stall(
+        self,
+        obj: Mapping[str, Any],
+        key: Key,
+        record: JobMemory,
+        pods: list[dict[str, Any]],
+        page: dict[str, float] | None,
+    ) -> None:
+        """Advance the job's stall clock with worker 0's step (read at every step: `rank_step`; else the
+        progress step); once it is older than the deadline, read every rank and leave the stall for a round."""
+        step = None
+        if page is not None:
+            step = progress.beat_of(page).step
+            if step is None and progress.STEP in page:
+                step = int(page[progress.STEP])
+        status = obj.get("status") or {}
+        running = _running_since(status)
+        now = time.monotonic()
+        record.clock = stalls.tick(record.clock, step, running, now)
+        clock = record.clock
+        if clock is None or record.stall is not None or not stalls.overdue(clock, _deadline(obj), now):
+            return
+        beats = await self._read_ranks(pods)
+        culprit = stalls.find_culprit(beats, time.time())
+        if (found := self.memory(key)) is None:
+            return
+        record = found
+        record.stall = stalls.Stall(clock.step, now - clock.since, clock.running_since, culprit, len(beats))
+        record.clock = dataclasses.replace(clock, since=now)  # another stall is another deadline away
+        log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
+        self.wake(key)
+
+    async def _read_ranks(self, pods: list[dict[str, Any]]) -> list[stalls.RankBeat]:
+        """Every running rank pod's page, RANK_READS_AT_ONCE at a time."""
+        gate = asyncio.Semaphore(RANK_READS_AT_ONCE)
+
+        async def read(pod: dict[str, Any], role: Role, index: int) -> stalls.RankBeat:
+            name = str(pod["metadata"].get("name", ""))
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            async with gate:
+                try:
+                    text = await progress.fetch(self._session(), _ip(pod), METRICS_PORT)
+                    return stalls.RankBeat(name, role, index, node, progress.parse_beat(text))
+                except progress.ScrapeError as e:
+                    return stalls.RankBeat(name, role, index, node, error=str(e))
+
+        reads = []
+        for pod in pods:
+            rank = rank_of(pod)
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+            if rank is not None and status.get("phase") == "Running" and _ip(pod) and not meta.get("deletionTimestamp"):
+                reads.append(read(pod, *rank))
+        return list(await asyncio.gather(*reads))
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            self.session = progress.session()
+        return self.session
 
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+
+
+def _ip(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("podIP") or "")
+
+
+def _condition_true(status: Mapping[str, Any], kind: ConditionType) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _running_since(status: Mapping[str, Any]) -> str | None:
+    """The Running condition's lastTransitionTime while it is True (and the job has not ended), else None."""
+    if _condition_true(status, ConditionType.SUCCEEDED) or _condition_true(status, ConditionType.FAILED):
+        return None
+    for c in status.get("conditions") or []:
+        if c.get("type") == ConditionType.RUNNING and c.get("status") == "True":
+            return str(c.get("lastTransitionTime") or "")
+    return None
+
+
+def _deadline(obj: Mapping[str, Any]) -> int | None:
+    """runPolicy.progressDeadlineSeconds, None when unset (or the spec does not parse: its round reports it)."""
+    try:
+        policy = RunPolicy.model_validate((obj.get("spec") or {}).get("runPolicy") or {})
+    except ValidationError:
+        return None
+    return policy.progress_deadline_seconds

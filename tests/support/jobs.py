@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import urllib.request
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 from kubernetes import client
 from ringleader_devcluster.operatorprocess import OPERATOR_METRICS_PORT
 
-from tests.support.cluster import PROCESS_NODE_SELECTOR, wait_for
+from tests.support.cluster import PROCESS_NODE_SELECTOR, logs, wait_for
 
 GROUP, VERSION, PLURAL = "ringleader.dev", "v1alpha1", "trainingjobs"
 
@@ -75,6 +76,12 @@ def wait_condition(
         return job if c and c["status"] == "True" else None
 
     return wait_for(f"TrainingJob {ns}/{name} condition {kind}", check, timeout)
+
+
+def trainer_events(core: client.CoreV1Api, ns: str, pod: str, event: str) -> list[dict[str, Any]]:
+    """The JSON lines with `event` the pod's trainer container logged."""
+    lines = [json.loads(x) for x in logs(core, ns, pod, container="trainer").splitlines() if x.startswith("{")]
+    return [e for e in lines if e.get("event") == event]
 
 
 def pods_of(core: client.CoreV1Api, ns: str, job: str, **kw: Any) -> list[Any]:

@@ -32,6 +32,11 @@ class Rank:
     command: list[str]
     env: dict[str, str]
 
+    @property
+    def metrics_port(self) -> int:
+        """Where this rank serves its metrics page (each rank has its own port, as each pod its own address)."""
+        return int(self.env["RINGLEADER_METRICS_PORT"])
+
     def restart(self) -> None:
         """Start the rank again as its pod's replacement would (same command and environment); its logs go
         on in the same files."""
@@ -61,7 +66,6 @@ class Rank:
 @dataclass
 class LocalJob:
     ranks: list[Rank] = field(default_factory=list)
-    metrics_port: int = 0
 
     @property
     def workers(self) -> list[Rank]:
@@ -117,9 +121,9 @@ def launch(
     program = [str(script)] if script else ["-m", module]
     workers = job.spec.workers.replicas
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
-    master_port, metrics_port = free_port(), free_port()
+    master_port = free_port()
     ps_addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(ps))
-    local = LocalJob(metrics_port=metrics_port)
+    local = LocalJob()
     logdir.mkdir(parents=True, exist_ok=True)
     token = logdir / "token"  # what the operator's Secret holds, one per job
     if not token.exists():
@@ -133,7 +137,7 @@ def launch(
         env |= {
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(master_port),
-            "RINGLEADER_METRICS_PORT": str(metrics_port),
+            "RINGLEADER_METRICS_PORT": str(free_port()),
             "RINGLEADER_TOKEN_FILE": str(token),
         }
         if ps:

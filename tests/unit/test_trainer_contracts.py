@@ -9,6 +9,7 @@ import pytest
 from ringleader_operator import progress
 from ringleader_operator.api import RestartPolicy
 from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart
+from ringleader_operator.stalls import Beat
 from ringleader_trainer.exitcodes import ExitCode
 from ringleader_trainer.metrics import TrainerMetrics
 
@@ -26,6 +27,20 @@ def test_operator_reads_the_trainers_metrics_page() -> None:
     assert (parsed.step, parsed.loss, parsed.samples_per_second) == (420, 0.25, 1234.5)
     assert (parsed.last_checkpoint_step, parsed.checkpoint_seconds, parsed.step_seconds) == (400, 1.5, 0.25)
     assert (parsed.total_steps, parsed.percent, parsed.eta_seconds) == (600, 70.0, 45)
+
+
+def test_operator_reads_where_a_rank_is_from_its_page() -> None:
+    m = TrainerMetrics()
+    assert progress.parse_beat(m.text()) == Beat(0, None, None)  # nothing done yet
+    m.rank_step.set(57)
+    m.entered_exchange()
+    waiting = progress.parse_beat(m.text())
+    assert waiting.step == 57 and waiting.waiting_since is not None and waiting.exchange_done is None
+    m.entered_exchange()  # a second bucket of the same exchange keeps the first stamp
+    assert progress.parse_beat(m.text()).waiting_since == waiting.waiting_since
+    m.left_exchange()
+    done = progress.parse_beat(m.text())
+    assert done.waiting_since is None and done.exchange_done is not None and done.exchange_done >= waiting.waiting_since
 
 
 @pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])

@@ -61,6 +61,7 @@ READS = frozenset(
         "RINGLEADER_CHECKPOINT_INTERVAL",
         "RINGLEADER_CHECKPOINT_KEEP",
         "RINGLEADER_TOKEN_FILE",
+        "RINGLEADER_ATTEMPT",
     }
 )
 
@@ -120,6 +121,7 @@ class RankEnv:
     ps: ParameterServers | None = None
     local_sgd_period: int | None = None
     checkpoints: Checkpoints | None = None
+    attempt: int = 0  # the pod's place in its rank's history: 0 for the first pod, one more for each replacement
 
     @property
     def local_rank(self) -> int:
@@ -190,6 +192,7 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
         local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
         checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
+        attempt=_int(env, "RINGLEADER_ATTEMPT", 0) if env.get("RINGLEADER_ATTEMPT") else 0,
     )
 
 

@@ -1,10 +1,16 @@
-"""Rank 0's Prometheus metrics (docs/env-contract.md): what the operator copies into status.progress.
+"""Each rank's Prometheus metrics (docs/env-contract.md): worker 0's page is what the operator copies into
+status.progress; every rank's page says where that rank is, which the operator reads when a job's progress
+stalls, to name the rank that stopped first.
 
-`TrainerMetrics.serve(port)` starts the HTTP endpoint on worker 0; `update()` sets the gauges after each
-logging interval. Other ranks create the object too (cheap) but never serve it.
+`TrainerMetrics.serve(port)` starts the HTTP endpoint (the first process of every pod calls it); `update()`
+sets the progress gauges after each logging interval. The rank's own place (`rank_step`, and the exchange
+stamps `exchange_started`/`exchange_done`) is set at every step and exchange: a few gauge writes, about a
+microsecond (bench/stall_bench.py measures it against the step time).
 """
 
 from __future__ import annotations
+
+import time
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, start_http_server
 
@@ -16,6 +22,9 @@ LAST_CHECKPOINT_STEP = "ringleader_trainer_last_checkpoint_step"
 CHECKPOINT_SECONDS = "ringleader_trainer_checkpoint_seconds"
 STEP_SECONDS = "ringleader_trainer_step_seconds"
 TOTAL_STEPS = "ringleader_trainer_total_steps"
+RANK_STEP = "ringleader_trainer_rank_step"
+EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
+EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
 
 
 class TrainerMetrics:
@@ -39,6 +48,30 @@ class TrainerMetrics:
             STEP_SECONDS, "Mean seconds per step over the last logging interval.", registry=self.registry
         )
         self.total_steps = Gauge(TOTAL_STEPS, "Steps the run is to take (0: not said).", registry=self.registry)
+        # Where this rank is (every rank, every step): what names the rank that stopped first when a job stalls.
+        self.rank_step = Gauge(RANK_STEP, "Optimizer steps this rank completed.", registry=self.registry)
+        self.exchange_started = Gauge(
+            EXCHANGE_STARTED,
+            "Unix time this rank began waiting in the exchange it is in (a collective, a parameter-server "
+            "round); 0 while it is in none.",
+            registry=self.registry,
+        )
+        self.exchange_done = Gauge(
+            EXCHANGE_DONE, "Unix time this rank's last exchange completed.", registry=self.registry
+        )
+        self._in_exchange = False
+
+    def entered_exchange(self) -> None:
+        """This rank now waits on its peers (a collective launched, a push sent): stamped once per exchange."""
+        if not self._in_exchange:
+            self._in_exchange = True
+            self.exchange_started.set(time.time())
+
+    def left_exchange(self) -> None:
+        """The exchange this rank waited in is complete."""
+        self._in_exchange = False
+        self.exchange_started.set(0)
+        self.exchange_done.set(time.time())
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -151,6 +151,8 @@ class ShardServer:
         self.stats = ServerStats()
         self.on_progress: Callable[[int], None] = lambda slowest: None
         self.on_reject: Callable[[str, str], None] = lambda peer, reason: None  # (peer address, why)
+        # Called, under the lock, before and after each update is applied (the strategy stamps its metrics).
+        self.on_apply: tuple[Callable[[], None], Callable[[], None]] = (lambda: None, lambda: None)
         self._conns: list[socket.socket] = []
 
     # ---- state the strategy checkpoints -------------------------------------------------------------
@@ -277,9 +279,11 @@ class ShardServer:
             raise PeerLost(self.failure)
 
     def _apply(self, grad: torch.Tensor) -> None:
+        self.on_apply[0]()
         self.grad.copy_(grad)
         self.optimizer.step()
         self.stats.updates += 1
+        self.on_apply[1]()
 
     def _advance(self, worker: int, clock: int) -> None:
         before = self.slowest

@@ -1,5 +1,5 @@
 """`from_env`: how a rank starts. Read the environment contract, build the strategy it names, rendezvous with
-every rank, agree on the checkpoint to resume from; worker 0 starts serving metrics."""
+every rank, agree on the checkpoint to resume from; every rank starts serving its metrics."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch.distributed as dist
 from ringleader_trainer import auth
 from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.checkpointing import agree_on_resume
-from ringleader_trainer.env import Role, StrategyName
+from ringleader_trainer.env import StrategyName
 from ringleader_trainer.env import from_env as read_env
 from ringleader_trainer.rendezvous import rendezvous
 from ringleader_trainer.strategies import STRATEGIES
@@ -24,7 +24,7 @@ from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Options, Stra
 
 def from_env(environ: Mapping[str, str] | None = None, options: Options | None = None, **overrides: Any) -> Strategy:
     """Read the environment contract, rendezvous with every rank, agree on the checkpoint to resume from,
-    and return this rank's strategy. Worker 0 starts serving metrics. `overrides` set `Options` fields."""
+    and return this rank's strategy. Every rank starts serving its metrics. `overrides` set `Options` fields."""
     options = options or Options()
     if overrides:
         options = Options(**{**options.__dict__, **overrides})
@@ -47,8 +47,9 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     if strategy.checkpoints is not None:  # SIGTERM now stops at an agreed step, with a checkpoint there
         strategy.enable_stop()
     strategy._log_window = (time.perf_counter(), strategy.steps_done)
-    if env.role == Role.WORKER and env.index == 0:
-        strategy.metrics.serve(env.metrics_port)
+    # Every rank serves its page (one training process per pod): worker 0's holds the job's progress, each
+    # rank's says where it is (the operator reads them all when the job stalls).
+    strategy.metrics.serve(env.metrics_port)
     device = f", on {strategy.device}" if strategy.is_worker else ""  # shards serve from host memory
     print(f"[ringleader] {env.role} {env.index}: {strategy.name}, rank {env.global_rank} of {env.global_world_size}"
           f"{device}, starting at step {strategy.steps_done}", file=sys.stderr, flush=True)  # fmt: skip

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ringleader_trainer.exitcodes import ExitCode, TrainerError
+from ringleader_trainer.metrics import TrainerMetrics
 
 STOP_SIGNALS = (signal.SIGTERM,)
 VOTE_EVERY_SECONDS = 0.05  # the time between two votes, at the workers' pace
@@ -65,8 +66,9 @@ class StopVote:
     not every step (a 2.7 ms step paid 7 % for a vote each step), and a stop comes within about two such
     periods; every worker reads the same answer at the same step, so they agree on the schedule too."""
 
-    def __init__(self, group: dist.ProcessGroup | None) -> None:
-        self.group = group
+    def __init__(self, group: dist.ProcessGroup | None, metrics: TrainerMetrics | None = None) -> None:
+        """`metrics`: stamped while a vote's result is waited for (an exchange, like any collective)."""
+        self.group, self.metrics = group, metrics
         self.pending: tuple[dist.Work, torch.Tensor] | None = None
         self.every = 1  # steps from one vote to the next, as the last vote agreed
         self.steps = 0  # steps since the last vote
@@ -82,7 +84,11 @@ class StopVote:
         if self.pending is not None:
             work, result = self.pending
             self.pending = None
+            if self.metrics is not None:
+                self.metrics.entered_exchange()
             work.wait()  # bounded by the group's timeout: a lost peer raises, as any collective's would
+            if self.metrics is not None:
+                self.metrics.left_exchange()
             stop, spare = (int(v) for v in result.tolist())
             if stop:
                 return True

@@ -129,6 +129,7 @@ class Strategy:
 
     def report(self, step: int, loss: float, batch_size: int, **extra: Any) -> None:
         """Call after each step: every `log_every` steps, log a JSON line and (worker 0) update the metrics."""
+        self.metrics.rank_step.set(step)
         if step % self.options.log_every:
             return
         t0, s0 = self._log_window
@@ -148,7 +149,9 @@ class Strategy:
             return
         with torch.no_grad():
             flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+            self.metrics.entered_exchange()
             self.allreduce_(flat).div_(self.world_size)
+            self.metrics.left_exchange()
             for t, mean in zip(tensors, flat_views(flat, tensors), strict=True):
                 t.copy_(mean)
 
@@ -167,7 +170,7 @@ class Strategy:
         """Take SIGTERM as a request to stop at an agreed step with a checkpoint there (`from_env` calls
         this once the group is formed, when the job checkpoints)."""
         self.stop.install()
-        self._vote = StopVote(self.workers_group)
+        self._vote = StopVote(self.workers_group, self.metrics)
 
     def stop_agreed(self) -> bool:
         """Whether the workers stop at this step boundary: called by every worker after every step

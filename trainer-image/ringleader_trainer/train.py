@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -87,6 +87,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--save-final", type=Path, help="worker 0 writes the final model's state_dict here")
     p.add_argument("--straggler", metavar="INDEX:SECONDS",
                    help="worker INDEX sleeps SECONDS every step (to study staleness)")  # fmt: skip
+    p.add_argument("--hang-at-step", metavar="STEP:INDEX",
+                   help="worker INDEX stops for good after step STEP, in its pod's first attempt only "
+                        "(RINGLEADER_ATTEMPT 0): a hung rank, to test stall detection")  # fmt: skip
     args = p.parse_args(argv)
     if args.example not in EXAMPLES:
         raise ConfigError(f"--example {args.example!r} is not one of {', '.join(EXAMPLES)}")
@@ -98,13 +101,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in ("steps", "batch_size", "log_every"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.straggler:
-        try:
-            index, seconds = args.straggler.split(":")
-            args.straggler = (int(index), float(seconds))
-        except ValueError as e:
-            raise ConfigError(f"--straggler {args.straggler!r} is not INDEX:SECONDS") from e
+    args.straggler = _pair(args.straggler, "--straggler", "INDEX:SECONDS", int, float)
+    args.hang_at_step = _pair(args.hang_at_step, "--hang-at-step", "STEP:INDEX", int, int)
     return args
+
+
+def _pair(value: str | None, flag: str, form: str, first: type, second: type) -> tuple[Any, Any] | None:
+    """`A:B` of a fault flag as (first(A), second(B)); None when the flag is not given."""
+    if value is None:
+        return None
+    try:
+        a, b = value.split(":")
+        return first(a), second(b)
+    except ValueError as e:
+        raise ConfigError(f"{flag} {value!r} is not {form}") from e
+
+
+def hang(strategy: Strategy, step: int) -> NoReturn:
+    """Stop here for good, as a rank stuck in a kernel or a read would: no exit, no error, the metrics page
+    still served (by its own thread). SIGTERM does not end it either (with checkpoints it only asks to stop
+    at the next step boundary, which never comes); the pod's grace period does."""
+    log_json(role="worker", index=strategy.rank, event="hang", step=step, at=round(time.time(), 3))
+    while True:
+        time.sleep(3600)
 
 
 def accuracy(model: nn.Module, test: torch.utils.data.TensorDataset) -> float:
@@ -148,6 +167,8 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
             checkpoints.maybe_save(step, {"epoch": epoch})
             if args.straggler and args.straggler[0] == rank:
                 time.sleep(args.straggler[1])
+            if args.hang_at_step == (step, rank) and strategy.env.attempt == 0:
+                hang(strategy, step)
             if step >= args.steps:
                 break
     checkpoints.save(step, {"epoch": step // steps_per_epoch})

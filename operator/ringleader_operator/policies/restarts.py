@@ -18,7 +18,7 @@ import math
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ..api import RankStatus, RestartPolicy, Role
+from ..api import ROLE_NAMES, RankStatus, RestartPolicy, Role
 from ..builders import build_pod, pod_name, rank_key
 from ..conditions import Reason
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide_restart
@@ -28,8 +28,6 @@ from ..round_state import Event, Round
 # A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
 # live kubelet would have confirmed the deletion): remove it so the rank's name is free for its replacement.
 FORCE_DELETE_AFTER_SECONDS = 30.0
-
-ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}
 
 
 def reconcile_ranks(r: Round) -> None:
@@ -121,7 +119,7 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
     if failure.kind == Kind.STOPPED:  # it saved where it stopped: recreated at once, no restart counted
         rank.stops += 1
         note = f"{what}; recreating it (not counted: {total} of backoffLimit {policy.backoff_limit} restarts used)"
-        _replace(r, rank, failure, what, None, note, "Normal")
+        replace_rank(r, rank, failure, what, None, note, "Normal")
         return True
     decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit)
     if decision == Decision.FAIL:
@@ -138,12 +136,12 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
         f"{what}; restarting it in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
         f"{total + 1} of backoffLimit {policy.backoff_limit})"
     )
-    _replace(r, rank, failure, what, after, note, "Warning")
+    replace_rank(r, rank, failure, what, after, note, "Warning")
     r.wake_at(after)
     return True
 
 
-def _replace(
+def replace_rank(
     r: Round, rank: RankStatus, failure: Failure, what: str, after: datetime | None, note: str,
     kind: Literal["Normal", "Warning"],
 ) -> None:  # fmt: skip

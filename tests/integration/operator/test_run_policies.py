@@ -23,6 +23,7 @@ from tests.support.jobs import (
     get,
     live_pods,
     pods_of,
+    trainer_events,
     training_job,
     wait_condition,
 )
@@ -55,11 +56,6 @@ def worker0_step(core: client.CoreV1Api, ns: str, job: str) -> int:
         return 0
     lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
     return max((e["step"] for e in lines if "step" in e and "event" not in e), default=0)
-
-
-def trainer_events(core: client.CoreV1Api, ns: str, pod: str, event: str) -> list[dict[str, Any]]:
-    lines = [json.loads(x) for x in logs(core, ns, pod, container="trainer").splitlines() if x.startswith("{")]
-    return [e for e in lines if e.get("event") == event]
 
 
 def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspended(

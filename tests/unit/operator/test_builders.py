@@ -100,6 +100,7 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "RINGLEADER_GLOBAL_WORLD_SIZE", "value": "2"},
                         {"name": "RINGLEADER_METRICS_PORT", "value": "9090"},
                         {"name": "RINGLEADER_TOKEN_FILE", "value": "/var/run/ringleader/token"},
+                        {"name": "RINGLEADER_ATTEMPT", "value": "0"},
                         {"name": "WORLD_SIZE", "value": "2"},
                         {"name": "RANK", "value": "0"},
                         {"name": "LOCAL_RANK", "value": "0"},
@@ -111,8 +112,8 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "PET_MASTER_PORT", "value": "29500"},
                     ],
                     "ports": [
-                        {"name": "c10d", "containerPort": 29500, "protocol": "TCP"},
                         {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+                        {"name": "c10d", "containerPort": 29500, "protocol": "TCP"},
                     ],
                     "volumeMounts": [TOKEN_MOUNT],
                 }

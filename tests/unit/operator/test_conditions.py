@@ -45,6 +45,24 @@ def by_type(conds: list[Condition]) -> dict[str, tuple[str, str, str]]:
             "Done",
             {"Running": ("False", "Done", "t1"), "Succeeded": ("True", "Done", "t1")},
         ),
+        (
+            [cond(T.RUNNING, "True"), cond(T.STALLED, "True")],
+            T.SUCCEEDED,
+            True,
+            "Done",
+            {
+                "Running": ("False", "Done", "t1"),
+                "Stalled": ("False", "Done", "t1"),
+                "Succeeded": ("True", "Done", "t1"),
+            },
+        ),
+        (
+            [cond(T.STALLED, "True")],
+            T.FAILED,
+            True,
+            "Stalled",
+            {"Stalled": ("True", "R", "t0"), "Failed": ("True", "Stalled", "t1")},
+        ),
         ([cond(T.FAILED, "True")], T.RUNNING, True, "R", {"Failed": ("True", "R", "t0")}),  # sticky
         ([cond(T.SUCCEEDED, "True")], T.FAILED, True, "Late", {"Succeeded": ("True", "R", "t0")}),  # sticky
     ],
@@ -56,6 +74,8 @@ def by_type(conds: list[Condition]) -> dict[str, tuple[str, str, str]]:
         "restarting-excludes-running",
         "running-excludes-restarting",
         "terminal-clears-running",
+        "succeeded-clears-stalled",
+        "failed-keeps-stalled",
         "failed-sticky",
         "succeeded-sticky",
     ],

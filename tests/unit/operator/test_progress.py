@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from ringleader_operator.api import Role
+from ringleader_operator.builders import rank_labels
 from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
 
 NOW = "2026-01-01T00:00:00Z"
@@ -225,6 +227,22 @@ def test_a_pods_cookie_is_not_kept_for_the_next_scrape() -> None:
     assert asyncio.run(main()) == 0
 
 
+def pods_at(ips: dict[str, tuple[Role, int]]) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]]:
+    """The job's pods as the reconciler hands them to the scraper: running rank pods at these addresses."""
+
+    async def pods(_namespace: str, job: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": f"{job}-{role.value}-{index}", "labels": rank_labels(job, role, index)},
+                "spec": {"nodeName": f"node-{index}"},
+                "status": {"phase": "Running", "podIP": ip},
+            }
+            for ip, (role, index) in ips.items()
+        ]
+
+    return pods
+
+
 def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: pytest.MonkeyPatch) -> None:
     from ringleader_operator import scraper as scraper_module
     from ringleader_operator.jobmemory import JobMemory, Key
@@ -238,9 +256,6 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
         return web.Response(text=PAGE) if serve["ok"] else web.Response(status=500)
 
     class Kube:
-        async def pod_ip(self, namespace: str, name: str) -> str | None:
-            return "127.0.0.1"
-
         async def patch_status(
             self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
         ) -> None:
@@ -256,7 +271,7 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
                 Kube(),
                 lambda _o, _k, reason, message: events.append((reason, message)),
                 jobs.get,
-                lambda _namespace, _job: None,  # no pod cache: worker 0's address from the API
+                pods_at({"127.0.0.1": (Role.WORKER, 0)}),
             )
             gone = {"metadata": {"namespace": "ns", "name": "deleted"}, "status": {}}
             await r.scrape(gone)  # a job the reconciler forgot: no read, no record left behind
@@ -283,3 +298,73 @@ def test_total_steps_give_percent_and_eta() -> None:
     assert p is not None and (p.total_steps, p.percent, p.eta_seconds) == (600, 25.0, 90)
     p = parse("ringleader_trainer_step 150\nringleader_trainer_total_steps 0\n", NOW)  # never set
     assert p is not None and (p.total_steps, p.percent, p.eta_seconds) == (None, None, None)
+
+
+def test_a_job_without_progress_for_its_deadline_is_found_stalled_naming_the_rank_that_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three ranks on three loopback addresses: worker 0 and 2 wait in an exchange, worker 1 is outside one.
+    The first scrape starts the clock; after the deadline (1 s) a scrape reads every rank and leaves the stall
+    naming worker 1 for a round (woken), once: the next scrapes do not read the ranks again while it waits."""
+    from ringleader_operator import scraper as scraper_module
+    from ringleader_operator.jobmemory import JobMemory, Key
+    from ringleader_operator.scraper import ProgressScraper
+
+    now = time.time()
+    pages = {
+        "127.0.0.1": f"ringleader_trainer_step 40\nringleader_trainer_rank_step 57\n"
+        f"ringleader_trainer_exchange_started_timestamp_seconds {now - 1}\n",
+        "127.0.0.2": f"ringleader_trainer_rank_step 57\nringleader_trainer_exchange_done_timestamp_seconds {now - 2}\n",
+        "127.0.0.3": f"ringleader_trainer_rank_step 57\n"
+        f"ringleader_trainer_exchange_started_timestamp_seconds {now - 1}\n",
+    }
+    reads: list[str] = []
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        host = request.host.rsplit(":", 1)[0]
+        reads.append(host)
+        return web.Response(text=pages[host])
+
+    class Kube:
+        async def patch_status(
+            self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+        ) -> None:
+            pass
+
+    job = {
+        "metadata": {"namespace": "ns", "name": "j"},
+        "spec": {"runPolicy": {"progressDeadlineSeconds": 1}},
+        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t1"}]},
+    }
+    woken: list[Key] = []
+
+    async def main() -> JobMemory:
+        async with serving(metrics=page) as port:
+            app_runner_extra = []
+            for ip in ("127.0.0.2", "127.0.0.3"):  # the same app on the other ranks' addresses, same port
+                app = web.Application()
+                app.router.add_get("/metrics", page)
+                runner = web.AppRunner(app)
+                await runner.setup()
+                await web.TCPSite(runner, ip, port).start()
+                app_runner_extra.append(runner)
+            monkeypatch.setattr(scraper_module, "METRICS_PORT", port)
+            jobs: dict[Key, JobMemory] = {("ns", "j"): JobMemory()}
+            ranks = {"127.0.0.1": (Role.WORKER, 0), "127.0.0.2": (Role.WORKER, 1), "127.0.0.3": (Role.WORKER, 2)}
+            r = ProgressScraper(Kube(), lambda *_: None, jobs.get, pods_at(ranks), woken.append)
+            await r.scrape(job)  # starts the clock at step 57
+            assert jobs[("ns", "j")].stall is None and reads == ["127.0.0.1"]
+            await asyncio.sleep(1.1)
+            await r.scrape(job)  # overdue: every rank read
+            await r.scrape(job)  # the stall waits for its round: no second reading
+            await r.close()
+            for runner in app_runner_extra:
+                await runner.cleanup()
+            return jobs[("ns", "j")]
+
+    record = asyncio.run(main())
+    assert sorted(reads) == ["127.0.0.1"] * 4 + ["127.0.0.2", "127.0.0.3"]  # 3 scrapes, 1 read of every rank
+    assert woken == [("ns", "j")]
+    assert record.stall is not None and record.stall.step == 57 and record.stall.culprit is not None
+    assert record.stall.culprit.pod == "j-worker-1" and record.stall.culprit.node == "node-1"
+    assert record.stall.describe().startswith("no progress for 1 s at step 57: worker 1 (pod j-worker-1 on node")

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ringleader_trainer.ring import ring_allreduce
@@ -22,21 +23,35 @@ class AllreduceStrategy(Strategy):
         model = model.to(self.device)
         ids = [self.env.local_rank] if self.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.workers_group)
-        if self.options.allreduce == "ring":
-            hook = RingHook(self)
-            # A lambda: DDP checks a hook's annotations against real types, and ours are strings here.
-            ddp.register_comm_hook(None, lambda state, bucket: hook(bucket))
+        hook = RingHook(self) if self.options.allreduce == "ring" else NativeHook(self)
+        # A lambda: DDP checks a hook's annotations against real types, and ours are strings here.
+        ddp.register_comm_hook(None, lambda state, bucket: hook(bucket))
         return ddp
 
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
 
         def exchange() -> None:
-            if not isinstance(model, DistributedDataParallel):  # DDP has averaged them during backward
+            if isinstance(model, DistributedDataParallel):  # DDP has averaged them during backward
+                self.metrics.left_exchange()
+            else:
                 self.average_([p.grad for p in params if p.grad is not None])
             self.communication_rounds += 1
 
         return patch_step(optimizer, exchange, local=True, after=self._advance)
+
+
+class NativeHook:
+    """DDP communication hook: torch's own allreduce of each bucket (`default_hooks.allreduce_hook`, what DDP
+    does without a hook), with the moment this rank enters the step's exchange stamped: a rank stuck before
+    its backward pass has not, while its peers wait in the collective (what names it when the job stalls)."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+
+    def __call__(self, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        self.strategy.metrics.entered_exchange()
+        return default_hooks.allreduce_hook(self.strategy.workers_group, bucket)  # type: ignore[arg-type]
 
 
 class RingHook:
@@ -51,6 +66,7 @@ class RingHook:
     def __call__(self, bucket: Any) -> torch.futures.Future[torch.Tensor]:
         buf: torch.Tensor = bucket.buffer()
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        self.strategy.metrics.entered_exchange()
 
         def run() -> None:
             try:

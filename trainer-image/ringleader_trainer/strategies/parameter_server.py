@@ -50,7 +50,9 @@ class ParameterServerStrategy(Strategy):
 
         def exchange() -> None:
             assert self.client is not None
+            self.metrics.entered_exchange()
             self.client.push_pull(self.steps_done, stop=self.stop.requested)
+            self.metrics.left_exchange()
             self.communication_rounds += 1
 
         return patch_step(optimizer, exchange, local=False, after=self._advance)
@@ -73,11 +75,15 @@ class ParameterServerStrategy(Strategy):
         checkpoints, saved = self.checkpoints, {self.steps_done}
 
         def on_progress(slowest: int) -> None:
+            self.metrics.rank_step.set(slowest)  # a shard is as far as its slowest worker
             if checkpoints and slowest not in saved and (checkpoints.due(slowest) or server.finished):
                 checkpoints.save(slowest, {"shard": server.state_dict()})
                 saved.add(slowest)
 
         server.on_progress = on_progress
+        # A shard waits on its workers except while it applies an update (then it is the one they wait for).
+        server.on_apply = (self.metrics.left_exchange, self.metrics.entered_exchange)
+        self.metrics.entered_exchange()
         server.asked_to_stop = lambda: self.stop.requested
         log_json(role="ps", index=index, event="serving", values=server.flat.numel(), mode=server.mode)
         try:

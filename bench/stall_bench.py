@@ -1,0 +1,198 @@
+"""Stalls: what the per-rank export costs a step, and how soon a hung rank makes its job Stalled.
+
+    python -m bench.stall_bench export [--baseline REF] [--pairs 5] [--steps 400] [--workers 2]
+    python -m bench.stall_bench hang [--reps 3] [--deadline 30]
+
+`export` (CPU processes, no cluster): every rank now sets its step gauge at every step and stamps each exchange
+it enters and leaves (ringleader_trainer.metrics), and DDP's buckets go through a Python comm hook that stamps
+them (torch's own allreduce_hook). Two figures:
+
+- the calls alone: the median time of one step's export (a step gauge set, an exchange entered and left) over
+  100,000 repetitions, against the digits MLP's median step time: a lower bound that no noise blurs;
+- what a user waits for: the digits MLP (the smallest step, where a per-step cost shows most) under allreduce,
+  this checkout's trainer against the trainer of `--baseline` (a commit before the export; checked out into a
+  temporary worktree), `--pairs` runs each, back to back, the first of each pair alternating; the median step
+  time of the run, the ratio's median over pairs with a 95 % bootstrap interval (bench/stats.py), judged
+  against the goal (<= 1 %).
+
+`hang` (the dev cluster and its operator, started if needed): `--reps` fresh jobs of 3 workers (the digits MLP,
+checkpoints every 20 steps, runPolicy.progressDeadlineSeconds `--deadline`) where worker 1 hangs after step 50
+(`--hang-at-step 50:1`). Measured: from the hang (the trainer's `hang` event, its Unix time) to the moment the
+job is seen Stalled (polled every 0.2 s), against the goal (<= deadline + 10 s); and from the hang to the job's
+Succeeded. Results go to bench/results/stall.json; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.record import step_times, write_result
+from bench.stats import at_most, paired_interval, spread
+from tests.support.launch import job_spec, launch
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL_EXPORT = 0.01
+GOAL_SLACK_S = 10.0
+# The last commit before the per-rank export: the trainer it is compared with.
+BASELINE = "0474db6"
+
+
+# ---- export -----------------------------------------------------------------------------------------------
+def call_cost(reps: int = 100_000) -> float:
+    """Seconds one step's export calls take (median of `reps` timed batches of one)."""
+    from ringleader_trainer.metrics import TrainerMetrics
+
+    m = TrainerMetrics()
+    samples = []
+    for step in range(reps):
+        t0 = time.perf_counter()
+        m.entered_exchange()
+        m.left_exchange()
+        m.rank_step.set(step)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def baseline_tree(ref: str, into: Path) -> Path:
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(into), ref], check=True,
+                   capture_output=True)  # fmt: skip
+    return into
+
+
+def step_time(trainer: Path, workers: int, steps: int, logdir: Path) -> float:
+    """The median step time worker 0 logged, running the digits MLP with the trainer package under `trainer`."""
+    argv = ["--example", "digits-mlp", "--steps", str(steps), "--log-every", "20"]
+    pythonpath = f"{trainer}:{REPO / 'operator'}:{REPO}"
+    job = launch(job_spec("export", "allreduce", workers), argv, logdir, env_overrides={"PYTHONPATH": pythonpath})
+    codes = job.wait(timeout=900)
+    if codes != [0] * workers:
+        raise SystemExit(f"[bench] a run failed: {codes}\n{job.logs()}")
+    return statistics.median(step_times(job.workers[0].events(), batch=32, workers=workers))
+
+
+def export(args: argparse.Namespace) -> dict[str, Any]:
+    cost = call_cost()
+    print(f"[bench] one step's export calls: {cost * 1e6:.2f} us (median of 100,000)", flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        base = baseline_tree(args.baseline, Path(d) / "baseline")
+        try:
+            subjects = {"export": REPO / "trainer-image", "baseline": base / "trainer-image"}
+            runs: dict[str, list[float]] = {k: [] for k in subjects}
+            for pair in range(args.pairs):
+                order = list(subjects) if pair % 2 == 0 else list(reversed(subjects))
+                for name in order:
+                    s = step_time(subjects[name], args.workers, args.steps, Path(d) / f"{name}-{pair}")
+                    runs[name].append(s)
+                    print(f"[bench] pair {pair + 1}/{args.pairs} {name}: median step {s * 1e3:.3f} ms", flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
+    delta = paired_interval(list(zip(runs["export"], runs["baseline"], strict=True)))
+    assert delta is not None
+    step = statistics.median(runs["export"])
+    verdict = at_most(delta, 1 + GOAL_EXPORT)
+    print(f"[bench] step time with the export vs {args.baseline}: {(delta.mid - 1) * 100:+.2f} % "
+          f"({(delta.lo - 1) * 100:+.2f}..{(delta.hi - 1) * 100:+.2f} %) over {args.pairs} pairs: {verdict.value} "
+          f"(goal <= {GOAL_EXPORT:.0%}); the calls alone {cost / step * 100:.3f} % of a {step * 1e3:.2f} ms step",
+          flush=True)  # fmt: skip
+    return {"baseline": args.baseline, "pairs": args.pairs, "workers": args.workers, "steps": args.steps,
+            "step_s": runs, "delta": delta.as_delta(), "verdict": verdict.value, "goal": GOAL_EXPORT,
+            "call_cost_s": cost, "call_share": cost / step,
+            "step": spread(runs["export"]).as_dict()}  # fmt: skip
+
+
+# ---- hang ------------------------------------------------------------------------------------------------
+def one_hang(core: Any, custom: Any, ns: str, name: str, deadline: int) -> dict[str, Any]:
+    """A fresh job whose worker 1 hangs after step 50: seconds from the hang to Stalled seen, and to Succeeded."""
+    from kubernetes import client
+
+    from tests.support.cluster import wait_for
+    from tests.support.jobs import GROUP, PLURAL, VERSION, condition, digits_job, get, trainer_events
+
+    def hang_logged() -> list[dict[str, Any]] | None:
+        try:
+            return trainer_events(core, ns, f"{name}-worker-1", "hang") or None
+        except client.ApiException:  # no pod or container yet
+            return None
+
+    def seen(kind: str) -> float | None:
+        c = condition(get(custom, ns, name), kind)
+        return time.time() if c and c["status"] == "True" else None
+
+    with tempfile.TemporaryDirectory() as d:
+        body = digits_job(name, 3, 200, Path(d), runPolicy={"progressDeadlineSeconds": deadline})
+        body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += [
+            "--hang-at-step", "50:1", "--timeout", "60"]  # fmt: skip
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        try:
+            # Read from the hung pod before the operator replaces it (its log goes with it).
+            hang = wait_for("the hang", hang_logged, timeout=600)
+            hung = float(hang[0]["at"])
+            stalled = wait_for("Stalled", lambda: seen("Stalled"), timeout=600, every=0.2)
+            message = (condition(get(custom, ns, name), "Stalled") or {}).get("message", "")
+            done = wait_for("Succeeded", lambda: seen("Succeeded"), timeout=600, every=0.5)
+        finally:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    return {"hang_to_stalled_s": stalled - hung, "hang_to_succeeded_s": done - hung, "message": message}
+
+
+def hang(args: argparse.Namespace) -> dict[str, Any]:
+    from kubernetes import client, config
+    from ringleader_devcluster import cluster, operatorprocess
+    from ringleader_devcluster.layout import Layout
+
+    from bench.common import delete_namespace, new_namespace
+
+    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+    operatorprocess.operator_up()
+    config.load_kube_config(str(Layout.from_env().kubeconfig))
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    ns = new_namespace(core)
+    rows = []
+    try:
+        for rep in range(args.reps):
+            row = one_hang(core, custom, ns, f"hang{rep}", args.deadline)
+            rows.append(row)
+            print(
+                f"[bench] rep {rep + 1}/{args.reps}: Stalled {row['hang_to_stalled_s']:.1f} s after the hang "
+                f"(deadline {args.deadline} s), Succeeded {row['hang_to_succeeded_s']:.1f} s after it",
+                flush=True,
+            )
+    finally:
+        delete_namespace(core, ns)
+    latency = [r["hang_to_stalled_s"] for r in rows]
+    goal = args.deadline + GOAL_SLACK_S
+    verdict = "met" if max(latency) <= goal else "missed"
+    print(
+        f"[bench] hang -> Stalled: median {statistics.median(latency):.1f} s, max {max(latency):.1f} s over "
+        f"{len(rows)} jobs: {verdict} (goal <= deadline + {GOAL_SLACK_S:g} s = {goal:g} s)",
+        flush=True,
+    )
+    return {"deadline_s": args.deadline, "reps": args.reps, "rows": rows, "goal_s": goal, "verdict": verdict,
+            "stalled": spread(latency).as_dict()}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="part", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("--baseline", default=BASELINE)
+    e.add_argument("--pairs", type=int, default=5)
+    e.add_argument("--steps", type=int, default=400)
+    e.add_argument("--workers", type=int, default=2)
+    h = sub.add_parser("hang")
+    h.add_argument("--reps", type=int, default=3)
+    h.add_argument("--deadline", type=int, default=30)
+    args = p.parse_args()
+    print(f"[bench] settings: {vars(args)}", flush=True)
+    result = export(args) if args.part == "export" else hang(args)
+    write_result(f"stall_{args.part}", {"settings": vars(args), **result})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Stalls on the dev cluster (runPolicy.progressDeadlineSeconds): a worker hung by the trainer's fault flag
+makes the job Stalled, naming that worker and its node, within the deadline and one scrape; the operator
+replaces it (not counted against backoffLimit), its peers recover in place, and the job succeeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.support.jobs import condition, create, digits_job, trainer_events, wait_condition
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+DEADLINE = 30  # seconds: start-up (three pods importing torch on two cores) must fit in it
+
+
+def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    body = digits_job("stall", 3, 120, tmp_path / "ckpt", runPolicy={"progressDeadlineSeconds": DEADLINE})
+    command = body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"]
+    command += ["--hang-at-step", "50:1", "--timeout", "60"]
+    create(custom, namespace, body)
+
+    job = wait_condition(custom, namespace, "stall", "Stalled", timeout=240)
+    stalled = condition(job, "Stalled") or {}
+    node = core.read_namespaced_pod("stall-worker-1", namespace).spec.node_name
+    assert stalled["reason"] == "ProgressDeadlineExceeded"
+    assert f"worker 1 (pod stall-worker-1 on node {node}) stopped first: at step 50" in stalled["message"], stalled
+
+    job = wait_condition(custom, namespace, "stall", "Succeeded", timeout=300)
+    status = job["status"]
+    assert status["stalls"] == 1 and status["lastStallStep"] == 50
+    rank = status["ranks"]["worker-1"]
+    assert (rank["stalls"], rank["restarts"], rank["lastReason"]) == (1, 0, "RankStalled")
+    assert status["replicaStatuses"]["worker"]["restarts"] == 0  # a stall is not counted against backoffLimit
+    assert (condition(job, "Stalled") or {}).get("status") == "False"
+    # Workers 0 and 2 lost worker 1 and recovered in place; the replacement (attempt 1) did not hang.
+    for pod in ("stall-worker-0", "stall-worker-2"):
+        assert trainer_events(core, namespace, pod, "recover"), pod
+    assert not trainer_events(core, namespace, "stall-worker-1", "hang")
+    warnings = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stall").items
+    assert any(e.reason == "ProgressDeadlineExceeded" and e.type == "Warning" for e in warnings)

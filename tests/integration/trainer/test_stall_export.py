@@ -1,0 +1,69 @@
+"""Every rank says where it is (its step and whether it waits in an exchange) on its own metrics page, under
+every strategy; with one worker hung by `--hang-at-step`, the operator's reading of those pages
+(ringleader_operator.stalls.find_culprit) names that worker. The fault flag hangs only a pod's first attempt."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ringleader_operator.api import Role
+from ringleader_operator.progress import parse_beat
+from ringleader_operator.stalls import RankBeat, find_culprit
+
+from tests.support.launch import LocalJob, Rank, job_spec, launch
+
+HANG_AT = 20
+ARGS = ["--example", "digits-mlp", "--steps", "60", "--log-every", "5", "--timeout", "60",
+        "--hang-at-step", f"{HANG_AT}:1"]  # fmt: skip
+
+CASES = [
+    ("allreduce", {}, 0, []),
+    ("allreduce", {}, 0, ["--allreduce", "ring"]),
+    ("local-sgd", {"localSGD": {"period": 4}}, 0, []),
+    ("parameter-server", {"parameterServer": {"mode": "synchronous"}}, 1, []),
+]
+IDS = ["allreduce", "ring", "local-sgd", "ps-synchronous"]
+
+
+def page_of(rank: Rank) -> RankBeat:
+    with urllib.request.urlopen(f"http://127.0.0.1:{rank.metrics_port}/metrics", timeout=5) as r:
+        beat = parse_beat(r.read().decode())
+    return RankBeat(f"t-{rank.role}-{rank.index}", Role(rank.role), rank.index, "", beat)
+
+
+def wait_for_hang(job: LocalJob) -> None:
+    deadline = time.monotonic() + 300
+    while not job.workers[1].events("hang"):
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(("strategy", "spec", "ps", "extra"), CASES, ids=IDS)
+def test_the_pages_name_the_hung_worker(
+    tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int, extra: list[str]
+) -> None:
+    job = launch(job_spec("t", strategy, 3, ps, **spec), [*ARGS, *extra], tmp_path)
+    try:
+        wait_for_hang(job)
+        assert job.workers[1].events("hang")[0]["step"] == HANG_AT
+        time.sleep(2)  # the others reach the exchange the hung worker never joins
+        beats = [page_of(r) for r in job.ranks]
+        assert all(b.beat.step is not None for b in beats), beats  # every rank serves its page
+        assert beats[1].beat.step == HANG_AT and not beats[1].waiting
+        assert beats[0].waiting and beats[2].waiting, beats
+        culprit = find_culprit(beats, time.time())
+        assert culprit is not None and (culprit.role, culprit.index) == (Role.WORKER, 1), culprit
+        assert f"stopped first: at step {HANG_AT}, outside any exchange" in culprit.message
+    finally:
+        job.kill()
+
+
+def test_a_replacement_pod_does_not_hang(tmp_path: Path) -> None:
+    """RINGLEADER_ATTEMPT above 0 (the rank's replacement pod): the fault flag does nothing."""
+    job = launch(job_spec("t", "allreduce", 2), ARGS, tmp_path, env_overrides={"RINGLEADER_ATTEMPT": "1"})
+    assert job.wait(300) == [0, 0], job.logs()
+    assert not job.workers[1].events("hang")
