@@ -95,14 +95,16 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.control_plane_bench
 	@$(PY) -m bench.recovery_bench
 	@$(PY) -m bench.launcher_bench
+	@$(PY) -m bench.stall_bench hang
 	@$(PY) -m bench.image_rebuild_bench
 	@$(PY) -m bench.report
 
-bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint overhead (no cluster)
+bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop and stall-export costs (no cluster)
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
 	@$(PY) -m bench.checkpoint_bench
 	@$(PY) -m bench.stop_bench
+	@$(PY) -m bench.stall_bench export
 	@$(PY) -m bench.report
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed

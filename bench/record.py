@@ -69,7 +69,12 @@ def versions() -> dict[str, str]:
 
 def machine() -> dict[str, Any]:
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], check=False, cwd=REPO_ROOT, capture_output=True, text=True
+        # "-dirty" when tracked files differ from the commit: the figures are then of changes not yet committed.
+        ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+        check=False,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
     )
     cpu = next(
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()

@@ -216,6 +216,41 @@ def stop(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows)]
 
 
+def _delta(d: dict[str, float]) -> str:
+    return f"{d['median']:+.2%} ({d['lo']:+.2%} to {d['hi']:+.2%})"
+
+
+def stall_export(result: Result) -> list[str]:
+    """The per-rank export's cost: the calls alone, in one process against itself switched off, and two
+    processes against the trainer before it."""
+    goal, step = result["goal"], result["step"]["median"]
+    rows = [
+        ["the calls alone (median of 100,000)", f"{result['call_cost_s'] * 1e6:.2f} us", f"{result['call_share']:.3%}",
+         "-"],
+        ["one process, one worker, blocks of 100 steps: with the export vs without", "-",
+         _delta(result["in_process"]), f"**{result['in_process_verdict']}**"],
+        ["the same, the strategy against itself (what the method alone gives)", "-",
+         _delta(result["in_process_control"]), "-"],
+        [f"{result['workers']} workers as processes, {result['steps']} steps: this trainer vs `{result['baseline']}`",
+         f"{step * 1e3:.2f} ms step", _delta(result["delta"]), f"**{result['verdict']}**"],
+    ]  # fmt: skip
+    reps = (f"digits MLP under allreduce; {result['pairs']} pairs of runs back to back, order alternating, 95 % "
+            "bootstrap intervals over the pairs")  # fmt: skip
+    return [provenance(result, reps), "", *table(["measured", "cost", "step time", f"goal <= {goal:.0%}"], rows)]
+
+
+def stall_hang(result: Result) -> list[str]:
+    """How soon a hung rank makes its job Stalled, against the deadline."""
+    s = result["stalled"]
+    rows = [[f"{result['deadline_s']}", f"{s['median']:.1f} ({s['lo']:.1f}-{s['hi']:.1f})",
+             ", ".join(f"{r['hang_to_succeeded_s']:.0f}" for r in result["rows"]), f"{result['goal_s']:g}",
+             f"**{result['verdict']}**"]]  # fmt: skip
+    reps = (f"{result['reps']} fresh jobs of 3 workers (digits MLP, checkpoints every 20 steps), worker 1 hung "
+            "after step 50 by `--hang-at-step 50:1`, the job polled every 0.2 s")  # fmt: skip
+    head = ["progressDeadlineSeconds", "hang to Stalled (s)", "hang to Succeeded, each job (s)", "goal (s)", "verdict"]
+    return [provenance(result, reps), "", *table(head, rows), "", f"Stalled said: {result['rows'][0]['message']}"]
+
+
 def launchers(result: Result) -> list[str]:
     runs = result["create_to_all_initialized_s"]
     rows = [
@@ -297,6 +332,18 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ),
     ("checkpoint", "Checkpoint overhead at the default interval", "make bench-trainer", checkpoint),
     ("stop", "Stopping on SIGTERM: steps lost and the time a stop takes", "make bench-trainer", stop),
+    (
+        "stall_hang",
+        "Stalls: a hung rank to the job's Stalled condition",
+        "python -m bench.stall_bench hang",
+        stall_hang,
+    ),
+    (
+        "stall_export",
+        "Stalls: what each rank's step and exchange stamps cost a step",
+        "python -m bench.stall_bench export",
+        stall_export,
+    ),
     ("launchers", "Launchers: job creation to every rank past init_process_group", "make bench-cluster", launchers),
     ("devcluster", "Dev cluster: start, and pod start per node kind", "make bench-cluster", devcluster),
     (

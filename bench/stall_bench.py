@@ -9,6 +9,8 @@ them (torch's own allreduce_hook). Two figures:
 
 - the calls alone: the median time of one step's export (a step gauge set, an exchange entered and left) over
   100,000 repetitions, against the digits MLP's median step time: a lower bound that no noise blurs;
+- in one process: the strategy's own code with the export and with it switched off, alternating blocks of
+  100 steps (`in_process`): the gradient hooks and gauges as they run, without two processes' scheduling noise;
 - what a user waits for: the digits MLP (the smallest step, where a per-step cost shows most) under allreduce,
   this checkout's trainer against the trainer of `--baseline` (a commit before the export; checked out into a
   temporary worktree), `--pairs` runs each, back to back, the first of each pair alternating; the median step
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.record import step_times, write_result
-from bench.stats import at_most, paired_interval, spread
+from bench.stats import Interval, at_most, paired_interval, spread
 from tests.support.launch import job_spec, launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,9 +56,62 @@ def call_cost(reps: int = 100_000) -> float:
         t0 = time.perf_counter()
         m.entered_exchange()
         m.left_exchange()
-        m.rank_step.set(step)
+        m.reached(step)
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
+
+
+def in_process(blocks: int = 40, steps: int = 100, control: bool = False) -> Interval:
+    """The export's cost in the strategy's own code, one process (a world of one worker, gloo): the digits MLP
+    stepped through AllreduceStrategy as the trainer does (distributed model and optimizer, `report` every
+    step), against a second instance of the same strategy with the export switched off (no gradient hooks,
+    exchange stamps and step noted made no-ops), in alternating blocks of `steps` steps; the per-block step
+    times paired block by block. A world of one has the cheapest exchange, so the share is the largest.
+    `control`: both instances with the export (an A/A run: what the order and the pairing alone give)."""
+    import torch
+    import torch.distributed as dist
+    from ringleader_operator.api import Role
+    from ringleader_operator.builders import rank_env
+    from ringleader_trainer.env import from_env as read_env
+    from ringleader_trainer.models import digits_mlp
+    from ringleader_trainer.strategies.allreduce import AllreduceStrategy
+    from ringleader_trainer.strategy import Options
+
+    from tests.support.ranks import free_port
+
+    torch.set_num_threads(1)
+    env = rank_env(job_spec("export", "allreduce", 1), Role.WORKER, 0) | {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}  # fmt: skip
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{env['MASTER_PORT']}", rank=0, world_size=1)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+    def build(export: bool) -> tuple[Any, Any, Any]:
+        s = AllreduceStrategy(read_env(env), Options(log_every=10**9))
+        if not export:
+            s._stamp_exchange = lambda ddp: None  # type: ignore[method-assign]
+            noop = lambda *_: None  # noqa: E731
+            s.metrics.entered_exchange = s.metrics.left_exchange = s.metrics.reached = noop  # type: ignore[method-assign]
+        torch.manual_seed(0)
+        model = s.distributed_model(digits_mlp())
+        return s, model, s.distributed_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+
+    subjects = {"export": build(True), "off": build(control)}
+    times: dict[str, list[float]] = {k: [] for k in subjects}
+    for block in range(blocks):
+        for name in list(subjects) if block % 2 == 0 else list(reversed(subjects)):
+            s, model, opt = subjects[name]
+            t0 = time.perf_counter()
+            for step in range(steps):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                s.report(step + 1, loss.item(), 32)
+            times[name].append((time.perf_counter() - t0) / steps)
+    dist.destroy_process_group()
+    ratio = paired_interval(list(zip(times["export"], times["off"], strict=True)))
+    assert ratio is not None
+    return ratio
 
 
 def baseline_tree(ref: str, into: Path) -> Path:
@@ -79,6 +134,12 @@ def step_time(trainer: Path, workers: int, steps: int, logdir: Path) -> float:
 def export(args: argparse.Namespace) -> dict[str, Any]:
     cost = call_cost()
     print(f"[bench] one step's export calls: {cost * 1e6:.2f} us (median of 100,000)", flush=True)
+    inproc, control = in_process(), in_process(control=True)
+    print(f"[bench] in one process, the strategy with the export vs without: {(inproc.mid - 1) * 100:+.2f} % "
+          f"({(inproc.lo - 1) * 100:+.2f}..{(inproc.hi - 1) * 100:+.2f} %) step time over {inproc.n} block pairs: "
+          f"{at_most(inproc, 1 + GOAL_EXPORT).value} (goal <= {GOAL_EXPORT:.0%}); the same strategy against "
+          f"itself {(control.mid - 1) * 100:+.2f} % ({(control.lo - 1) * 100:+.2f}..{(control.hi - 1) * 100:+.2f} %)",
+          flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
         base = baseline_tree(args.baseline, Path(d) / "baseline")
         try:
@@ -102,7 +163,9 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
           flush=True)  # fmt: skip
     return {"baseline": args.baseline, "pairs": args.pairs, "workers": args.workers, "steps": args.steps,
             "step_s": runs, "delta": delta.as_delta(), "verdict": verdict.value, "goal": GOAL_EXPORT,
-            "call_cost_s": cost, "call_share": cost / step,
+            "call_cost_s": cost, "call_share": cost / step, "in_process": inproc.as_delta(),
+            "in_process_control": control.as_delta(),
+            "in_process_verdict": at_most(inproc, 1 + GOAL_EXPORT).value,
             "step": spread(runs["export"]).as_dict()}  # fmt: skip
 
 

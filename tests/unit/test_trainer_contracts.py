@@ -32,7 +32,7 @@ def test_operator_reads_the_trainers_metrics_page() -> None:
 def test_operator_reads_where_a_rank_is_from_its_page() -> None:
     m = TrainerMetrics()
     assert progress.parse_beat(m.text()) == Beat(0, None, None)  # nothing done yet
-    m.rank_step.set(57)
+    m.reached(57)
     m.entered_exchange()
     waiting = progress.parse_beat(m.text())
     assert waiting.step == 57 and waiting.waiting_since is not None and waiting.exchange_done is None

@@ -129,7 +129,7 @@ class Strategy:
 
     def report(self, step: int, loss: float, batch_size: int, **extra: Any) -> None:
         """Call after each step: every `log_every` steps, log a JSON line and (worker 0) update the metrics."""
-        self.metrics.rank_step.set(step)
+        self.metrics.reached(step)
         if step % self.options.log_every:
             return
         t0, s0 = self._log_window

@@ -232,3 +232,21 @@ def test_stop_section_reports_steps_lost_per_signal_and_the_stops_times() -> Non
     assert "| stop (SIGTERM) | 38, 39 | 0, 0 | 1.50 (1.20-1.90) | 0.61 |" in text
     assert "| kill (SIGKILL) | 0, 0 | 37, 38 | 0.10 (0.10-0.20) | - |" in text
     assert "every rank signalled at worker 0's step 37" in text
+
+
+def test_stall_sections_report_the_exports_cost_and_the_time_to_stalled() -> None:
+    delta = {"median": 0.0145, "lo": 0.0102, "hi": 0.0188, "n": 40}
+    export = {"goal": 0.01, "step": {"median": 0.0025}, "call_cost_s": 2.5e-7, "call_share": 1e-4, "workers": 2,
+              "steps": 2000, "baseline": "0474db6", "pairs": 20, "in_process": delta, "in_process_verdict": "missed",
+              "in_process_control": {"median": 0.004, "lo": 0.001, "hi": 0.007, "n": 40},
+              "delta": {"median": -0.011, "lo": -0.039, "hi": 0.025, "n": 20},
+              "verdict": "not distinguishable at this noise"}  # fmt: skip
+    text = "\n".join(report.stall_export(export))
+    assert "| the calls alone (median of 100,000) | 0.25 us | 0.010% | - |" in text
+    assert "with the export vs without | - | +1.45% (+1.02% to +1.88%) | **missed** |" in text
+    assert "vs `0474db6` | 2.50 ms step | -1.10% (-3.90% to +2.50%) | **not distinguishable at this noise** |" in text
+    rows = [{"hang_to_stalled_s": 32.8, "hang_to_succeeded_s": 52.0, "message": "no progress for 30 s at step 50"}]
+    hang = {"deadline_s": 30, "reps": 1, "rows": rows, "goal_s": 40, "verdict": "met",
+            "stalled": {"median": 32.8, "lo": 32.7, "hi": 32.8, "n": 3}}  # fmt: skip
+    text = "\n".join(report.stall_hang(hang))
+    assert "| 30 | 32.8 (32.7-32.8) | 52 | 40 | **met** |" in text and "no progress for 30 s at step 50" in text

@@ -75,7 +75,7 @@ class ParameterServerStrategy(Strategy):
         checkpoints, saved = self.checkpoints, {self.steps_done}
 
         def on_progress(slowest: int) -> None:
-            self.metrics.rank_step.set(slowest)  # a shard is as far as its slowest worker
+            self.metrics.reached(slowest)  # a shard is as far as its slowest worker
             if checkpoints and slowest not in saved and (checkpoints.due(slowest) or server.finished):
                 checkpoints.save(slowest, {"shard": server.state_dict()})
                 saved.add(slowest)
