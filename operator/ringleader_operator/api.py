@@ -54,6 +54,11 @@ class StallAction(StrEnum):
     FAIL = "Fail"
 
 
+class StragglerPolicy(StrEnum):
+    REPORT = "Report"
+    REPLACE = "Replace"
+
+
 class CleanPodPolicy(StrEnum):
     NONE = "None"
     RUNNING = "Running"
@@ -214,6 +219,23 @@ class RunPolicy(Model):
         le=MAX_STEPS,
         description="onStall Recover: stalls recovered from before the next one fails the job.",
     )
+    straggler_threshold: float | None = Field(
+        None,
+        ge=1.1,
+        le=1000,
+        allow_inf_nan=False,
+        description="A Running job's rank whose work per step (outside exchanges) is this many times the median "
+        "of its role's other ranks, in every reading for stragglerWindowSeconds, is a straggler: the Straggler "
+        "condition names it and its node. Default: stragglers are not looked for.",
+    )
+    straggler_window_seconds: int = Field(
+        60, ge=1, le=MAX_SECONDS, description="How long a rank must stay that slow to be named a straggler."
+    )
+    straggler_policy: StragglerPolicy = Field(
+        StragglerPolicy.REPORT,
+        description="Report names stragglers; Replace also recreates each once (stopping it with its checkpoint "
+        "when the job checkpoints), its replacement preferring another node. Not counted against backoffLimit.",
+    )
 
 
 class TrainingJobSpec(Model):
@@ -235,6 +257,7 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     ADMITTED = "Admitted"  # gang admission: False while the pods wait for room to run all at once
     STALLED = "Stalled"  # runPolicy.progressDeadlineSeconds passed without progress; False once it is past
+    STRAGGLER = "Straggler"  # some rank works runPolicy.stragglerThreshold times slower than its peers
 
 
 class Condition(Model):
@@ -260,6 +283,8 @@ class RankStatus(Model):
     restarts: int = Field(0, description="Times this rank was restarted (counted against backoffLimit).")
     stops: int = Field(0, description="Times this rank stopped cleanly on request and was recreated (not counted).")
     stalls: int = Field(0, description="Times this rank was replaced for stopping first in a stall (not counted).")
+    straggles: int = Field(0, description="Times this rank was replaced as a straggler (not counted).")
+    avoid_node: str | None = Field(None, description="A node this rank's pods prefer not to run on (it straggled).")
     pod_seen: bool = Field(False, description="The pod of the current attempt was observed running or done.")
     last_reason: str = Field("", description="Why the rank was last restarted (a condition reason).")
     last_message: str = ""
@@ -269,7 +294,7 @@ class RankStatus(Model):
     @property
     def attempt(self) -> int:
         """The attempt number of the rank's current pod: every replacement, counted or not, is a new one."""
-        return self.restarts + self.stops + self.stalls
+        return self.restarts + self.stops + self.stalls + self.straggles
 
 
 class Progress(Model):

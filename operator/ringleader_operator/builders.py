@@ -287,9 +287,11 @@ def _add_port(container: dict[str, Any], name: str, port: int) -> None:
         ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
 
 
-def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict[str, Any]:
-    """The desired pod of rank (role, index) for its `attempt`-th restart (0: the first pod). Raises
-    InvalidTemplate for a template that cannot make a pod."""
+def build_pod(
+    job: TrainingJob, role: Role, index: int, attempt: int = 0, avoid_node: str | None = None
+) -> dict[str, Any]:
+    """The desired pod of rank (role, index) for its `attempt`-th restart (0: the first pod), preferring not to
+    run on `avoid_node` when given. Raises InvalidTemplate for a template that cannot make a pod."""
     replica = job.replicas(role)
     if replica is None:
         raise InvalidTemplate(f"the job has no {role.value} replicas")
@@ -300,6 +302,8 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
     container = spec["containers"][trainer]
     _wire_trainer(job, role, index, attempt, container, spec)
     _pod_rules(job, name, spec)
+    if avoid_node:
+        _avoid(spec, avoid_node)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -323,6 +327,15 @@ def build_pod(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dic
         # Held back from the scheduler until the whole gang fits (admission); the operator lifts the gate.
         spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": admission.GATE}]
     return pod
+
+
+def _avoid(spec: dict[str, Any], node: str) -> None:
+    """Prefer any node but `node` (a straggler's replacement): preferred, not required, so a cluster with no
+    other room still runs the rank; added to the template's own preferences."""
+    term = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    preferred = affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+    preferred.append({"weight": 100, "preference": {"matchExpressions": [term]}})
 
 
 def _template_copy(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

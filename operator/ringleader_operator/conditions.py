@@ -3,8 +3,8 @@
 - Setting a condition to the type/status/reason/message it already has is a no-op.
 - lastTransitionTime moves only when the status flips; a new reason or message alone keeps it.
 - Succeeded and Failed are terminal and sticky: once either is True nothing changes any more.
-- Running and Restarting exclude each other; a terminal condition turns both False, and Succeeded turns a
-  Stalled condition False too (Failed leaves it: a stall may be why).
+- Running and Restarting exclude each other; a terminal condition turns both False, and Succeeded turns
+  Stalled and Straggler False too (Failed leaves them: they may be why).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ class Reason(StrEnum):
     PROGRESS_RESUMED = "ProgressResumed"  # the job got past the step it stalled at
     RANK_STALLED = "RankStalled"  # the rank that stopped first in a stall, replaced (not counted)
     STALL_LIMIT = "StallLimitExceeded"  # one stall more than runPolicy.stallLimit
+    STRAGGLERS = "RanksStraggling"  # Straggler=True: ranks working runPolicy.stragglerThreshold x their peers
+    NO_STRAGGLERS = "NoStragglers"
+    RANK_STRAGGLED = "RankStraggled"  # a straggler replaced (stragglerPolicy Replace; not counted)
 
 
 def is_true(conditions: list[Condition], kind: ConditionType) -> bool:
@@ -103,8 +106,10 @@ def set_condition(
     out = _set(conditions, new)
     if not status:
         return out
-    if kind == ConditionType.SUCCEEDED:  # it got to its end: no longer stalled either
-        excluded: tuple[ConditionType, ...] = (ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.STALLED)
+    if kind == ConditionType.SUCCEEDED:  # it got to its end: no longer stalled, and nothing left to straggle
+        excluded: tuple[ConditionType, ...] = (
+            ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.STALLED, ConditionType.STRAGGLER,
+        )  # fmt: skip
     elif kind in TERMINAL:
         excluded = (ConditionType.RUNNING, ConditionType.RESTARTING)
     elif kind == ConditionType.RUNNING:

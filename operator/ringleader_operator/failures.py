@@ -30,6 +30,7 @@ class Kind(StrEnum):
     DELETED = "deleted"
     EXITED = "exited"
     STALLED = "stalled"  # replaced by the operator: it stopped first in a stall (never classified from a pod)
+    STRAGGLED = "straggled"  # replaced by the operator: a straggler (never classified from a pod)
 
 
 # Reasons Kubernetes gives a pod's DisruptionTarget condition, and pod.status.reason values a kubelet (or our
@@ -57,6 +58,7 @@ RESTART_REASONS = {
     Kind.EXITED: Reason.RESTARTING,
     Kind.STOPPED: Reason.STOPPED,
     Kind.STALLED: Reason.RANK_STALLED,
+    Kind.STRAGGLED: Reason.RANK_STRAGGLED,
 }
 
 
@@ -79,6 +81,7 @@ class Failure:
             Kind.DELETED: "was deleted",
             Kind.EXITED: "exited",
             Kind.STALLED: "stopped first in a stall",
+            Kind.STRAGGLED: "straggled",
         }[self.kind] + suffix
 
 

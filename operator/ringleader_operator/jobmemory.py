@@ -11,6 +11,7 @@ from typing import Any
 
 from .podcache import resource_version
 from .stalls import Clock, Stall
+from .stragglers import Slow, Stragglers, Watch
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -35,6 +36,12 @@ class JobMemory:
     # sooner).
     clock: Clock | None = None
     stall: Stall | None = None
+    # The straggler watch: which ranks have been slow since when, when the pages were last read (monotonic), the
+    # stragglers last handed to a round (None: none yet, in this process) and those not yet acted on.
+    slow_watch: Watch | None = None
+    slow_read_at: float = 0.0
+    slow_named: tuple[Slow, ...] | None = None
+    stragglers: Stragglers | None = None
 
     def saw(self, obj: Mapping[str, Any]) -> None:
         """Keep `obj` as the job's body unless the one kept is newer (an event can arrive after the answer to

@@ -32,9 +32,10 @@ TOTAL_STEPS = "ringleader_trainer_total_steps"
 RANK_STEP = "ringleader_trainer_rank_step"
 EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
 EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
+COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
 GAUGES = (
     STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS,
-    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE,
+    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS,
 )  # fmt: skip
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
 MAX_BYTES = 256 * 1024  # the trainer's page is about 5 KiB
@@ -55,6 +56,7 @@ IN_RANGE = {
     RANK_STEP: lambda v: 0 <= v <= MAX_STEP,
     EXCHANGE_STARTED: lambda v: 0 < v <= MAX_TIMESTAMP,
     EXCHANGE_DONE: lambda v: 0 < v <= MAX_TIMESTAMP,
+    COMPUTE_SECONDS: lambda v: 0 < v <= 86400,
 }
 
 
@@ -90,7 +92,9 @@ def values(text: str) -> dict[str, float]:
 def beat_of(values: dict[str, float]) -> Beat:
     if RANK_STEP not in values:
         return Beat()
-    return Beat(int(values[RANK_STEP]), values.get(EXCHANGE_STARTED), values.get(EXCHANGE_DONE))
+    return Beat(
+        int(values[RANK_STEP]), values.get(EXCHANGE_STARTED), values.get(EXCHANGE_DONE), values.get(COMPUTE_SECONDS)
+    )
 
 
 def progress_of(values: dict[str, float], now: str) -> Progress | None:

@@ -14,9 +14,10 @@ from . import admission
 from .api import TrainingJob
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
 from .conditions import Reason, finished
-from .policies import cleanup, deadline, gang, outcome, resize, restarts, stall, suspend, ttl
+from .policies import cleanup, deadline, gang, outcome, resize, restarts, stall, straggler, suspend, ttl
 from .round_state import Plan, Round
 from .stalls import Stall
+from .stragglers import Stragglers
 
 
 def plan(
@@ -28,12 +29,13 @@ def plan(
     max_ranks: int = DEFAULT_MAX_RANKS,
     gone: list[dict[str, Any]] | None = None,
     stalled: Stall | None = None,
+    slow: Stragglers | None = None,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `pods` are those carrying the job's
     labels (its ranks are picked from them). `cluster` (every Node and pod) is needed only while some of the
     job's pods carry the gang gate; without it they stay gated. A job with more than `max_ranks` pods fails
     as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended). `stalled`: a stall
-    the progress scraper found, to act on."""
+    the progress scraper found, to act on; `slow`: the stragglers its last reading found."""
     r = Round.open(job, pods, now, gone)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
@@ -57,6 +59,7 @@ def plan(
     restarts.reconcile_ranks(r)
     if not r.failed:
         stall.act_on_stall(r, stalled)
+    straggler.report_stragglers(r, slow)
     if not r.failed:
         gang.admit_gang(r, cluster)
     if r.failed:

@@ -47,6 +47,7 @@ from .reconcile import plan
 from .round_state import Plan
 from .scraper import ProgressScraper
 from .stalls import Stall
+from .stragglers import Stragglers
 from .workqueue import WorkQueue
 
 log = logging.getLogger("ringleader.reconciler")
@@ -305,27 +306,33 @@ class Reconciler:
         service_exists = record.service_uid == uid
         now = utcnow()
         gone = cache.job_gone(namespace, name, time.monotonic()) if (cache := self._cached()) is not None else []
-        stalled = record.stall
+        stalled, slow = record.stall, record.stragglers
         if not any(admission.gated(x) for x in pods):
-            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled)
+            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
-                self._stall_handled(key, stalled)
+                self._handled(key, stalled, slow)
                 return
         # Gang admission: the round decides with the cluster in view (a plan is pure: planning again costs no
         # request). One decision at a time across all jobs, each counting the room the previous ones claimed (their
         # released pods count as placed), so two jobs never both take the same room. The lock covers the decision
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
-            p = plan(job, pods, service_exists, now, await self._cluster(exclude=key), self.max_ranks, gone, stalled)
+            cluster = await self._cluster(exclude=key)
+            p = plan(job, pods, service_exists, now, cluster, self.max_ranks, gone, stalled, slow)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
-        self._stall_handled(key, stalled)
+        self._handled(key, stalled, slow)
 
-    def _stall_handled(self, key: Key, stalled: Stall | None) -> None:
-        """A round that carried out its plan has acted on the stall it was given (or dropped it as old)."""
-        if stalled is not None and (record := self.jobs.get(key)) is not None and record.stall is stalled:
+    def _handled(self, key: Key, stalled: Stall | None, slow: Stragglers | None) -> None:
+        """A round that carried out its plan has acted on the stall and the stragglers it was given (or dropped
+        them as old): a newer finding the scraper left meanwhile stays for the next round."""
+        if (record := self.jobs.get(key)) is None:
+            return
+        if stalled is not None and record.stall is stalled:
             record.stall = None
+        if slow is not None and record.stragglers is slow:
+            record.stragglers = None
 
     async def _apply(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Carry out a round's plan: status, events, the job's objects, pods."""

@@ -97,12 +97,12 @@ class Round:
             self.by_rank.setdefault((p.role, p.index), []).append(p)
 
     def set_condition(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
-        """Set a condition; one that turns True says so in an event (Warning for Failed and Stalled), except
+        """Set a condition; one that turns True says so in an event (Warning for Failed, Stalled, Straggler), except
         Restarting, whose restarts have an event per rank already."""
         before = self.status.conditions
         self.status.conditions = set_condition(before, kind, ok, reason, message, self.now, self.generation)
         if ok and self.status.conditions != before and kind != ConditionType.RESTARTING:
-            warn = kind in (ConditionType.FAILED, ConditionType.STALLED)
+            warn = kind in (ConditionType.FAILED, ConditionType.STALLED, ConditionType.STRAGGLER)
             self.plan.events.append(Event("Warning" if warn else "Normal", reason, message))
 
     def fail(self, reason: str, message: str) -> None:

@@ -1,8 +1,10 @@
 """While a job runs (a kopf timer calls `scrape` every few seconds per running job): copy worker 0's step,
-loss, throughput, newest checkpoint and its save and step times into status.progress, and watch for a stall
+loss, throughput, newest checkpoint and its save and step times into status.progress; watch for a stall
 (runPolicy.progressDeadlineSeconds): once the job's step has not advanced for the deadline, read every rank's
 page, name the rank that stopped first (stalls.py) and hand the stall to the job's next round, which acts on
-it. Pages are read as hostile (progress.py)."""
+it; and with runPolicy.stragglerThreshold, read every rank's page a few times a window (at most
+RANK_PAGES_PER_SECOND for the job) and hand the stragglers to a round when they change (stragglers.py). Pages
+are read as hostile (progress.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from . import metrics, progress, stalls
+from . import metrics, progress, stalls, stragglers
 from .api import ConditionType, Progress, Role, RunPolicy
 from .builders import METRICS_PORT, rank_of
 from .conditions import Reason
@@ -27,6 +29,7 @@ from .observed import utcnow
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
 RANK_READS_AT_ONCE = 64  # rank pages read at once when a job stalls (each bounded by progress.SCRAPE_TIMEOUT)
+RANK_PAGES_PER_SECOND = 50.0  # the most rank pages a second the straggler watch reads for one job
 
 Pods = Callable[[str, str], Awaitable[list[dict[str, Any]]]]
 
@@ -62,7 +65,12 @@ class ProgressScraper:
         if page is not None:
             record.scrape_failures = 0
             await self._write_progress(obj, key, progress.progress_of(page, utcnow()))
-        await self._watch_stall(obj, key, record, pods, page)
+        policy = _policy(obj)
+        if policy is None:
+            return
+        await self._watch_stall(obj, key, record, pods, page, policy.progress_deadline_seconds)
+        if (record := self.memory(key)) is not None:
+            await self._watch_stragglers(obj, key, record, pods, policy)
 
     async def _read_worker0(
         self, obj: Mapping[str, Any], key: Key, pods: list[dict[str, Any]]
@@ -103,6 +111,7 @@ class ProgressScraper:
         record: JobMemory,
         pods: list[dict[str, Any]],
         page: dict[str, float] | None,
+        deadline: int | None,
     ) -> None:
         """Advance the job's stall clock with worker 0's step (read at every step: `rank_step`; else the
         progress step); once it is older than the deadline, read every rank and leave the stall for a round."""
@@ -116,7 +125,7 @@ class ProgressScraper:
         now = time.monotonic()
         record.clock = stalls.tick(record.clock, step, running, now)
         clock = record.clock
-        if clock is None or record.stall is not None or not stalls.overdue(clock, _deadline(obj), now):
+        if clock is None or record.stall is not None or not stalls.overdue(clock, deadline, now):
             return
         beats = await self._read_ranks(pods)
         culprit = stalls.find_culprit(beats, time.time())
@@ -127,6 +136,30 @@ class ProgressScraper:
         record.clock = dataclasses.replace(clock, since=now)  # another stall is another deadline away
         log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
         self.wake(key)
+
+    async def _watch_stragglers(
+        self, obj: Mapping[str, Any], key: Key, record: JobMemory, pods: list[dict[str, Any]], policy: RunPolicy
+    ) -> None:
+        """Every few readings' worth of the window (stragglers.read_every), read every rank's page; hand the
+        stragglers to a round when they differ from those last handed (and the first time in this process)."""
+        threshold, window = policy.straggler_threshold, float(policy.straggler_window_seconds)
+        running = _running_since(obj.get("status") or {})
+        now = time.monotonic()
+        if threshold is None or running is None:
+            record.slow_watch = None
+            return
+        if now - record.slow_read_at < stragglers.read_every(window, len(pods), RANK_PAGES_PER_SECOND):
+            return
+        record.slow_read_at = now
+        slow = stragglers.find_slow(await self._read_ranks(pods), threshold)
+        if (found := self.memory(key)) is None:
+            return
+        record = found
+        record.slow_watch, named = stragglers.confirm(record.slow_watch, slow, running, time.monotonic(), window)
+        if tuple(named) != record.slow_named:
+            record.slow_named = tuple(named)
+            record.stragglers = stragglers.Stragglers(running, tuple(named), threshold, window)
+            self.wake(key)
 
     async def _read_ranks(self, pods: list[dict[str, Any]]) -> list[stalls.RankBeat]:
         """Every running rank pod's page, RANK_READS_AT_ONCE at a time."""
@@ -178,10 +211,9 @@ def _running_since(status: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _deadline(obj: Mapping[str, Any]) -> int | None:
-    """runPolicy.progressDeadlineSeconds, None when unset (or the spec does not parse: its round reports it)."""
+def _policy(obj: Mapping[str, Any]) -> RunPolicy | None:
+    """The job's runPolicy, None when it does not parse (its round reports that)."""
     try:
-        policy = RunPolicy.model_validate((obj.get("spec") or {}).get("runPolicy") or {})
+        return RunPolicy.model_validate((obj.get("spec") or {}).get("runPolicy") or {})
     except ValidationError:
         return None
-    return policy.progress_deadline_seconds

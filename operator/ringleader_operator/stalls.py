@@ -33,6 +33,7 @@ class Beat:
     step: int | None = None
     waiting_since: float | None = None
     exchange_done: float | None = None
+    compute: float | None = None  # seconds per step outside exchanges, a moving average (stragglers.py)
 
 
 @dataclass(frozen=True)

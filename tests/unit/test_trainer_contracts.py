@@ -41,6 +41,10 @@ def test_operator_reads_where_a_rank_is_from_its_page() -> None:
     m.left_exchange()
     done = progress.parse_beat(m.text())
     assert done.waiting_since is None and done.exchange_done is not None and done.exchange_done >= waiting.waiting_since
+    assert done.compute is None  # a step's work is timed from one step to the next
+    m.reached(58)
+    timed = progress.parse_beat(m.text())
+    assert timed.step == 58 and timed.compute is not None and timed.compute > 0
 
 
 @pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])

@@ -27,15 +27,22 @@ TOTAL_STEPS = "ringleader_trainer_total_steps"
 RANK_STEP = "ringleader_trainer_rank_step"
 EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
 EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
+COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
+COMPUTE_SMOOTHING = 0.1  # weight of the newest step in the moving average: about the last 10 steps
 
 
 class RankPlace:
-    """Where this rank is, as the page shows it (a prometheus_client collector over three plain values)."""
+    """Where this rank is and how fast it works, as the page shows it (a prometheus_client collector over plain
+    values). `compute`: seconds per step spent outside exchanges (the step's wall time less the time it waited
+    on peers), a moving average: what tells a straggler from the peers that wait for it."""
 
     def __init__(self) -> None:
         self.step = 0
         self.started = 0.0  # Unix time it entered the exchange it is in; 0: in none
         self.done = 0.0  # Unix time its last exchange completed
+        self.compute = 0.0  # moving average; 0: no step timed yet
+        self.step_at = 0.0  # Unix time the last step was noted
+        self.waited = 0.0  # seconds waited in exchanges since then
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(RANK_STEP, "Optimizer steps this rank completed.", value=self.step)
@@ -46,6 +53,11 @@ class RankPlace:
             value=self.started,
         )
         yield GaugeMetricFamily(EXCHANGE_DONE, "Unix time this rank's last exchange completed.", value=self.done)
+        yield GaugeMetricFamily(
+            COMPUTE_SECONDS,
+            "Seconds per step this rank works outside exchanges, a moving average over about 10 steps.",
+            value=self.compute,
+        )
 
 
 class TrainerMetrics:
@@ -77,7 +89,11 @@ class TrainerMetrics:
 
     def reached(self, step: int) -> None:
         """This rank completed optimizer step `step` (every step)."""
-        self.place.step = step
+        place, now = self.place, time.time()
+        if place.step_at:
+            work = max(0.0, now - place.step_at - place.waited)
+            place.compute = work if not place.compute else place.compute + COMPUTE_SMOOTHING * (work - place.compute)
+        place.step, place.step_at, place.waited = step, now, 0.0
 
     def entered_exchange(self) -> None:
         """This rank now waits on its peers (a collective launched, a push sent): stamped once per exchange."""
@@ -86,8 +102,10 @@ class TrainerMetrics:
 
     def left_exchange(self) -> None:
         """The exchange this rank waited in is complete."""
-        self.place.started = 0.0
-        self.place.done = time.time()
+        place, now = self.place, time.time()
+        if place.started:
+            place.waited += now - place.started
+        place.started, place.done = 0.0, now
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -11,6 +11,7 @@ In the order `reconcile.plan` applies them:
 | resize        | a changed worker count re-forms the whole world; ranks the job no longer has go     |
 | restarts      | each rank: create its pod, count its pod's failure, restart it after its back-off    |
 | stall         | runPolicy.progressDeadlineSeconds: Stalled, replace the rank that stopped first       |
+| straggler     | runPolicy.stragglerThreshold: Straggler, replace a straggler once (Replace)           |
 | gang          | gated pods: release them together once they fit, or wait (and fail past the timeout) |
 | ttl           | runPolicy.ttlSecondsAfterFinished: delete the ended job                              |
 """

@@ -51,7 +51,7 @@ def reconcile_ranks(r: Round) -> None:
         elif rank.restart_after and (after := parse_time(rank.restart_after)) > r.at:
             r.wake_at(after)
         else:
-            r.plan.create_pods.append(build_pod(r.job, role, index, attempt=rank.attempt))
+            r.plan.create_pods.append(build_pod(r.job, role, index, attempt=rank.attempt, avoid_node=rank.avoid_node))
 
 
 def _current(rank: RankStatus, pod: ObservedPod) -> bool:

@@ -1,6 +1,8 @@
-"""Stalls on the dev cluster (runPolicy.progressDeadlineSeconds): a worker hung by the trainer's fault flag
-makes the job Stalled, naming that worker and its node, within the deadline and one scrape; the operator
-replaces it (not counted against backoffLimit), its peers recover in place, and the job succeeds."""
+"""Stalls and stragglers on the dev cluster. A worker hung by the trainer's fault flag makes the job Stalled
+(runPolicy.progressDeadlineSeconds), naming that worker and its node, within the deadline and one scrape; the
+operator replaces it (not counted against backoffLimit), its peers recover in place, and the job succeeds. A
+worker slowed by `--straggler` is named in the Straggler condition (runPolicy.stragglerThreshold) and, under
+stragglerPolicy Replace, recreated once preferring another node, and the job succeeds."""
 
 from __future__ import annotations
 
@@ -43,3 +45,27 @@ def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
     assert not trainer_events(core, namespace, "stall-worker-1", "hang")
     warnings = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stall").items
     assert any(e.reason == "ProgressDeadlineExceeded" and e.type == "Warning" for e in warnings)
+
+
+def test_a_straggler_is_named_replaced_once_preferring_another_node_and_the_job_succeeds(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    policy = {"stragglerThreshold": 3, "stragglerWindowSeconds": 10, "stragglerPolicy": "Replace"}
+    body = digits_job("slow", 3, 160, tmp_path / "ckpt", runPolicy=policy)
+    command = body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"]
+    command[command.index("--straggler") + 1] = "2:0.2"  # worker 2 sleeps 200 ms a step, not worker 0 50 ms
+    create(custom, namespace, body)
+
+    job = wait_condition(custom, namespace, "slow", "Straggler", timeout=240)
+    message = (condition(job, "Straggler") or {})["message"]
+    assert message.startswith("worker 2 (pod slow-worker-2 on node process-node) works"), message
+    job = wait_condition(custom, namespace, "slow", "Succeeded", timeout=300)
+    rank = job["status"]["ranks"]["worker-2"]
+    assert (rank["straggles"], rank["restarts"], rank["avoidNode"]) == (1, 0, "process-node")
+    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
+    # The replacement preferred another node; the cluster has none, so it ran on the same one (preferred only).
+    pod = core.read_namespaced_pod("slow-worker-2", namespace)
+    preferred = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
+    assert preferred[0].preference.match_expressions[0].values == ["process-node"]
+    assert pod.metadata.annotations["ringleader.dev/attempt"] == "1"
+    assert trainer_events(core, namespace, "slow-worker-0", "recover")  # its peers recovered in place

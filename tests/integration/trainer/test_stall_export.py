@@ -1,6 +1,8 @@
-"""Every rank says where it is (its step and whether it waits in an exchange) on its own metrics page, under
-every strategy; with one worker hung by `--hang-at-step`, the operator's reading of those pages
-(ringleader_operator.stalls.find_culprit) names that worker. The fault flag hangs only a pod's first attempt."""
+"""Every rank says where it is (its step and whether it waits in an exchange) and how long its own work takes
+a step on its own metrics page, under every strategy; with one worker hung by `--hang-at-step`, the operator's
+reading of those pages (ringleader_operator.stalls.find_culprit) names that worker, and with one slowed by
+`--straggler`, its straggler reading (stragglers.find_slow) names that one. The hang flag hangs only a pod's
+first attempt."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from ringleader_operator.api import Role
 from ringleader_operator.progress import parse_beat
 from ringleader_operator.stalls import RankBeat, find_culprit
+from ringleader_operator.stragglers import find_slow
 
 from tests.support.launch import LocalJob, Rank, job_spec, launch
 
@@ -67,3 +70,21 @@ def test_a_replacement_pod_does_not_hang(tmp_path: Path) -> None:
     job = launch(job_spec("t", "allreduce", 2), ARGS, tmp_path, env_overrides={"RINGLEADER_ATTEMPT": "1"})
     assert job.wait(300) == [0, 0], job.logs()
     assert not job.workers[1].events("hang")
+
+
+@pytest.mark.parametrize(("strategy", "spec", "ps", "extra"), CASES, ids=IDS)
+def test_the_pages_name_the_straggler(
+    tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int, extra: list[str]
+) -> None:
+    args = ["--example", "digits-mlp", "--steps", "100000", "--log-every", "5", "--straggler", "2:0.05", *extra]
+    job = launch(job_spec("t", strategy, 3, ps, **spec), args, tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while job.workers[0].last_step() < 60:  # the moving average settled (about 10 steps)
+            assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
+            time.sleep(0.1)
+        slow = find_slow([page_of(r) for r in job.ranks], 3.0)
+        assert [(s.role, s.index) for s in slow] == [(Role.WORKER, 2)], slow
+        assert slow[0].compute >= 0.05
+    finally:
+        job.kill()

@@ -46,13 +46,14 @@ def by_type(conds: list[Condition]) -> dict[str, tuple[str, str, str]]:
             {"Running": ("False", "Done", "t1"), "Succeeded": ("True", "Done", "t1")},
         ),
         (
-            [cond(T.RUNNING, "True"), cond(T.STALLED, "True")],
+            [cond(T.RUNNING, "True"), cond(T.STALLED, "True"), cond(T.STRAGGLER, "True")],
             T.SUCCEEDED,
             True,
             "Done",
             {
                 "Running": ("False", "Done", "t1"),
                 "Stalled": ("False", "Done", "t1"),
+                "Straggler": ("False", "Done", "t1"),
                 "Succeeded": ("True", "Done", "t1"),
             },
         ),
