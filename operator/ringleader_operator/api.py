@@ -310,6 +310,23 @@ class Progress(Model):
     updated_at: str = ""
 
 
+class Goodput(Model):
+    """Where the job's wall time went, from its creation: counted by the rounds that change its phase (and the one
+    that ends it), so the parts add up to the time up to `accountedAt`; the time since belongs to the current
+    phase. `ratio`: productive over all of it."""
+
+    queued_seconds: int = Field(0, description="Waiting to start: admission, scheduling, pods starting.")
+    productive_seconds: int = Field(0, description="Running, training steps not done before.")
+    restarting_seconds: int = Field(0, description="A rank down: its back-off, its replacement starting.")
+    recomputing_seconds: int = Field(0, description="Running, training again the steps lost since the checkpoint.")
+    stalled_seconds: int = Field(0, description="Running without progress, until the stall was found.")
+    suspended_seconds: int = Field(0, description="runPolicy.suspend.")
+    ratio: float | None = Field(None, description="productiveSeconds over all the seconds counted.")
+    steps_lost: int = Field(0, description="Steps trained and lost (not checkpointed) when ranks were replaced.")
+    recompute_owed_seconds: int = Field(0, description="Running seconds still to be counted as recomputing.")
+    accounted_at: str | None = Field(None, description="The time up to which the seconds above are counted.")
+
+
 class JobPhase(StrEnum):
     """A one-word summary of a job's conditions, for `kubectl get tj`. Its lifecycle (written by `plan`)::
 
@@ -357,6 +374,7 @@ class TrainingJobStatus(Model):
     last_stall_step: int | None = Field(
         None, description="The job's step at its last stall: the Stalled condition turns False past it."
     )
+    goodput: Goodput | None = Field(None, description="Where the job's wall time went.")
 
 
 class TrainingJob(Model):

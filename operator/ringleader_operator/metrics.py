@@ -19,4 +19,15 @@ CLIENT_WAIT_SECONDS = Counter(
     "Seconds requests to the API server waited for the operator's client budget (--kube-api-qps, --kube-api-burst).",
 )
 JOBS = Gauge("ringleader_jobs", "TrainingJobs by phase, as last seen.", ["phase"])
+# Per job, from status.goodput as its last change of phase counted it; a job's series go with the job.
+GOODPUT_RATIO = Gauge(
+    "ringleader_job_goodput_ratio", "Productive seconds over the job's wall time so far.", ["namespace", "job"]
+)
+LOST_SECONDS = Gauge(
+    "ringleader_job_lost_seconds",
+    "Seconds of the job's wall time not spent on productive steps, by cause (queued, restarting, recomputing, "
+    "stalled, suspended).",
+    ["namespace", "job", "cause"],
+)
+LOST_CAUSES = ("queued", "restarting", "recomputing", "stalled", "suspended")
 KNOWN_PHASES = tuple(p.value for p in JobPhase)

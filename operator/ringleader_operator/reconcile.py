@@ -14,7 +14,7 @@ from . import admission
 from .api import TrainingJob
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
 from .conditions import Reason, finished
-from .policies import cleanup, deadline, gang, outcome, resize, restarts, stall, straggler, suspend, ttl
+from .policies import cleanup, deadline, gang, goodput, outcome, resize, restarts, stall, straggler, suspend, ttl
 from .round_state import Plan, Round
 from .stalls import Stall
 from .stragglers import Stragglers
@@ -72,5 +72,6 @@ def plan(
 def _close(r: Round) -> Plan:
     """Every round ends here: the counts in status, then whether an ended job's TTL has run out."""
     r.summarize()
+    goodput.account(r)
     ttl.expire_after_ttl(r)
     return r.plan

@@ -22,6 +22,7 @@ gets a round when the wait ends; the periodic resync covers an operator restart 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -32,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import admission, metrics
-from .api import ConditionType, JobPhase, TrainingJob, TrainingJobStatus
+from .api import ConditionType, Goodput, JobPhase, TrainingJob, TrainingJobStatus
 from .builders import DEFAULT_MAX_RANKS, delete_grace_seconds
 from .claims import Claims
 from .conditions import Reason, set_condition
@@ -74,6 +75,21 @@ def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
             admission.lift_gate(ungated)
             out.append(ungated)
     return out
+
+
+def _export_goodput(namespace: str, name: str, goodput: Goodput | None) -> None:
+    """The job's goodput series as status.goodput has them (None: the job is gone; its series go)."""
+    for cause in metrics.LOST_CAUSES:
+        if goodput is None:
+            with contextlib.suppress(KeyError):
+                metrics.LOST_SECONDS.remove(namespace, name, cause)
+        else:
+            metrics.LOST_SECONDS.labels(namespace, name, cause).set(getattr(goodput, f"{cause}_seconds"))
+    if goodput is None or goodput.ratio is None:
+        with contextlib.suppress(KeyError):
+            metrics.GOODPUT_RATIO.remove(namespace, name)
+    else:
+        metrics.GOODPUT_RATIO.labels(namespace, name).set(goodput.ratio)
 
 
 def status_json(status: TrainingJobStatus, with_progress: bool = False) -> dict[str, Any]:
@@ -220,9 +236,10 @@ class Reconciler:
                 metrics.JOBS.labels(phase=name).set(self.phase_counts[name])
 
     def _forget(self, key: Key) -> None:
-        """The job is gone (or going): drop what this process remembers of it."""
+        """The job is gone (or going): drop what this process remembers of it, and its metrics' series."""
         self._record_phase(key, None)
-        self.jobs.pop(key, None)
+        if self.jobs.pop(key, None) is not None:
+            _export_goodput(*key, None)
 
     # ---- reads ---------------------------------------------------------------------------------------
     def _cached(self) -> PodCache | None:
@@ -345,6 +362,7 @@ class Reconciler:
             return
         self._record_phase((namespace, name), p.status.phase)
         await self._write_status(job, obj, p)
+        _export_goodput(namespace, name, p.status.goodput)
         self._report(job, obj, p)
         if p.create_service:
             await self._create_job_objects(job)

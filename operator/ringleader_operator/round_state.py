@@ -68,6 +68,8 @@ class Round:
     by_rank: dict[RankKey, list[ObservedPod]] = field(default_factory=dict)
     restarting: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) of restarts decided now
     gone: dict[str, ObservedPod] = field(default_factory=dict)  # rank pods lately deleted, by name: last state
+    lost_steps: int = 0  # steps trained and not checkpointed, lost to the replacements decided now (goodput)
+    stalled_seconds: float = 0.0  # of the Running time counted now, those of a stall found in it (goodput)
 
     @classmethod
     def open(

@@ -13,5 +13,6 @@ In the order `reconcile.plan` applies them:
 | stall         | runPolicy.progressDeadlineSeconds: Stalled, replace the rank that stopped first       |
 | straggler     | runPolicy.stragglerThreshold: Straggler, replace a straggler once (Replace)           |
 | gang          | gated pods: release them together once they fit, or wait (and fail past the timeout) |
+| goodput       | status.goodput: the time since the last change of phase, counted into its part       |
 | ttl           | runPolicy.ttlSecondsAfterFinished: delete the ended job                              |
 """

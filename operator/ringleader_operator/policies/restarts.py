@@ -24,6 +24,7 @@ from ..conditions import Reason
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide_restart
 from ..observed import ObservedPod, format_time, parse_time
 from ..round_state import Event, Round
+from .goodput import note_lost_work
 
 # A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
 # live kubelet would have confirmed the deletion): remove it so the rank's name is free for its replacement.
@@ -147,6 +148,7 @@ def replace_rank(
 ) -> None:  # fmt: skip
     """What the rank's status, the job's Restarting condition and an Event say of a pod that is to be replaced
     (no earlier than `after`, when given)."""
+    note_lost_work(r, failure)
     rank.pod_seen = False
     rank.restart_after = None if after is None else format_time(after)
     rank.last_reason = RESTART_REASONS[failure.kind]

@@ -29,6 +29,7 @@ def act_on_stall(r: Round, stall: Stall | None) -> None:
     if stall is None or not _current(r, stall):
         return
     policy = r.job.spec.run_policy
+    r.stalled_seconds = stall.seconds
     r.status.stalls += 1
     r.status.last_stall_step = stall.step
     message = stall.describe()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from ringleader_operator.observed import parse_time
 
 from tests.support.jobs import condition, create, digits_job, trainer_events, wait_condition
 
@@ -45,6 +46,15 @@ def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
     assert not trainer_events(core, namespace, "stall-worker-1", "hang")
     warnings = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stall").items
     assert any(e.reason == "ProgressDeadlineExceeded" and e.type == "Warning" for e in warnings)
+    # Where the time went: the parts add up to the job's wall time, the stall's deadline among them.
+    goodput = status["goodput"]
+    parts = [goodput[f"{k}Seconds"] for k in ("queued", "productive", "restarting", "recomputing", "stalled",
+                                              "suspended")]  # fmt: skip
+    wall = parse_time(status["completionTime"]) - parse_time(job["metadata"]["creationTimestamp"])
+    assert abs(sum(parts) - wall.total_seconds()) <= 1, (parts, wall)
+    assert DEADLINE <= goodput["stalledSeconds"] <= DEADLINE + 6  # found at the first scrape past the deadline
+    assert goodput["restartingSeconds"] > 0 and goodput["stepsLost"] > 0
+    assert 0 < goodput["ratio"] < 1
 
 
 def test_a_straggler_is_named_replaced_once_preferring_another_node_and_the_job_succeeds(

@@ -1,0 +1,72 @@
+"""status.goodput: where the job's wall time went, from its creation to its end.
+
+The time since `accountedAt` belongs to the phase the job has been in since; the round that changes the phase
+(or ends the job) counts it into that phase's part and moves `accountedAt` to now, so rounds that change
+nothing write nothing, and the parts add up to the time from creation to `accountedAt` (to completionTime,
+once ended; status times are whole seconds, so exactly). Pending counts as queued, Restarting as restarting,
+Suspended as suspended. Running time is split: first the seconds of a stall found in it (the deadline it went
+without progress), then the seconds owed to recomputation (the steps lost when ranks were replaced, at the
+last measured step time), the rest productive.
+
+Steps are lost when a rank is replaced while the job runs, except when it stopped with its checkpoint (a clean
+stop, or a straggler replaced in a job that checkpoints): worker 0's last step less its newest checkpoint's, as
+status.progress last said (without checkpoints, every step).
+"""
+
+from __future__ import annotations
+
+from ..api import Goodput, JobPhase
+from ..failures import Failure, Kind
+from ..observed import parse_time
+from ..round_state import Round
+
+ENDED = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+def note_lost_work(r: Round, failure: Failure) -> None:
+    """A rank is replaced for `failure`: the steps since the newest checkpoint are lost, unless it saved where it
+    stopped. Counted once per round, and only while the job was Running (a second rank lost during the same
+    recovery loses nothing more)."""
+    lossless = failure.kind == Kind.STOPPED or (failure.kind == Kind.STRAGGLED and r.job.spec.checkpoint is not None)
+    if lossless or r.old.phase != JobPhase.RUNNING or r.old.progress is None:
+        return
+    progress = r.old.progress
+    saved = (progress.last_checkpoint_step or 0) if r.job.spec.checkpoint is not None else 0
+    r.lost_steps = max(r.lost_steps, 0, progress.step - saved)
+
+
+def account(r: Round) -> None:
+    """At the end of every round: count the time since accountedAt when the phase changes or the job ends."""
+    before, after = r.old.phase, r.status.phase
+    if before in ENDED:
+        return
+    g = (r.status.goodput or Goodput()).model_copy()
+    if g.accounted_at is None:
+        g.accounted_at = str(r.job.metadata.get("creationTimestamp") or r.now)
+    if before == after and not r.lost_steps and r.status.goodput is not None:
+        return
+    seconds = max(0, int((r.at - parse_time(g.accounted_at)).total_seconds()))
+    if before == JobPhase.RUNNING:
+        stalled = min(seconds, round(r.stalled_seconds))
+        recomputing = min(seconds - stalled, g.recompute_owed_seconds)
+        g.stalled_seconds += stalled
+        g.recomputing_seconds += recomputing
+        g.recompute_owed_seconds -= recomputing
+        g.productive_seconds += seconds - stalled - recomputing
+    elif before == JobPhase.RESTARTING:
+        g.restarting_seconds += seconds
+    elif before == JobPhase.SUSPENDED:
+        g.suspended_seconds += seconds
+    else:  # new, Pending
+        g.queued_seconds += seconds
+    if r.lost_steps:  # owed by the Running time from now on (the steps are trained again after the recovery)
+        g.steps_lost += r.lost_steps
+        step_seconds = r.old.progress.step_seconds if r.old.progress else None
+        g.recompute_owed_seconds += round(r.lost_steps * (step_seconds or 0.0))
+    g.accounted_at = r.now
+    total = sum(
+        (g.queued_seconds, g.productive_seconds, g.restarting_seconds, g.recomputing_seconds, g.stalled_seconds,
+         g.suspended_seconds)
+    )  # fmt: skip
+    g.ratio = round(g.productive_seconds / total, 4) if total else None
+    r.status.goodput = g
