@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "ringleader.dev"
@@ -100,6 +100,87 @@ class LocalSGDSettings(Model):
     period: int = Field(8, ge=1, le=MAX_STEPS, description="Local steps between parameter averaging rounds (tau).")
 
 
+class FailureAction(StrEnum):
+    FAIL_JOB = "FailJob"
+    RESTART_RANK = "RestartRank"
+    RESTART_GANG = "RestartGang"
+    IGNORE = "Ignore"
+
+
+class ExitCodeOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+
+
+MAX_RULES = 20  # failure rules per role
+MAX_RULE_VALUES = 255  # exit codes or reasons one rule lists
+
+
+class ExitCodes(Model):
+    operator: ExitCodeOperator = Field(description="In: the exit code is one of `values`; NotIn: it is none of them.")
+    values: list[int] = Field(
+        min_length=1,
+        max_length=MAX_RULE_VALUES,
+        description="Exit codes of the trainer container, 1-255.",
+        json_schema_extra={"items": {"type": "integer", "minimum": 1, "maximum": 255}},
+    )
+
+    @field_validator("values")
+    @classmethod
+    def _codes(cls, values: list[int]) -> list[int]:
+        if any(not 1 <= v <= 255 for v in values):
+            raise ValueError("exit codes are 1-255")
+        return values
+
+
+RULE_MATCHES = ("onExitCodes", "onReasons", "onPodConditions")
+
+
+class FailureRule(Model):
+    """One failure rule: the first whose match holds decides what a rank's ended pod does (FailJob, RestartRank,
+    RestartGang, Ignore). Exactly one of onExitCodes, onReasons, onPodConditions."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.onExitCodes), has(self.onReasons), has(self.onPodConditions)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "a failure rule sets exactly one of onExitCodes, onReasons, onPodConditions",
+                }
+            ]
+        }
+    )
+
+    action: FailureAction = Field(
+        description="FailJob fails the job at once; RestartRank restarts the rank (counted against backoffLimit); "
+        "RestartGang restarts every rank (counted once); Ignore recreates the rank, not counted."
+    )
+    on_exit_codes: ExitCodes | None = Field(
+        None, description="The trainer container exited with one of these codes (a program's exit, not an eviction)."
+    )
+    on_reasons: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_RULE_VALUES,
+        description="The trainer container's termination reason (OOMKilled, Error, ContainerCannotRun, ...) or the "
+        "pod's status.reason (Evicted, NodeLost, ...) is one of these.",
+    )
+    on_pod_conditions: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_RULE_VALUES,
+        description="The reason of the pod's DisruptionTarget condition is one of these (EvictionByEvictionAPI, "
+        "PreemptionByScheduler, TerminationByKubelet, DeletionByTaintManager, DeletionByPodGC).",
+    )
+
+    @model_validator(mode="after")
+    def _one_match(self) -> FailureRule:
+        if sum(x is not None for x in (self.on_exit_codes, self.on_reasons, self.on_pod_conditions)) != 1:
+            raise ValueError("a failure rule sets exactly one of onExitCodes, onReasons, onPodConditions")
+        return self
+
+
 class ReplicaSpec(Model):
     replicas: int = Field(
         1,
@@ -128,6 +209,12 @@ class ReplicaSpec(Model):
         description="What happens when a pod of this role fails: Never fails the job; OnFailure and Always "
         "recreate the rank; ExitCode retries signal and infrastructure exits (128-255, which include the "
         "trainer's retryable codes) and fails on 1-127. Evictions and node loss are retried under every policy.",
+    )
+    failure_rules: list[FailureRule] = Field(
+        default_factory=list,
+        max_length=MAX_RULES,
+        description="Rules for a rank's pod that ended (failed, was evicted, lost its node), evaluated in order "
+        "before restartPolicy's own (docs/operator.md): the first that matches decides.",
     )
     template: dict[str, Any] = Field(
         default_factory=dict,
@@ -283,6 +370,9 @@ class RankStatus(Model):
     restarts: int = Field(0, description="Times this rank was restarted (counted against backoffLimit).")
     stops: int = Field(0, description="Times this rank stopped cleanly on request and was recreated (not counted).")
     stalls: int = Field(0, description="Times this rank was replaced for stopping first in a stall (not counted).")
+    uncounted: int = Field(
+        0, description="Times this rank was recreated by a failure rule's Ignore or a gang restart (not counted)."
+    )
     straggles: int = Field(0, description="Times this rank was replaced as a straggler (not counted).")
     avoid_node: str | None = Field(None, description="A node this rank's pods prefer not to run on (it straggled).")
     pod_seen: bool = Field(False, description="The pod of the current attempt was observed running or done.")
@@ -294,7 +384,7 @@ class RankStatus(Model):
     @property
     def attempt(self) -> int:
         """The attempt number of the rank's current pod: every replacement, counted or not, is a new one."""
-        return self.restarts + self.stops + self.stalls + self.straggles
+        return self.restarts + self.stops + self.stalls + self.straggles + self.uncounted
 
 
 class Progress(Model):

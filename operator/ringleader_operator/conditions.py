@@ -29,6 +29,9 @@ class Reason(StrEnum):
     POD_DELETED = "PodDeleted"
     SUCCEEDED = "JobSucceeded"
     FAILED = "RankFailed"
+    FAILURE_RULE = "FailureRule"  # a role's failure rule with action FailJob matched a rank's ending
+    GANG_RESTART = "GangRestart"  # a failure rule's RestartGang: every other rank recreated (not counted)
+    IGNORED = "FailureIgnored"  # a failure rule's Ignore: the rank recreated, not counted
     BACKOFF_LIMIT = "BackoffLimitExceeded"
     INVALID_SPEC = "InvalidSpec"
     SUSPENDED = "JobSuspended"

@@ -12,10 +12,11 @@ nothing was lost, so an eviction loop costs time, not work.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .api import RestartPolicy
+from .api import ExitCodeOperator, ExitCodes, FailureAction, FailureRule, RestartPolicy
 from .conditions import Reason
 
 # The trainer's ExitCode.STOPPED (docs/exit-codes.md; tests/unit/test_trainer_contracts.py holds both sides).
@@ -31,6 +32,7 @@ class Kind(StrEnum):
     EXITED = "exited"
     STALLED = "stalled"  # replaced by the operator: it stopped first in a stall (never classified from a pod)
     STRAGGLED = "straggled"  # replaced by the operator: a straggler (never classified from a pod)
+    GANG = "gang"  # replaced by the operator: a peer's failure rule restarts the gang (never classified)
 
 
 # Reasons Kubernetes gives a pod's DisruptionTarget condition, and pod.status.reason values a kubelet (or our
@@ -59,6 +61,7 @@ RESTART_REASONS = {
     Kind.STOPPED: Reason.STOPPED,
     Kind.STALLED: Reason.RANK_STALLED,
     Kind.STRAGGLED: Reason.RANK_STRAGGLED,
+    Kind.GANG: Reason.GANG_RESTART,
 }
 
 
@@ -67,6 +70,8 @@ class Failure:
     kind: Kind
     exit_code: int | None = None
     detail: str = ""  # Kubernetes' own word for it: a disruption or pod reason, a terminated state's reason
+    reason: str = ""  # pod.status.reason, else the trainer container's terminated reason (OOMKilled, Error)
+    disruption: str = ""  # the reason of the pod's DisruptionTarget condition
 
     def describe(self) -> str:
         """`failed with exit code 137 (OOMKilled)`, `was evicted (EvictionByEvictionAPI)`, ..."""
@@ -82,6 +87,7 @@ class Failure:
             Kind.EXITED: "exited",
             Kind.STALLED: "stopped first in a stall",
             Kind.STRAGGLED: "straggled",
+            Kind.GANG: "restarted with its gang",
         }[self.kind] + suffix
 
 
@@ -90,43 +96,97 @@ def classify(exit_code: int | None, pod_reason: str, disruption: str) -> Failure
     `exit_code` is the trainer container's non-zero exit code, if it has one; `pod_reason` is
     pod.status.reason; `disruption` is the reason of its DisruptionTarget condition, if any. A clean stop is
     one whatever made the pod go (its disruption or reason is kept as the detail)."""
+    seen = {"reason": pod_reason, "disruption": disruption}
     if exit_code == STOPPED_EXIT_CODE:
-        return Failure(Kind.STOPPED, exit_code, disruption or pod_reason)
+        return Failure(Kind.STOPPED, exit_code, disruption or pod_reason, **seen)
     if disruption in _DISRUPTIONS:
-        return Failure(_DISRUPTIONS[disruption], exit_code, disruption)
+        return Failure(_DISRUPTIONS[disruption], exit_code, disruption, **seen)
     if pod_reason in _POD_REASONS:
-        return Failure(_POD_REASONS[pod_reason], exit_code, pod_reason)
+        return Failure(_POD_REASONS[pod_reason], exit_code, pod_reason, **seen)
     if exit_code is not None:
-        return Failure(Kind.EXIT, exit_code, pod_reason)
+        return Failure(Kind.EXIT, exit_code, pod_reason, **seen)
     # Failed with neither an exit code nor a known reason (admission rejected, image never ran, ...): the
     # program did not fail, so this is the infrastructure's.
-    return Failure(Kind.EVICTED if pod_reason else Kind.DELETED, None, pod_reason or disruption)
+    return Failure(Kind.EVICTED if pod_reason else Kind.DELETED, None, pod_reason or disruption, **seen)
 
 
 class Decision(StrEnum):
     RESTART = "Restart"
+    RESTART_GANG = "RestartGang"
+    IGNORE = "Ignore"
     FAIL = "Fail"
 
 
-def is_program_error(policy: RestartPolicy, failure: Failure) -> bool:
-    """Whether the policy treats this failure as the program's own, which fails the job at once."""
-    if failure.kind != Kind.EXIT:
-        return False
-    if policy == RestartPolicy.NEVER:
-        return True
-    return policy == RestartPolicy.EXIT_CODE and not (failure.exit_code is not None and failure.exit_code >= 128)
+def _exits(operator: ExitCodeOperator, codes: range) -> ExitCodes:
+    return ExitCodes(operator=operator, values=list(codes))
+
+
+# restartPolicy as rules, evaluated after a role's own failureRules: Never fails the job on any exit of the
+# program, ExitCode on 1-127 (its own errors; 128-255 are signals and the trainer's retryable codes); OnFailure
+# and Always add none. Whatever no rule matches restarts the rank.
+BUILTIN_RULES: dict[RestartPolicy, tuple[FailureRule, ...]] = {
+    RestartPolicy.NEVER: (
+        FailureRule(action=FailureAction.FAIL_JOB, on_exit_codes=_exits(ExitCodeOperator.IN, range(1, 256))),
+    ),
+    RestartPolicy.EXIT_CODE: (
+        FailureRule(action=FailureAction.FAIL_JOB, on_exit_codes=_exits(ExitCodeOperator.IN, range(1, 128))),
+    ),
+    RestartPolicy.ON_FAILURE: (),
+    RestartPolicy.ALWAYS: (),
+}
+_ACTIONS = {
+    FailureAction.FAIL_JOB: Decision.FAIL,
+    FailureAction.RESTART_RANK: Decision.RESTART,
+    FailureAction.RESTART_GANG: Decision.RESTART_GANG,
+    FailureAction.IGNORE: Decision.IGNORE,
+}
+
+
+def matches(rule: FailureRule, failure: Failure) -> bool:
+    """Whether the rule holds for the failure. Exit codes match a program's exit only (an evicted pod's 137 is
+    the eviction's); reasons match the pod's reason or the trainer container's termination reason; pod
+    conditions match the DisruptionTarget condition's reason."""
+    if rule.on_exit_codes is not None:
+        if failure.kind != Kind.EXIT or failure.exit_code is None:
+            return False
+        listed = failure.exit_code in rule.on_exit_codes.values
+        return listed if rule.on_exit_codes.operator == ExitCodeOperator.IN else not listed
+    if rule.on_reasons is not None:
+        return bool(failure.reason) and failure.reason in rule.on_reasons
+    return bool(failure.disruption) and failure.disruption in (rule.on_pod_conditions or [])
+
+
+def first_match(
+    rules: Sequence[FailureRule], policy: RestartPolicy, failure: Failure
+) -> tuple[FailureAction, int | None]:
+    """The action of the first rule that holds (the role's own, then restartPolicy's), with the index of the
+    role's rule (None: restartPolicy's rule, or none held: RestartRank)."""
+    for i, rule in enumerate(rules):
+        if matches(rule, failure):
+            return rule.action, i
+    for rule in BUILTIN_RULES[policy]:
+        if matches(rule, failure):
+            return rule.action, None
+    return FailureAction.RESTART_RANK, None
 
 
 def decide_restart(
-    policy: RestartPolicy, failure: Failure, restarts: int, backoff_limit: int
+    policy: RestartPolicy,
+    failure: Failure,
+    restarts: int,
+    backoff_limit: int,
+    rules: Sequence[FailureRule] = (),
 ) -> tuple[Decision, Reason | None]:
     """What to do with a rank whose pod stopped, and the job's failure reason if it fails. `restarts` counts
-    the job's restarts so far (every restart counts, infrastructure ones too: an eviction loop ends)."""
-    if is_program_error(policy, failure):
-        return Decision.FAIL, Reason.FAILED
-    if restarts >= backoff_limit:
+    the job's restarts so far (every counted restart, infrastructure ones too: an eviction loop ends); an
+    ignored failure counts for nothing, so the limit does not stop it."""
+    action, rule = first_match(rules, policy, failure)
+    decision = _ACTIONS[action]
+    if decision == Decision.FAIL:
+        return decision, Reason.FAILURE_RULE if rule is not None else Reason.FAILED
+    if decision != Decision.IGNORE and restarts >= backoff_limit:
         return Decision.FAIL, Reason.BACKOFF_LIMIT
-    return Decision.RESTART, None
+    return decision, None
 
 
 def backoff_seconds(rank_restarts: int, base: float, cap: float) -> float:

@@ -18,21 +18,23 @@ from .helpers import KILL_TRAINING_PROCESS, diagnosis, is_true, trainer_job, wai
 pytestmark = pytest.mark.usefixtures("operator")
 
 
-def test_a_rank_over_its_memory_limit_is_oom_killed_and_the_job_says_so(
+def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_once(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str
 ) -> None:
     ns = restricted_namespace
-    # 64 MiB does not hold torch's import: every attempt is killed by the kernel, retried once (137 is
-    # retryable under ExitCode), and the job fails when backoffLimit is reached.
-    body = trainer_job("oom", "allreduce", "--steps", "20", workers=1, memory="64Mi", runPolicy={"backoffLimit": 1})
+    # 64 MiB does not hold torch's import: the kernel kills the rank. Under ExitCode 137 is retried, but the
+    # role's rule `OOMKilled -> FailJob` comes first: the job fails at the first kill, nothing restarted.
+    body = trainer_job("oom", "allreduce", "--steps", "20", workers=1, memory="64Mi", runPolicy={"backoffLimit": 3})
     body["spec"]["workers"]["restartPolicy"] = "ExitCode"
+    body["spec"]["workers"]["failureRules"] = [{"action": "FailJob", "onReasons": ["OOMKilled"]}]
     create(custom, ns, body)
     job = wait_finished(custom, ns, "oom", timeout=180)
     failed = condition(job, "Failed") or {}
-    assert is_true(job, "Failed") and failed.get("reason") == "BackoffLimitExceeded", diagnosis(core, ns, job)
-    assert "exit code 137 (OOMKilled)" in failed.get("message", ""), failed
+    assert is_true(job, "Failed") and failed.get("reason") == "FailureRule", diagnosis(core, ns, job)
+    assert "exit code 137 (OOMKilled); spec.workers.failureRules[0] (FailJob) matched" in failed["message"], failed
+    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
     events = core.list_namespaced_event(ns, field_selector="involvedObject.name=oom").items
-    assert any("(OOMKilled)" in (e.message or "") and e.reason == "RankRestarting" for e in events), [
+    assert any("(OOMKilled)" in (e.message or "") and e.reason == "FailureRule" for e in events), [
         (e.reason, e.message) for e in events
     ]
 

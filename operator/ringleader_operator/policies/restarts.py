@@ -21,7 +21,7 @@ from typing import Literal
 from ..api import ROLE_NAMES, RankStatus, RestartPolicy, Role
 from ..builders import build_pod, pod_name, rank_key
 from ..conditions import Reason
-from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide_restart
+from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide_restart, first_match
 from ..observed import ObservedPod, format_time, parse_time
 from ..round_state import Event, Round
 from .goodput import note_lost_work
@@ -75,7 +75,8 @@ def _going_failure(pod: ObservedPod) -> Failure:
 def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
     if not _current(rank, pod):
-        r.plan.delete_pods.append(pod.name)  # counted already; the operator stopped before deleting it
+        if pod.name not in r.plan.delete_pods:  # counted already (or replaced with its gang just now)
+            r.plan.delete_pods.append(pod.name)
         return
     rank.pod_seen = True
     spec = r.job.replicas(pod.role)
@@ -122,24 +123,53 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
         note = f"{what}; recreating it (not counted: {total} of backoffLimit {policy.backoff_limit} restarts used)"
         replace_rank(r, rank, failure, what, None, note, "Normal")
         return True
-    decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit)
+    rules = spec.failure_rules
+    decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit, rules)
+    field = f"spec.{'workers' if role == Role.WORKER else 'parameterServers'}.failureRules"
+    _, matched = first_match(rules, spec.restart_policy, failure)
+    by_rule = f"; {field}[{matched}] ({rules[matched].action.value}) matched" if matched is not None else ""
     if decision == Decision.FAIL:
         limit = f"; backoffLimit {policy.backoff_limit} reached" if reason == Reason.BACKOFF_LIMIT else ""
-        r.fail(reason or Reason.FAILED, what + limit)
+        r.fail(reason or Reason.FAILED, what + by_rule + limit)
         return False
+    if decision == Decision.IGNORE:
+        rank.uncounted += 1
+        delay = backoff_seconds(rank.uncounted, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
+        after = r.after(math.ceil(delay) + 1)
+        note = f"{what}{by_rule}: recreating it in {math.ceil(delay)} s (not counted against backoffLimit)"
+        replace_rank(r, rank, failure, what, after, note, "Normal")
+        r.wake_at(after)
+        return True
     r.restarts[role] += 1
     rank.restarts += 1
     delay = backoff_seconds(rank.restarts, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
     # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
     # `delay` from the moment the failure was seen.
     after = r.after(math.ceil(delay) + 1)
+    gang = ", and every other rank with it" if decision == Decision.RESTART_GANG else ""
     note = (
-        f"{what}; restarting it in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
+        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
         f"{total + 1} of backoffLimit {policy.backoff_limit})"
     )
     replace_rank(r, rank, failure, what, after, note, "Warning")
     r.wake_at(after)
+    if decision == Decision.RESTART_GANG:
+        _restart_gang(r, (role, index), what)
     return True
+
+
+def _restart_gang(r: Round, failed: tuple[Role, int], what: str) -> None:
+    """Recreate every other rank with a live pod of its current attempt (not counted: the gang restarts for one
+    rank's failure): deleted with the trainer pods' grace (a job that checkpoints saves where it stops)."""
+    for (role, index), pods in r.by_rank.items():
+        rank = r.status.ranks.get(rank_key(role, index))
+        live = [p for p in pods if r.live(p) and rank is not None and _current(rank, p)]
+        if (role, index) == failed or rank is None or not live:
+            continue
+        rank.uncounted += 1
+        note = f"{ROLE_NAMES[role]} {index} (pod {live[0].name}) restarts with its gang: {what}"
+        replace_rank(r, rank, Failure(Kind.GANG), note, None, note, "Normal")
+        r.plan.delete_pods.append(live[0].name)
 
 
 def replace_rank(

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from ringleader_operator.api import RestartPolicy
+from pydantic import ValidationError
+from ringleader_operator.api import FailureRule, RestartPolicy
 from ringleader_operator.conditions import Reason
 from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
 
@@ -68,6 +71,67 @@ def test_decide_restart(
     policy: RestartPolicy, failure: Failure, restarts: int, limit: int, want: tuple[Decision, Reason | None]
 ) -> None:
     assert decide_restart(policy, failure, restarts, limit) == want
+
+
+def rule(action: str, **match: Any) -> FailureRule:
+    return FailureRule.model_validate({"action": action, **match})
+
+
+OOM = Failure(E, 137, "OOMKilled", reason="OOMKilled")
+EVICTED = Failure(EV, 143, "EvictionByEvictionAPI", reason="", disruption="EvictionByEvictionAPI")
+FAIL_OOM = rule("FailJob", onReasons=["OOMKilled"])
+RESTART_201 = rule("RestartRank", onExitCodes={"operator": "In", "values": [201]})
+IGNORE_EVICTIONS = rule("Ignore", onPodConditions=["EvictionByEvictionAPI", "PreemptionByScheduler"])
+GANG_NOT_1 = rule("RestartGang", onExitCodes={"operator": "NotIn", "values": [1, 2]})
+BY_RULE = (Decision.FAIL, Reason.FAILURE_RULE)
+
+
+@pytest.mark.parametrize(
+    ("policy", "rules", "failure", "restarts", "want"),
+    [
+        # (restartPolicy, the role's rules, the failure, restarts so far of backoffLimit 3) -> decision
+        (P.EXIT_CODE, [FAIL_OOM], OOM, 0, BY_RULE),  # the rule first: 137 would be retried under ExitCode
+        (P.ON_FAILURE, [FAIL_OOM], Failure(E, 1, reason="Error"), 0, RESTART),  # no rule holds: the policy's
+        (P.NEVER, [RESTART_201], Failure(E, 201, reason="Error"), 0, RESTART),  # before Never's own rule
+        (P.NEVER, [RESTART_201], Failure(E, 1, reason="Error"), 0, FAIL),  # Never's rule: the program failed
+        (P.NEVER, [RESTART_201], Failure(E, 201), 3, LIMIT),  # a restart by rule is counted
+        (P.ON_FAILURE, [IGNORE_EVICTIONS], EVICTED, 3, (Decision.IGNORE, None)),  # not counted: past the limit too
+        (P.ON_FAILURE, [RESTART_201], EVICTED, 0, RESTART),  # exit codes match a program's exits only
+        (P.ON_FAILURE, [GANG_NOT_1], Failure(E, 201), 0, (Decision.RESTART_GANG, None)),
+        (P.ON_FAILURE, [GANG_NOT_1], Failure(E, 1), 0, RESTART),
+        (P.ON_FAILURE, [IGNORE_EVICTIONS, FAIL_OOM], OOM, 0, BY_RULE),  # in order: the first that holds
+        (P.EXIT_CODE, [], OOM, 0, RESTART),  # ExitCode, written as its rule: 1-127 fail
+    ],
+    ids=["oom-fails", "no-match", "201-restarts", "never-1", "by-rule-limit", "ignore", "exit-not-eviction",
+         "gang", "gang-notin", "order", "builtin"],
+)  # fmt: skip
+def test_failure_rules(
+    policy: RestartPolicy, rules: list[FailureRule], failure: Failure, restarts: int, want: tuple[Any, ...]
+) -> None:
+    assert decide_restart(policy, failure, restarts, 3, rules) == want
+
+
+def test_classify_keeps_the_reasons_rules_match() -> None:
+    f = classify(137, "OOMKilled", "")
+    assert (f.reason, f.disruption) == ("OOMKilled", "")
+    f = classify(143, "", "EvictionByEvictionAPI")
+    assert (f.kind, f.disruption) == (EV, "EvictionByEvictionAPI")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"action": "FailJob"},
+        {"action": "FailJob", "onReasons": ["OOMKilled"], "onPodConditions": ["DeletionByPodGC"]},
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [0]}},
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": []}},
+        {"action": "Retry", "onReasons": ["OOMKilled"]},
+    ],
+    ids=["no-match", "two-matches", "exit-0", "no-values", "unknown-action"],
+)
+def test_a_rule_that_cannot_be_evaluated_is_refused(body: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        FailureRule.model_validate(body)
 
 
 @pytest.mark.parametrize(

@@ -139,3 +139,33 @@ def test_after_a_stop_the_replacement_is_the_next_attempt_and_the_stopped_pod_is
     r = round_of(j, [RUNNING0])
     reconcile_ranks(r)
     assert [p["metadata"]["annotations"]["ringleader.dev/attempt"] for p in r.plan.create_pods] == ["1"]
+
+
+def test_a_failure_rule_restarting_the_gang_recreates_every_rank_and_counts_once() -> None:
+    gang = {"action": "RestartGang", "onExitCodes": {"operator": "In", "values": [201]}}
+    workers = {"replicas": 3, "template": TEMPLATE, "failureRules": [gang]}
+    status = {"ranks": {f"worker-{i}": {"podSeen": True} for i in range(3)}}
+    pods = [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Failed", exit_code=201),
+            pod(Role.WORKER, 2, "Running")]  # fmt: skip
+    r = round_of(job(status=status, workers=workers), pods)
+    reconcile_ranks(r)
+    assert sorted(r.plan.delete_pods) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    ranks = r.status.ranks
+    assert [(ranks[f"worker-{i}"].restarts, ranks[f"worker-{i}"].uncounted) for i in range(3)] == [(0, 1), (1, 0),
+                                                                                                   (0, 1)]  # fmt: skip
+    assert r.restarts[Role.WORKER] == 1
+    assert (
+        "spec.workers.failureRules[0] (RestartGang) matched; restarting it, and every other rank with it"
+        in (r.restarting[0][1])
+    )
+
+
+def test_an_ignored_failure_recreates_the_rank_after_a_back_off_and_counts_nothing() -> None:
+    ignore = {"action": "Ignore", "onReasons": ["Evicted"]}
+    status = {"ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}}
+    j = job(status=status, workers={"replicas": 2, "template": TEMPLATE, "failureRules": [ignore]})
+    r = round_of(j, [RUNNING0, pod(Role.WORKER, 1, "Failed", reason="Evicted")])
+    reconcile_ranks(r)
+    rank = r.status.ranks["worker-1"]
+    assert (rank.restarts, rank.uncounted, rank.attempt, r.restarts[Role.WORKER]) == (0, 1, 1, 0)
+    assert r.plan.delete_pods == [W1] and r.plan.requeue_after == 2  # the back-off of a first recreation
