@@ -73,6 +73,7 @@ class Role(StrEnum):
 
 
 ROLE_NAMES = {Role.WORKER: "worker", Role.PS: "parameter server"}  # how messages name a role
+ROLE_FIELDS = {Role.WORKER: "spec.workers", Role.PS: "spec.parameterServers"}  # where messages find its spec
 
 
 # Upper bounds of the API (the CRD's `maximum`s): what no real job needs and what keeps the operator's arithmetic

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import admission, gangs, launchers, templates
-from .api import API_VERSION, KIND, MAX_GRACE_SECONDS, Role, Strategy, TrainingJob
+from .api import API_VERSION, KIND, MAX_GRACE_SECONDS, ROLE_FIELDS, Role, Strategy, TrainingJob
 
 LABEL_JOB = "ringleader.dev/job-name"
 LABEL_ROLE = "ringleader.dev/replica-type"
@@ -186,7 +186,7 @@ def validate(job: TrainingJob, max_ranks: int = DEFAULT_MAX_RANKS) -> None:
             f"spec.workers.replicas: the job asks for {ranks} pods, more than this operator's limit of {max_ranks} "
             "per job (its --max-replicas-per-job)"
         )
-    for role, where in ((Role.WORKER, "spec.workers.template"), (Role.PS, "spec.parameterServers.template")):
+    for role, where in ((r, f"{ROLE_FIELDS[r]}.template") for r in (Role.WORKER, Role.PS)):
         spec = job.replicas(role)
         if spec is None:
             continue
@@ -295,7 +295,7 @@ def build_pod(
     replica = job.replicas(role)
     if replica is None:
         raise InvalidTemplate(f"the job has no {role.value} replicas")
-    where = "spec.workers.template" if role == Role.WORKER else "spec.parameterServers.template"
+    where = f"{ROLE_FIELDS[role]}.template"
     trainer = trainer_container_index(replica.template, where)  # first: it refuses a template without containers
     meta, spec = _template_copy(replica.template)
     name = pod_name(job.name, role, index)

@@ -170,6 +170,26 @@ def first_match(
     return FailureAction.RESTART_RANK, None
 
 
+def decide(
+    policy: RestartPolicy,
+    failure: Failure,
+    restarts: int,
+    backoff_limit: int,
+    rules: Sequence[FailureRule] = (),
+) -> tuple[Decision, Reason | None, int | None]:
+    """What to do with a rank whose pod stopped, the job's failure reason if it fails, and the index of the
+    role's rule that decided (None: restartPolicy's, or none). `restarts` counts the job's restarts so far
+    (every counted restart, infrastructure ones too: an eviction loop ends); an ignored failure counts for
+    nothing, so the limit does not stop it."""
+    action, rule = first_match(rules, policy, failure)
+    decision = _ACTIONS[action]
+    if decision == Decision.FAIL:
+        return decision, Reason.FAILURE_RULE if rule is not None else Reason.FAILED, rule
+    if decision != Decision.IGNORE and restarts >= backoff_limit:
+        return Decision.FAIL, Reason.BACKOFF_LIMIT, rule
+    return decision, None, rule
+
+
 def decide_restart(
     policy: RestartPolicy,
     failure: Failure,
@@ -177,16 +197,9 @@ def decide_restart(
     backoff_limit: int,
     rules: Sequence[FailureRule] = (),
 ) -> tuple[Decision, Reason | None]:
-    """What to do with a rank whose pod stopped, and the job's failure reason if it fails. `restarts` counts
-    the job's restarts so far (every counted restart, infrastructure ones too: an eviction loop ends); an
-    ignored failure counts for nothing, so the limit does not stop it."""
-    action, rule = first_match(rules, policy, failure)
-    decision = _ACTIONS[action]
-    if decision == Decision.FAIL:
-        return decision, Reason.FAILURE_RULE if rule is not None else Reason.FAILED
-    if decision != Decision.IGNORE and restarts >= backoff_limit:
-        return Decision.FAIL, Reason.BACKOFF_LIMIT
-    return decision, None
+    """`decide` without the rule's index."""
+    decision, reason, _ = decide(policy, failure, restarts, backoff_limit, rules)
+    return decision, reason
 
 
 def backoff_seconds(rank_restarts: int, base: float, cap: float) -> float:

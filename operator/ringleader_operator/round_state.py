@@ -113,6 +113,13 @@ class Round:
         self.status.completion_time = self.now
 
     @property
+    def running_since(self) -> str | None:
+        """The lastTransitionTime of the Running condition as read, while it is True (what the scraper's
+        findings carry: one made under another Running is old)."""
+        running = next((c for c in self.old.conditions if c.type == ConditionType.RUNNING), None)
+        return running.last_transition_time if running is not None and running.status == "True" else None
+
+    @property
     def failed(self) -> bool:
         return self.status.phase == JobPhase.FAILED
 

@@ -24,6 +24,12 @@ from .api import ROLE_NAMES, Role
 ROLE_ORDER = {Role.WORKER: 0, Role.PS: 1}
 
 
+def who(role: Role, index: int, pod: str, node: str) -> str:
+    """`worker 1 (pod j-worker-1 on node n2)`: how stall and straggler messages name a rank."""
+    where = f" on node {node}" if node else ""
+    return f"{ROLE_NAMES[role]} {index} (pod {pod}{where})"
+
+
 @dataclass(frozen=True)
 class Beat:
     """Where one rank is, as its page says (progress.parse_beat): its step, since when it waits in an exchange
@@ -76,8 +82,7 @@ class RankBeat:
 
     @property
     def who(self) -> str:
-        node = f" on node {self.node}" if self.node else ""
-        return f"{ROLE_NAMES[self.role]} {self.index} (pod {self.pod}{node})"
+        return who(self.role, self.index, self.pod, self.node)
 
     @property
     def waiting(self) -> bool:

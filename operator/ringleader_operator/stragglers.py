@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .api import ROLE_NAMES, Role
-from .stalls import RankBeat
+from .api import Role
+from .stalls import RankBeat, who
 
 NAMED_AT_MOST = 5  # ranks a condition message names; the rest are counted
 
@@ -35,9 +35,8 @@ class Slow:
         return self.compute / self.median
 
     def describe(self) -> str:
-        node = f" on node {self.node}" if self.node else ""
         return (
-            f"{ROLE_NAMES[self.role]} {self.index} (pod {self.pod}{node}) works {self.factor:.1f}x its peers' median "
+            f"{who(self.role, self.index, self.pod, self.node)} works {self.factor:.1f}x its peers' median "
             f"({self.compute:.3g} s a step against {self.median:.3g} s)"
         )
 

@@ -18,10 +18,10 @@ import math
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ..api import ROLE_NAMES, RankStatus, RestartPolicy, Role
+from ..api import ROLE_FIELDS, ROLE_NAMES, RankStatus, RestartPolicy, Role
 from ..builders import build_pod, pod_name, rank_key
 from ..conditions import Reason
-from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide_restart, first_match
+from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide
 from ..observed import ObservedPod, format_time, parse_time
 from ..round_state import Event, Round
 from .goodput import note_lost_work
@@ -124,10 +124,9 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
         replace_rank(r, rank, failure, what, None, note, "Normal")
         return True
     rules = spec.failure_rules
-    decision, reason = decide_restart(spec.restart_policy, failure, total, policy.backoff_limit, rules)
-    field = f"spec.{'workers' if role == Role.WORKER else 'parameterServers'}.failureRules"
-    _, matched = first_match(rules, spec.restart_policy, failure)
-    by_rule = f"; {field}[{matched}] ({rules[matched].action.value}) matched" if matched is not None else ""
+    decision, reason, matched = decide(spec.restart_policy, failure, total, policy.backoff_limit, rules)
+    rule = f"{ROLE_FIELDS[role]}.failureRules[{matched}]"
+    by_rule = f"; {rule} ({rules[matched].action.value}) matched" if matched is not None else ""
     if decision == Decision.FAIL:
         limit = f"; backoffLimit {policy.backoff_limit} reached" if reason == Reason.BACKOFF_LIMIT else ""
         r.fail(reason or Reason.FAILED, what + by_rule + limit)

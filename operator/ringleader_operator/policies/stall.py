@@ -26,7 +26,7 @@ def act_on_stall(r: Round, stall: Stall | None) -> None:
     """After the ranks are reconciled (r.by_rank set): Stalled False once past the stall, then the new stall,
     if it was found while the job is Running as it is now (an older one is dropped)."""
     _resumed(r)
-    if stall is None or not _current(r, stall):
+    if stall is None or r.failed or r.running_since != stall.running_since:
         return
     policy = r.job.spec.run_policy
     r.stalled_seconds = stall.seconds
@@ -56,17 +56,9 @@ def _replace_stalled(r: Round, pod: ObservedPod, whole_gang: bool) -> None:
     what = f"{ROLE_NAMES[pod.role]} {pod.index} (pod {pod.name})"
     why = "no rank said which stopped first: replacing every rank" if whole_gang else "it stopped first"
     note = f"{what}: the job stalled and {why}; recreating it (not counted against backoffLimit)"
-    replace_rank(r, rank, Failure(Kind.STALLED), f"{what} {Failure(Kind.STALLED).describe()}", None, note, "Warning")
+    failure = Failure(Kind.STALLED)
+    replace_rank(r, rank, failure, f"{what} {failure.describe()}", None, note, "Warning")
     r.plan.kill_pods.append(pod.name)
-
-
-def _current(r: Round, stall: Stall) -> bool:
-    """The stall was measured while the job has been Running as it still is (not ended, not turned Running
-    anew since: a recovery or resume restarts the clock)."""
-    if r.failed or not is_true(r.old.conditions, ConditionType.RUNNING):
-        return False
-    running = next(c for c in r.old.conditions if c.type == ConditionType.RUNNING)
-    return running.last_transition_time == stall.running_since
 
 
 def _resumed(r: Round) -> None:

@@ -23,7 +23,7 @@ from .restarts import replace_rank
 def report_stragglers(r: Round, found: Stragglers | None) -> None:
     """After the ranks are reconciled (r.by_rank set). A reading from an earlier Running (or of a job no longer
     Running) is dropped."""
-    if found is None or r.failed or not _current(r, found):
+    if found is None or r.failed or r.running_since != found.running_since:
         return
     if not found.ranks:
         if is_true(r.status.conditions, ConditionType.STRAGGLER):
@@ -33,11 +33,6 @@ def report_stragglers(r: Round, found: Stragglers | None) -> None:
     if r.job.spec.run_policy.straggler_policy == StragglerPolicy.REPLACE:
         for slow in found.ranks:
             _replace(r, slow)
-
-
-def _current(r: Round, found: Stragglers) -> bool:
-    running = next((c for c in r.old.conditions if c.type == ConditionType.RUNNING and c.status == "True"), None)
-    return running is not None and running.last_transition_time == found.running_since
 
 
 def _replace(r: Round, slow: Slow) -> None:
