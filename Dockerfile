@@ -9,10 +9,12 @@ FROM ${BASE_IMAGE} AS build
 # site-packages pip may not write), copied whole into the runtime stage.
 RUN python -m venv /opt/venv
 WORKDIR /src
+COPY api/pyproject.toml api/pyproject.toml
+COPY api/ringleader_api api/ringleader_api
 COPY operator/pyproject.toml operator/pyproject.toml
 COPY operator/ringleader_operator operator/ringleader_operator
-# The operator's dependencies are pinned in operator/pyproject.toml.
-RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-compile ./operator
+# The operator's dependencies are pinned in operator/pyproject.toml; the API models are a package of their own.
+RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-compile ./api ./operator
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="ringleader-operator" \

@@ -22,7 +22,7 @@ export RINGLEADER_CACHE := $(CACHE)
 export RINGLEADER_DEV_DIR := $(DEV_DIR)
 # The venv (shared by every checkout on the machine) holds third-party packages only; this checkout's own
 # packages come from here, so each clone runs and tests its own code.
-export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/operator:$(CURDIR)/trainer-image
+export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image
 
 .PHONY: operator-up operator-down demo images kind-up kind-load kind-demo kind-down
 .PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-trainer clean-cache
@@ -71,7 +71,7 @@ lint: venv binaries ## ruff (with complexity limits), mypy, the import-layer con
 	@$(VENV)/bin/ruff check devcluster operator trainer-image tests bench examples
 	@$(VENV)/bin/ruff format --check devcluster operator trainer-image tests bench examples
 	@$(VENV)/bin/mypy
-	@out=$$(PYTHONPATH=operator:trainer-image:devcluster $(VENV)/bin/lint-imports --no-cache) \
+	@out=$$(PYTHONPATH=api:operator:trainer-image:devcluster $(VENV)/bin/lint-imports --no-cache) \
 		&& echo "$$out" | grep -E 'KEPT|^Contracts' || { echo "$$out"; exit 1; }
 	@$(HELM) lint --strict helm/ringleader
 	@$(VENV)/bin/hadolint Dockerfile trainer-image/Dockerfile

@@ -90,7 +90,7 @@ def implementation(tmp: Path, name: str) -> Path:
         source = subprocess.run(["git", "show", f"{name}:operator/ringleader_operator/progress.py"], cwd=REPO_ROOT,
                                 check=True, capture_output=True, text=True).stdout  # fmt: skip
     path = tmp / f"progress_{name}.py"
-    path.write_text(source.replace("from .api import", "from ringleader_operator.api import"))
+    path.write_text(source.replace("from .api import", "from ringleader_api import"))  # the API moved to its package
     return path
 
 

@@ -70,7 +70,7 @@ def in_process(blocks: int = 40, steps: int = 100, control: bool = False) -> Int
     `control`: both instances with the export (an A/A run: what the order and the pairing alone give)."""
     import torch
     import torch.distributed as dist
-    from ringleader_operator.api import Role
+    from ringleader_api import Role
     from ringleader_operator.builders import rank_env
     from ringleader_trainer.env import from_env as read_env
     from ringleader_trainer.models import digits_mlp

@@ -58,8 +58,9 @@ def code_hash() -> str:
     """A digest of the operator's source in this checkout: as a pod annotation it rolls the Deployment when
     the code changed (the image tag, which would do that on a real cluster, never changes here)."""
     digest = hashlib.sha256()
-    for path in sorted((REPO_ROOT / "operator" / "ringleader_operator").glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
+    for package in ("api/ringleader_api", "operator/ringleader_operator"):
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            digest.update(str(path.relative_to(REPO_ROOT)).encode() + path.read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -48,7 +48,7 @@ class Image:
     inputs: tuple[str, ...]
 
 
-OPERATOR = Image("localhost/ringleader/operator:dev", "Dockerfile", ("operator",))
+OPERATOR = Image("localhost/ringleader/operator:dev", "Dockerfile", ("api", "operator"))
 TRAINER = Image(
     "localhost/ringleader/trainer:dev",
     "trainer-image/Dockerfile",

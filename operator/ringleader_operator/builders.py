@@ -13,13 +13,22 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from . import admission, gangs, launchers, templates
-from .api import API_VERSION, KIND, MAX_GRACE_SECONDS, ROLE_FIELDS, Role, Strategy, TrainingJob
+from ringleader_api import (
+    ANNOTATION_ATTEMPT,
+    API_VERSION,
+    KIND,
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_ROLE,
+    MAX_GRACE_SECONDS,
+    ROLE_FIELDS,
+    Role,
+    Strategy,
+    TrainingJob,
+)
 
-LABEL_JOB = "ringleader.dev/job-name"
-LABEL_ROLE = "ringleader.dev/replica-type"
-LABEL_INDEX = "ringleader.dev/replica-index"
-ANNOTATION_ATTEMPT = "ringleader.dev/attempt"  # the rank's restart count when this pod was made
+from . import admission, gangs, launchers, templates
+
 ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this pod was made for
 
 TRAINER_CONTAINER = "trainer"

@@ -9,47 +9,9 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
-from .api import Condition, ConditionType
+from ringleader_api import Condition, ConditionType
 
 TERMINAL = (ConditionType.SUCCEEDED, ConditionType.FAILED)
-
-
-class Reason(StrEnum):
-    """Every reason the operator writes (CamelCase, as Kubernetes reasons are)."""
-
-    CREATED = "JobCreated"
-    RUNNING = "JobRunning"
-    PENDING = "PodsPending"
-    RESTARTING = "RankRestarting"
-    STOPPED = "RankStopped"  # asked to stop, it saved a checkpoint where it stopped: recreated, not counted
-    EVICTED = "RankEvicted"
-    NODE_LOST = "NodeLost"
-    POD_DELETED = "PodDeleted"
-    SUCCEEDED = "JobSucceeded"
-    FAILED = "RankFailed"
-    FAILURE_RULE = "FailureRule"  # a role's failure rule with action FailJob matched a rank's ending
-    GANG_RESTART = "GangRestart"  # a failure rule's RestartGang: every other rank recreated (not counted)
-    IGNORED = "FailureIgnored"  # a failure rule's Ignore: the rank recreated, not counted
-    BACKOFF_LIMIT = "BackoffLimitExceeded"
-    INVALID_SPEC = "InvalidSpec"
-    SUSPENDED = "JobSuspended"
-    RESUMED = "JobResumed"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    RESIZED = "Resized"
-    ADMITTED = "GangAdmitted"
-    UNSCHEDULABLE = "Unschedulable"  # the pods could not run together even on the cluster's empty nodes
-    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # they could, once others free the room
-    FOREIGN_PODS = "ForeignPodsIgnored"  # pods carrying the job's labels that it does not own
-    PROGRESS_UNAVAILABLE = "ProgressUnavailable"  # worker 0's metrics page could not be read, several times
-    PROGRESS_DEADLINE = "ProgressDeadlineExceeded"  # no step for runPolicy.progressDeadlineSeconds: Stalled
-    PROGRESS_RESUMED = "ProgressResumed"  # the job got past the step it stalled at
-    RANK_STALLED = "RankStalled"  # the rank that stopped first in a stall, replaced (not counted)
-    STALL_LIMIT = "StallLimitExceeded"  # one stall more than runPolicy.stallLimit
-    STRAGGLERS = "RanksStraggling"  # Straggler=True: ranks working runPolicy.stragglerThreshold x their peers
-    NO_STRAGGLERS = "NoStragglers"
-    RANK_STRAGGLED = "RankStraggled"  # a straggler replaced (stragglerPolicy Replace; not counted)
 
 
 def is_true(conditions: list[Condition], kind: ConditionType) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .api import Progress
+from ringleader_api import Progress
 
 
 def with_estimates(p: Progress) -> Progress:

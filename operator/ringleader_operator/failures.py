@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .api import ExitCodeOperator, ExitCodes, FailureAction, FailureRule, RestartPolicy
-from .conditions import Reason
+from ringleader_api import ExitCodeOperator, ExitCodes, FailureAction, FailureRule, Reason, RestartPolicy
 
 # The trainer's ExitCode.STOPPED (docs/exit-codes.md; tests/unit/test_trainer_contracts.py holds both sides).
 STOPPED_EXIT_CODE = 202

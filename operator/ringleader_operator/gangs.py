@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .api import TrainingJob
+from ringleader_api import TrainingJob
 
 
 @dataclass(frozen=True)

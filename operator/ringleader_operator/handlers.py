@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
+from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
 from .admission import node_digest
-from .api import GROUP, PLURAL, VERSION
-from .builders import DEFAULT_MAX_RANKS, LABEL_JOB
+from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest

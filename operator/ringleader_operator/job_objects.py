@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ringleader_api import Strategy, TrainingJob
+
 from . import admission, gangs
-from .api import Strategy, TrainingJob
 from .builders import (
     MASTER_PORT,
     METRICS_PORT,

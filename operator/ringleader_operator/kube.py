@@ -18,10 +18,9 @@ import aiohttp
 import kopf
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiException
+from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
 from .admission import GATE, Cluster
-from .api import GROUP, PLURAL, VERSION
-from .builders import LABEL_JOB
 from .ratelimit import ClientBudget
 
 API_TIMEOUT = 15  # seconds, every request

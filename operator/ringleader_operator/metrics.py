@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
-
-from .api import JobPhase
+from ringleader_api import JobPhase
 
 PODS_CREATED = Counter("ringleader_pods_created_total", "Pods the operator created.")
 RESTARTS = Counter("ringleader_rank_restarts_total", "Ranks restarted after a failure.")

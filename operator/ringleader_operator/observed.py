@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .api import KIND, Role, TrainingJob
-from .builders import ANNOTATION_ATTEMPT, ANNOTATION_WORKERS, pod_name, rank_of
+from ringleader_api import ANNOTATION_ATTEMPT, KIND, Role, TrainingJob
+
+from .builders import ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import Failure, classify
 
 

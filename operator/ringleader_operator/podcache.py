@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .api import GROUP
+from ringleader_api import GROUP
 
 OVERLAY_SECONDS = 60.0
 GONE_SECONDS = 60.0  # how long the last state of a deleted pod is kept for the rounds after its deletion

@@ -17,8 +17,8 @@ import math
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from ringleader_api import Progress
 
-from .api import Progress
 from .estimates import with_estimates
 from .stalls import Beat
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ringleader_api import Reason, TrainingJob
+
 from . import admission
-from .api import TrainingJob
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
-from .conditions import Reason, finished
+from .conditions import finished
 from .policies import cleanup, deadline, gang, goodput, outcome, resize, restarts, stall, straggler, suspend, ttl
 from .round_state import Plan, Round
 from .stalls import Stall

@@ -31,12 +31,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
+from ringleader_api import ConditionType, Goodput, JobPhase, Reason, TrainingJob, TrainingJobStatus
 
 from . import admission, metrics
-from .api import ConditionType, Goodput, JobPhase, TrainingJob, TrainingJobStatus
 from .builders import DEFAULT_MAX_RANKS, delete_grace_seconds
 from .claims import Claims
-from .conditions import Reason, set_condition
+from .conditions import set_condition
 from .job_objects import build_network_policy, build_service, build_token_secret
 from .jobmemory import JobMemory, Key
 from .kube import ApiUnavailable, Conflict, RejectedObject

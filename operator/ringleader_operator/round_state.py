@@ -11,8 +11,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-from .api import ConditionType, JobPhase, ReplicaStatus, Role, TrainingJob, TrainingJobStatus
-from .builders import LABEL_JOB, LABEL_ROLE
+from ringleader_api import (
+    LABEL_JOB,
+    LABEL_ROLE,
+    ConditionType,
+    JobPhase,
+    ReplicaStatus,
+    Role,
+    TrainingJob,
+    TrainingJobStatus,
+)
+
 from .conditions import set_condition
 from .observed import ObservedPod, own_ranks, parse_time
 

@@ -17,11 +17,10 @@ from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
+from ringleader_api import ConditionType, Progress, Reason, Role, RunPolicy
 
 from . import metrics, progress, stalls, stragglers
-from .api import ConditionType, Progress, Role, RunPolicy
 from .builders import METRICS_PORT, rank_of
-from .conditions import Reason
 from .jobmemory import JobMemory, Key
 from .kubeapi import EventSink, StatusApi
 from .observed import utcnow

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .api import ROLE_NAMES, Role
+from ringleader_api import ROLE_NAMES, Role
 
 ROLE_ORDER = {Role.WORKER: 0, Role.PS: 1}
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .api import Role
+from ringleader_api import Role
+
 from .stalls import RankBeat, who
 
 NAMED_AT_MOST = 5  # ranks a condition message names; the rest are counted

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringleader_operator.api import Role, TrainingJob
+from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import rank_env
 
 from tests.support.ranks import free_port

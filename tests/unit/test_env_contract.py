@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ringleader_operator import api
-from ringleader_operator.api import Role, TrainingJob
+import ringleader_api as api
+from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import CONTRACT_ENV, desired_ranks, rank_env
 from ringleader_operator.launchers import TORCHRUN_ENV
 from ringleader_trainer import env as trainer_env

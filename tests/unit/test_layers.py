@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "operator": "ringleader_operator",
+    "api": "ringleader_api",
     "trainer-image": "ringleader_trainer",
     "devcluster": "ringleader_devcluster",
 }

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from ringleader_api import RestartPolicy
 from ringleader_operator import progress
-from ringleader_operator.api import RestartPolicy
 from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart
 from ringleader_operator.stalls import Beat
 from ringleader_trainer.exitcodes import ExitCode

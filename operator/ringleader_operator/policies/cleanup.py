@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..api import CleanPodPolicy
+from ringleader_api import CleanPodPolicy
+
 from ..round_state import Round
 
 STILL_RUNNING = ("Pending", "Running")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ..conditions import Reason
+from ringleader_api import Reason
+
 from ..observed import parse_time
 from ..round_state import Round
 from .cleanup import clean_pods, stop_running_pods

@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from ringleader_api import ConditionType, Reason
+
 from .. import admission, gangs
-from ..api import ConditionType
 from ..builders import rank_of
-from ..conditions import Reason
 from ..job_objects import build_pod_group
 from ..observed import parse_time
 from ..round_state import Event, Round

@@ -15,7 +15,8 @@ status.progress last said (without checkpoints, every step).
 
 from __future__ import annotations
 
-from ..api import Goodput, JobPhase
+from ringleader_api import Goodput, JobPhase
+
 from ..failures import Failure, Kind
 from ..observed import parse_time
 from ..round_state import Round

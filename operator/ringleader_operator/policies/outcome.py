@@ -3,8 +3,8 @@ Pending (Failed is decided where a failure is seen: restarts, deadline, gang, an
 
 from __future__ import annotations
 
-from ..api import ConditionType, JobPhase, Role
-from ..conditions import Reason
+from ringleader_api import ConditionType, JobPhase, Reason, Role
+
 from ..estimates import finished
 from ..round_state import Round
 from .cleanup import clean_pods

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..api import ConditionType, JobPhase, RankStatus, Role
+from ringleader_api import ConditionType, JobPhase, RankStatus, Reason, Role
+
 from ..builders import rank_key
-from ..conditions import Reason
 from ..round_state import Event, Round
 
 

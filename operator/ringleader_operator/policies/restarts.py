@@ -18,9 +18,9 @@ import math
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ..api import ROLE_FIELDS, ROLE_NAMES, RankStatus, RestartPolicy, Role
+from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, RestartPolicy, Role
+
 from ..builders import build_pod, pod_name, rank_key
-from ..conditions import Reason
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide
 from ..observed import ObservedPod, format_time, parse_time
 from ..round_state import Event, Round

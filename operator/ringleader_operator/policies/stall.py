@@ -10,9 +10,10 @@ not counted against backoffLimit; a stall beyond runPolicy.stallLimit fails the 
 
 from __future__ import annotations
 
-from ..api import ROLE_NAMES, ConditionType, RankStatus, StallAction
+from ringleader_api import ROLE_NAMES, ConditionType, RankStatus, Reason, StallAction
+
 from ..builders import rank_key
-from ..conditions import Reason, is_true
+from ..conditions import is_true
 from ..failures import Failure, Kind
 from ..observed import ObservedPod
 from ..round_state import Round

@@ -11,9 +11,10 @@ Replacements are not counted against backoffLimit.
 
 from __future__ import annotations
 
-from ..api import ROLE_NAMES, ConditionType, RankStatus, StragglerPolicy
+from ringleader_api import ROLE_NAMES, ConditionType, RankStatus, Reason, StragglerPolicy
+
 from ..builders import rank_key
-from ..conditions import Reason, is_true
+from ..conditions import is_true
 from ..failures import Failure, Kind
 from ..round_state import Round
 from ..stragglers import Slow, Stragglers

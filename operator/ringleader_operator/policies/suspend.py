@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..api import ConditionType, JobPhase
-from ..conditions import Reason, is_true
+from ringleader_api import ConditionType, JobPhase, Reason
+
+from ..conditions import is_true
 from ..round_state import Event, Round
 
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client import ApiException
+from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT, Layout
-from ringleader_operator.api import TrainingJob
 from ringleader_operator.builders import build_pod, desired_ranks
 
 from tests.support.cluster import kubectl

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
+from ringleader_api import Role
 from ringleader_devcluster import controlplane, operatorprocess
 from ringleader_devcluster.layout import Layout
-from ringleader_operator.api import Role
 from ringleader_operator.builders import rank_labels
 
 from tests.support.cluster import kubectl, logs, wait_for

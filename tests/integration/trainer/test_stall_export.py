@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.progress import parse_beat
 from ringleader_operator.stalls import RankBeat, find_culprit
 from ringleader_operator.stragglers import find_slow

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ringleader_api import Role, TrainingJob
 from ringleader_operator.admission import GATE
-from ringleader_operator.api import Role, TrainingJob
 from ringleader_operator.builders import desired_ranks, rank_labels
 from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import Round

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.api import Role, TrainingJob
+from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import (
     InvalidTemplate,
     build_pod,

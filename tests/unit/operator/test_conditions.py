@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ringleader_operator.api import Condition, ConditionType
+from ringleader_api import Condition, ConditionType
 from ringleader_operator.conditions import finished, is_true, set_condition
 
 T = ConditionType

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.api import Progress
+from ringleader_api import Progress
 from ringleader_operator.estimates import finished, with_estimates
 
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from ringleader_operator.api import FailureRule, RestartPolicy
-from ringleader_operator.conditions import Reason
+from ringleader_api import FailureRule, Reason, RestartPolicy
 from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
 
 E, EV, NL, DEL, ST = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED, Kind.STOPPED

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch.distributed.run as torchrun
-from ringleader_operator.api import Role, TrainingJob
+from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import InvalidTemplate, desired_ranks, rank_env, validate, worker_counts
 from ringleader_operator.launchers import OPTIONS, TORCHRUN_ENV, split_world
 

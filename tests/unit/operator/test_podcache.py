@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from ringleader_api import TrainingJob
 from ringleader_operator.admission import Cluster, pod_requests
-from ringleader_operator.api import TrainingJob
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
 from ringleader_operator.podcache import GONE_SECONDS, OVERLAY_SECONDS, PodCache, digest, overlay
 from ringleader_operator.reconcile import plan

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.observed import earlier_job_leftovers, foreign_pods_message, own_ranks
 from ringleader_operator.reconcile import plan
 

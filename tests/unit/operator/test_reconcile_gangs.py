@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ringleader_api import Role
 from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
-from ringleader_operator.api import Role
 from ringleader_operator.reconcile import plan
 
 from .builders import NOW, TEMPLATE, after, again, gated, gpu_node, job, pod

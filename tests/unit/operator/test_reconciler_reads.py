@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from ringleader_api import Role
 from ringleader_operator import admission
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
-from ringleader_operator.api import Role
 from ringleader_operator.kube import Conflict
 from ringleader_operator.reconciler import Reconciler
 

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from ringleader_api import MAX_GPUS, MAX_KEEP, MAX_REPLICAS, MAX_SECONDS, MAX_STEPS, TrainingJob
 from ringleader_operator.admission import Cluster
-from ringleader_operator.api import MAX_GPUS, MAX_KEEP, MAX_REPLICAS, MAX_SECONDS, MAX_STEPS, TrainingJob
 from ringleader_operator.reconcile import plan
 
 EXAMPLES = int(os.environ.get("SPEC_EXAMPLES", "10000"))

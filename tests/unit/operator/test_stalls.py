@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.progress import parse_beat
 from ringleader_operator.stalls import Beat, Clock, RankBeat, Stall, find_culprit, overdue, tick
 

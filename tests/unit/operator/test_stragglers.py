@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.stalls import Beat, RankBeat
 from ringleader_operator.stragglers import Slow, Stragglers, Watch, confirm, find_slow, read_every
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.policies.cleanup import clean_pods, stop_running_pods
 
 from ..builders import job, pod, round_of

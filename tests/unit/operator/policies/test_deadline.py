@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.policies.deadline import past_deadline, start_clock
 
 from ..builders import NOW, after, job, pod, round_of

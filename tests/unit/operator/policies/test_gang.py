@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ringleader_api import Role
 from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
-from ringleader_operator.api import Role
 from ringleader_operator.policies.gang import admit_gang
 
 from ..builders import NOW, after, gated, gpu_node, job, pod, round_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringleader_operator.api import Goodput, JobPhase, TrainingJob
+from ringleader_api import Goodput, JobPhase, TrainingJob
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.goodput import account, note_lost_work
 from ringleader_operator.round_state import Round

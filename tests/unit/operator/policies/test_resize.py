@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.policies.resize import drop_unwanted_ranks, reform_resized_world
 
 from ..builders import TEMPLATE, job, pod, round_of

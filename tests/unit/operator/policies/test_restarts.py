@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.api import RankStatus, Role
+from ringleader_api import RankStatus, Role
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.restarts import count_failure, reconcile_ranks
 from ringleader_operator.round_state import Round

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.api import Role
+from ringleader_api import Role
 from ringleader_operator.policies.suspend import resume, suspend
 
 from ..builders import NOW, job, pod, round_of

@@ -3,7 +3,8 @@
 These pydantic models define the spec the operator accepts and the status it writes; `crd.py` generates
 `crds/trainingjob.yaml` from them (schema, defaults, CEL rules), and the operator parses every object it
 sees through `TrainingJob.model_validate`, so what the API server admits and what the operator understands
-cannot drift apart. Field names are the camelCase JSON names; Python attributes are snake_case.
+cannot drift apart. The CLI and SDK (cli/) build and read jobs through the same models. Field names are the
+camelCase JSON names; Python attributes are snake_case.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ PLURAL = "trainingjobs"
 SINGULAR = "trainingjob"
 SHORT_NAMES = ["tj"]
 API_VERSION = f"{GROUP}/{VERSION}"
+
+# What every pod of a job carries (`kubectl get pods -l ringleader.dev/job-name=NAME`): the job, the rank's role
+# and index, and the rank's attempt (0 for its first pod; its pods keep one name, `<job>-<role>-<index>`).
+LABEL_JOB = "ringleader.dev/job-name"
+LABEL_ROLE = "ringleader.dev/replica-type"
+LABEL_INDEX = "ringleader.dev/replica-index"
+ANNOTATION_ATTEMPT = "ringleader.dev/attempt"
 
 # Longest name a pod, its hostname (a DNS label) and the job's Service may have.
 DNS_LABEL_MAX = 63
@@ -346,6 +354,42 @@ class ConditionType(StrEnum):
     ADMITTED = "Admitted"  # gang admission: False while the pods wait for room to run all at once
     STALLED = "Stalled"  # runPolicy.progressDeadlineSeconds passed without progress; False once it is past
     STRAGGLER = "Straggler"  # some rank works runPolicy.stragglerThreshold times slower than its peers
+
+
+class Reason(StrEnum):
+    """Every reason the operator writes in conditions and events (CamelCase, as Kubernetes reasons are)."""
+
+    CREATED = "JobCreated"
+    RUNNING = "JobRunning"
+    PENDING = "PodsPending"
+    RESTARTING = "RankRestarting"
+    STOPPED = "RankStopped"  # asked to stop, it saved a checkpoint where it stopped: recreated, not counted
+    EVICTED = "RankEvicted"
+    NODE_LOST = "NodeLost"
+    POD_DELETED = "PodDeleted"
+    SUCCEEDED = "JobSucceeded"
+    FAILED = "RankFailed"
+    FAILURE_RULE = "FailureRule"  # a role's failure rule with action FailJob matched a rank's ending
+    GANG_RESTART = "GangRestart"  # a failure rule's RestartGang: every other rank recreated (not counted)
+    IGNORED = "FailureIgnored"  # a failure rule's Ignore: the rank recreated, not counted
+    BACKOFF_LIMIT = "BackoffLimitExceeded"
+    INVALID_SPEC = "InvalidSpec"
+    SUSPENDED = "JobSuspended"
+    RESUMED = "JobResumed"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    RESIZED = "Resized"
+    ADMITTED = "GangAdmitted"
+    UNSCHEDULABLE = "Unschedulable"  # the pods could not run together even on the cluster's empty nodes
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # they could, once others free the room
+    FOREIGN_PODS = "ForeignPodsIgnored"  # pods carrying the job's labels that it does not own
+    PROGRESS_UNAVAILABLE = "ProgressUnavailable"  # worker 0's metrics page could not be read, several times
+    PROGRESS_DEADLINE = "ProgressDeadlineExceeded"  # no step for runPolicy.progressDeadlineSeconds: Stalled
+    PROGRESS_RESUMED = "ProgressResumed"  # the job got past the step it stalled at
+    RANK_STALLED = "RankStalled"  # the rank that stopped first in a stall, replaced (not counted)
+    STALL_LIMIT = "StallLimitExceeded"  # one stall more than runPolicy.stallLimit
+    STRAGGLERS = "RanksStraggling"  # Straggler=True: ranks working runPolicy.stragglerThreshold x their peers
+    NO_STRAGGLERS = "NoStragglers"
+    RANK_STRAGGLED = "RankStraggled"  # a straggler replaced (stragglerPolicy Replace; not counted)
 
 
 class Condition(Model):
