@@ -22,7 +22,7 @@ export RINGLEADER_CACHE := $(CACHE)
 export RINGLEADER_DEV_DIR := $(DEV_DIR)
 # The venv (shared by every checkout on the machine) holds third-party packages only; this checkout's own
 # packages come from here, so each clone runs and tests its own code.
-export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image
+export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image:$(CURDIR)/cli
 
 .PHONY: operator-up operator-down demo images kind-up kind-load kind-demo kind-down
 .PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-trainer clean-cache
@@ -68,10 +68,10 @@ dev-cluster-status: venv ## what of the dev cluster runs
 	@$(PY) -m ringleader_devcluster status
 
 lint: venv binaries ## ruff (with complexity limits), mypy, the import-layer contracts, helm lint, hadolint
-	@$(VENV)/bin/ruff check devcluster operator trainer-image tests bench examples
-	@$(VENV)/bin/ruff format --check devcluster operator trainer-image tests bench examples
+	@$(VENV)/bin/ruff check devcluster api operator trainer-image cli tests bench examples
+	@$(VENV)/bin/ruff format --check devcluster api operator trainer-image cli tests bench examples
 	@$(VENV)/bin/mypy
-	@out=$$(PYTHONPATH=api:operator:trainer-image:devcluster $(VENV)/bin/lint-imports --no-cache) \
+	@out=$$(PYTHONPATH=api:operator:trainer-image:devcluster:cli $(VENV)/bin/lint-imports --no-cache) \
 		&& echo "$$out" | grep -E 'KEPT|^Contracts' || { echo "$$out"; exit 1; }
 	@$(HELM) lint --strict helm/ringleader
 	@$(VENV)/bin/hadolint Dockerfile trainer-image/Dockerfile
@@ -82,7 +82,7 @@ unit: venv ## unit and trainer tests (no cluster)
 # The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
 integration: dev-cluster ## integration and end-to-end tests on the dev cluster
 	@$(PY) -m ringleader_devcluster images --push operator trainer
-	@$(PY) -m pytest --durations=10 tests/integration/devcluster tests/integration/operator tests/e2e
+	@$(PY) -m pytest --durations=10 tests/integration/devcluster tests/integration/operator tests/integration/cli tests/e2e
 
 test: lint unit integration ## lint, unit, integration: what CI runs
 

@@ -72,6 +72,9 @@ def make_app(resolve: LogResolver) -> web.Application:
         if follow:
             offset, sent = len(data), len(first)
             while limit is None or sent < limit:
+                # Whether it still runs is asked before the read: a container that writes its last line and
+                # exits between a read and the question would otherwise lose that line.
+                ended = not source.running()
                 chunk = b""
                 if source.path.exists():
                     with source.path.open("rb") as f:
@@ -83,7 +86,7 @@ def make_app(resolve: LogResolver) -> web.Application:
                         chunk = chunk[: limit - sent]
                     sent += len(chunk)
                     await resp.write(chunk)
-                elif not source.running():
+                elif ended:
                     break
                 else:
                     await asyncio.sleep(FOLLOW_POLL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 import threading
@@ -129,7 +130,7 @@ def test_dev_requirements_pin_the_packages_runtime_dependencies() -> None:
         if "==" in line and not line.startswith("#")
     }
     own = {"ringleader-api": "api"}  # the repository's own packages: on the PYTHONPATH, not in the venv
-    for package in ("api", "operator", "devcluster", "trainer-image"):
+    for package in ("api", "operator", "cli", "devcluster", "trainer-image"):
         deps = tomllib.loads((root / package / "pyproject.toml").read_text())["project"]["dependencies"]
         for dep in deps:
             name = dep.split("=")[0].split(">")[0].split("<")[0].strip().lower()
@@ -179,3 +180,26 @@ def test_scheduler_argv_sets_or_drops_the_client_budget(
     argv: list[str], qps: int | None, burst: int | None, want: list[str]
 ) -> None:
     assert controlplane.scheduler_argv(argv, qps, burst) == want
+
+
+def test_following_a_log_keeps_the_line_written_just_before_the_container_ended(tmp_path: Path) -> None:
+    """The container writes its last line and exits at the moment the node asks whether it still runs: the line
+    is still sent (a `logs --follow` across a rank's restart lost its last line before)."""
+    from aiohttp.test_utils import TestClient, TestServer
+    from ringleader_devcluster.node.kubeletapi import LogSource, make_app
+
+    log = tmp_path / "0.log"
+    log.write_bytes(b"first\n")
+
+    def running() -> bool:
+        if log.read_bytes().endswith(b"first\n"):
+            log.write_bytes(b"first\nlast words\n")
+        return False
+
+    async def follow() -> str:
+        app = make_app(lambda ns, pod, container, previous: LogSource(log, running))
+        async with TestClient(TestServer(app)) as http:
+            response = await http.get("/containerLogs/ns/pod/main", params={"follow": "true"})
+            return await response.text()
+
+    assert asyncio.run(follow()) == "first\nlast words\n"

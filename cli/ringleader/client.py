@@ -1,0 +1,499 @@
+"""The SDK: `Client` does what the CLI's commands do, for notebooks and scripts, on the official Kubernetes client.
+
+    from ringleader import Client
+    client = Client()                                  # kubeconfig (or the pod's service account), its namespace
+    name = client.submit("train.py", workers=4)        # ConfigMap + TrainingJob; returns the job's name
+    client.wait(name, timeout=600)                     # the final phase; WaitTimeout past the timeout
+    for line in client.logs(name): print(line.rank, line.text)
+    print(client.diagnose(name).text())
+
+Every request has a timeout (`request_timeout`, seconds); every error is a `RingleaderError` whose text is one line
+naming the job, field or file. Jobs are read and written as `ringleader_api` models, the operator's own.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as kubeconfig
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from pydantic import ValidationError
+from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION, JobPhase, Progress, TrainingJob
+
+from . import diagnose as diagnosis
+from . import logmerge, submission
+from .errors import InvalidSpec, NotFound, NoTrainingJobApi, RingleaderError, UsageError, WaitTimeout
+from .jobstate import JobState, event_time, rank_of_pod
+
+FINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+LOG_LIMIT_BYTES = 8 * 1024 * 1024  # read of one pod's log; the newest lines are kept when it is longer
+FOLLOW_MAX_RANKS = 64  # streams one `logs --follow` opens without --rank
+READERS = 8  # pods whose logs are read at once
+
+
+class Client:
+    """A TrainingJob client for one namespace. `kubeconfig_path`/`context` pick the cluster as kubectl does;
+    without a kubeconfig, a pod's service account is used."""
+
+    def __init__(
+        self,
+        namespace: str | None = None,
+        kubeconfig_path: str | None = None,
+        context: str | None = None,
+        request_timeout: float = 30.0,
+    ) -> None:
+        self.timeout = request_timeout
+        default_namespace = "default"
+        try:
+            kubeconfig.load_kube_config(config_file=kubeconfig_path, context=context)
+            _, active = kubeconfig.list_kube_config_contexts(config_file=kubeconfig_path)
+            chosen = active if context is None else {"context": {}}
+            default_namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
+        except (ConfigException, FileNotFoundError) as e:
+            try:
+                kubeconfig.load_incluster_config()
+            except ConfigException:
+                where = kubeconfig_path or "KUBECONFIG or ~/.kube/config"
+                raise RingleaderError(f"no usable kubeconfig ({where}): {_first_line(str(e))}") from None
+            default_namespace = _incluster_namespace()
+        self.namespace = namespace or default_namespace
+        self.custom = k8s.CustomObjectsApi()
+        self.core = k8s.CoreV1Api()
+        self.server = k8s.Configuration.get_default_copy().host
+
+    # --- jobs -------------------------------------------------------------------------------------------------
+
+    def get(self, name: str) -> TrainingJob:
+        """The job as the operator's models read it."""
+        return _model(self.get_raw(name))
+
+    def get_raw(self, name: str) -> dict[str, Any]:
+        with self._api(f"trainingjob {name!r}"):
+            return dict(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name, _request_timeout=self.timeout
+                )
+            )
+
+    def list(self) -> builtins.list[TrainingJob]:
+        with self._api("trainingjobs"):
+            items = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, _request_timeout=self.timeout
+            )["items"]
+        return [_model(item) for item in items]
+
+    def create(self, job: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Create a TrainingJob from its manifest (server-side dry run with `dry_run`); the stored object."""
+        name = job.get("metadata", {}).get("name", "")
+        extra = {"dry_run": "All"} if dry_run else {}
+        with self._api(f"trainingjob {name!r}"):
+            return dict(
+                self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, job, _request_timeout=self.timeout, **extra
+                )
+            )
+
+    def delete(self, name: str) -> None:
+        """Delete the job; its pods, Service and submitted script go with it (owner references)."""
+        with self._api(f"trainingjob {name!r}"):
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, propagation_policy="Background",
+                _request_timeout=self.timeout,
+            )  # fmt: skip
+
+    def suspend(self, name: str) -> None:
+        """runPolicy.suspend: the ranks stop (saving a checkpoint when the job has them) and no pod runs."""
+        self._patch(name, {"spec": {"runPolicy": {"suspend": True}}})
+
+    def resume(self, name: str) -> None:
+        self._patch(name, {"spec": {"runPolicy": {"suspend": False}}})
+
+    def scale(self, name: str, workers: int) -> None:
+        """An elastic job's worker count (within minReplicas..maxReplicas), through the scale subresource."""
+        with self._api(f"trainingjob {name!r}"):
+            self.custom.patch_namespaced_custom_object_scale(
+                GROUP, VERSION, self.namespace, PLURAL, name, {"spec": {"replicas": workers}},
+                _request_timeout=self.timeout,
+            )  # fmt: skip
+
+    def _patch(self, name: str, body: dict[str, Any]) -> None:
+        with self._api(f"trainingjob {name!r}"):
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, body, _request_timeout=self.timeout
+            )
+
+    # --- submit -----------------------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        script: str | Path,
+        *,
+        args: Sequence[str] = (),
+        workers: int = 2,
+        strategy: str = "allreduce",
+        parameter_servers: int | None = None,
+        ps_mode: str = "synchronous",
+        gpus: int = 0,
+        image: str = submission.DEFAULT_IMAGE,
+        name: str | None = None,
+        requirements: str | Path | None = None,
+        cpu: str | None = None,
+        memory: str | None = None,
+        env: dict[str, str] | None = None,
+        restart_policy: str = "OnFailure",
+        backoff_limit: int | None = None,
+    ) -> str:
+        """Pack `script` (and `requirements`) into a ConfigMap and run it as a TrainingJob; the job's name.
+        Nothing is left behind when it fails: the job is validated by the API server (a dry run) first, and a
+        ConfigMap made before a refusal is deleted."""
+        sub = submission.from_files(
+            script, self.namespace, args=args, workers=workers, strategy=strategy, parameter_servers=parameter_servers,
+            ps_mode=ps_mode, gpus=gpus, image=image, name=name, requirements=requirements, cpu=cpu,
+            memory=memory, env=env, restart_policy=restart_policy, backoff_limit=backoff_limit,
+        )  # fmt: skip
+        configmap, job = submission.build(sub, submission.job_name(sub.script_name, sub.name))
+        return self.create_submission(configmap, job)
+
+    def create_submission(self, configmap: dict[str, Any], job: dict[str, Any]) -> str:
+        """Create the job and its script's ConfigMap so that a failure leaves neither: the job is dry-run first
+        (the API server's schema and rules), then the ConfigMap, the job, and the ConfigMap's owner reference."""
+        name = job["metadata"]["name"]
+        self.create(job, dry_run=True)
+        cm_name = configmap["metadata"]["name"]
+        with self._api(f"configmap {cm_name!r}"):
+            self.core.create_namespaced_config_map(self.namespace, configmap, _request_timeout=self.timeout)
+        try:
+            created = self.create(job)
+            with self._api(f"configmap {cm_name!r}"):
+                self.core.patch_namespaced_config_map(
+                    cm_name, self.namespace, {"metadata": {"ownerReferences": [submission.owner_reference(created)]}},
+                    _request_timeout=self.timeout,
+                )  # fmt: skip
+        except BaseException:
+            self._undo(name, cm_name)
+            raise
+        return str(name)
+
+    def _undo(self, job: str, configmap: str) -> None:
+        """Remove what a failed submit made (best effort: the first error is the one reported)."""
+        for delete in (
+            lambda: self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, job, _request_timeout=self.timeout
+            ),
+            lambda: self.core.delete_namespaced_config_map(configmap, self.namespace, _request_timeout=self.timeout),
+        ):
+            with suppress(ApiException, urllib3.exceptions.HTTPError):
+                delete()
+
+    # --- progress, wait -----------------------------------------------------------------------------------------
+
+    def progress(self, name: str) -> Progress | None:
+        """Worker 0's progress as the operator last wrote it (step, loss, samples/s, ETA); None before any."""
+        return self.get(name).status.progress
+
+    def wait(
+        self, name: str, timeout: float | None = None, poll_seconds: float = 2.0,
+        on_change: Callable[[TrainingJob], None] | None = None,
+    ) -> JobPhase:  # fmt: skip
+        """Poll until the job Succeeds or Fails; its final phase. WaitTimeout after `timeout` seconds.
+        `on_change` sees the job each time its status changed (what `watch` draws)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen: dict[str, Any] | None = None
+        while True:
+            raw = self.get_raw(name)
+            job = _model(raw)
+            if on_change is not None and raw.get("status") != seen:
+                seen = raw.get("status")
+                on_change(job)
+            if job.status.phase in FINAL:
+                return job.status.phase
+            if deadline is not None and time.monotonic() >= deadline:
+                phase = job.status.phase.value if job.status.phase else "not started"
+                raise WaitTimeout(f"trainingjob {name!r} still {phase} after {timeout:g} s")
+            time.sleep(poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - time.monotonic())))
+
+    # --- state: pods and events -----------------------------------------------------------------------------------
+
+    def state(self, name: str) -> JobState:
+        """The job with its pods and events, as `describe` and `diagnose` read them (and as tests record them)."""
+        job = self.get_raw(name)
+        with self._api(f"pods of trainingjob {name!r}"):
+            pods = self.core.list_namespaced_pod(
+                self.namespace, label_selector=f"{LABEL_JOB}={name}", _request_timeout=self.timeout
+            )
+        return JobState(
+            job=job,
+            pods=[self.core.api_client.sanitize_for_serialization(p) for p in pods.items],
+            events=self.events(name, job.get("metadata", {}).get("uid")),
+            nodes=self._nodes(),
+        )
+
+    def events(self, name: str, uid: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Events about the job and its pods, oldest first."""
+        selectors = [f"involvedObject.kind=TrainingJob,involvedObject.name={name}"]
+        if uid:
+            selectors = [f"involvedObject.uid={uid}"]
+        found: builtins.list[dict[str, Any]] = []
+        with self._api(f"events of trainingjob {name!r}"):
+            for selector in selectors:
+                items = self.core.list_namespaced_event(
+                    self.namespace, field_selector=selector, _request_timeout=self.timeout
+                ).items
+                found += [self.core.api_client.sanitize_for_serialization(e) for e in items]
+            pod_events = self.core.list_namespaced_event(
+                self.namespace, field_selector="involvedObject.kind=Pod", _request_timeout=self.timeout
+            ).items
+        prefix = f"{name}-"
+        found += [
+            self.core.api_client.sanitize_for_serialization(e)
+            for e in pod_events
+            if (e.involved_object.name or "").startswith(prefix)
+        ]
+        return sorted(found, key=event_time)
+
+    def _nodes(self) -> builtins.list[dict[str, Any]]:
+        """The nodes (for what is short when a job does not fit); empty when the caller may not list them."""
+        try:
+            nodes = self.core.list_node(_request_timeout=self.timeout)
+        except ApiException:
+            return []
+        return [self.core.api_client.sanitize_for_serialization(n) for n in nodes.items]
+
+    def diagnose(self, name: str) -> diagnosis.Diagnosis:
+        return diagnosis.diagnose(self.state(name))
+
+    # --- logs -------------------------------------------------------------------------------------------------
+
+    def logs(
+        self, name: str, rank: str | None = None, follow: bool = False, since_seconds: int | None = None,
+        tail: int | None = None,
+    ) -> Iterator[logmerge.LogLine]:  # fmt: skip
+        """Every rank's lines (or `rank`'s, e.g. "worker-1"), merged by time, with a marker between two attempts
+        of a rank. Attempts whose pods are gone are told by the operator's events (their lines went with them);
+        `follow` streams until the job ends, across the ranks' restarts."""
+        state = self.state(name)
+        ranks = state.ranks(rank)
+        if rank is not None and not ranks:
+            raise NotFound(f"trainingjob {name!r} has no rank {rank!r} (ranks look like worker-0, ps-0)")
+        if follow:
+            if len(ranks) > FOLLOW_MAX_RANKS:
+                raise UsageError(f"--follow on {len(ranks)} ranks: pick some with --rank (at most {FOLLOW_MAX_RANKS})")
+            yield from self._follow(name, ranks, since_seconds, tail)
+            return
+        pods = {rank_of_pod(p): p for p in state.pods}
+
+        def read(r: str) -> builtins.list[logmerge.LogLine]:
+            pod = pods.get(r)
+            if pod is None:
+                return []
+            return logmerge.parse_lines(r, state.attempt_of(pod), self._read_log(pod, since_seconds, tail))
+
+        with ThreadPoolExecutor(READERS) as pool:
+            current = dict(zip(ranks, pool.map(read, ranks), strict=True))
+        streams = [logmerge.rank_stream([current[r]], state.markers(r)) for r in ranks]
+        yield from logmerge.merge(streams)
+
+    def _pod_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None, **options: Any) -> Any:
+        """The trainer container's log with each line's time, from `since_seconds` ago or its last `tail` lines."""
+        extra = {k: v for k, v in (("since_seconds", since_seconds), ("tail_lines", tail)) if v is not None}
+        return self.core.read_namespaced_pod_log(
+            pod["metadata"]["name"], self.namespace, container=_trainer_container(pod), timestamps=True,
+            **extra, **options,
+        )  # fmt: skip
+
+    def _read_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None) -> str:
+        try:
+            text = self._pod_log(pod, since_seconds, tail, limit_bytes=LOG_LIMIT_BYTES, _request_timeout=self.timeout)
+        except ApiException as e:
+            if e.status in (400, 404):  # not started yet (ContainerCreating), or gone since the listing
+                return ""
+            raise _error(e, f"log of pod {pod['metadata']['name']!r}") from None
+        return str(text)
+
+    def _follow(
+        self, name: str, ranks: builtins.list[str], since_seconds: int | None, tail: int | None
+    ) -> Iterator[logmerge.LogLine]:
+        """One thread per rank streams its pod's log, and its next pod's after a restart (by uid), until the job
+        ends; lines are yielded as they arrive."""
+        out: Queue[logmerge.LogLine | None] = Queue(maxsize=10_000)
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=self._follow_rank, args=(name, r, out, stop, since_seconds, tail), daemon=True)
+            for r in ranks
+        ]
+        for t in threads:
+            t.start()
+        running = len(threads)
+        try:
+            while running:
+                try:
+                    line = out.get(timeout=1.0)
+                except Empty:
+                    continue
+                if line is None:
+                    running -= 1
+                else:
+                    yield line
+        finally:
+            stop.set()
+
+    def _follow_rank(
+        self, name: str, rank: str, out: Queue[logmerge.LogLine | None], stop: threading.Event,
+        since_seconds: int | None, tail: int | None,
+    ) -> None:  # fmt: skip
+        """Stream `rank`'s pod, then each pod that replaces it (a new uid, announced by its marker), until the job
+        has ended and the rank's pod is done. Reads one pod and the job per second while waiting."""
+        seen: set[str] = set()
+        pod_name = f"{name}-{rank}"
+        try:
+            while not stop.is_set():
+                pod = self._pod(pod_name)
+                if pod is not None and pod["metadata"]["uid"] not in seen and _started(pod):
+                    state = self.state(name)
+                    attempt = state.attempt_of(pod)
+                    if seen:  # a restart while following: the marker, with the operator's event when it has one
+                        why = state.markers(rank).get(attempt)
+                        out.put(why or logmerge.marker(rank, attempt, datetime.now(UTC), ""))
+                    seen.add(pod["metadata"]["uid"])
+                    self._stream(pod, rank, attempt, out, stop, since_seconds if len(seen) == 1 else None, tail)
+                    tail = None
+                    continue
+                if _model(self.get_raw(name)).status.phase in FINAL and (pod is None or not _running(pod)):
+                    return
+                stop.wait(1.0)
+        except RingleaderError as e:
+            out.put(logmerge.LogLine(rank, 0, datetime.now(UTC), f"[ringleader] stopped following: {e}", marker=True))
+        finally:
+            out.put(None)
+
+    def _pod(self, name: str) -> dict[str, Any] | None:
+        try:
+            with self._api(f"pod {name!r}"):
+                pod = self.core.read_namespaced_pod(name, self.namespace, _request_timeout=self.timeout)
+        except NotFound:
+            return None
+        return dict(self.core.api_client.sanitize_for_serialization(pod))
+
+    def _stream(
+        self, pod: dict[str, Any], rank: str, attempt: int, out: Queue[logmerge.LogLine | None],
+        stop: threading.Event, since_seconds: int | None, tail: int | None,
+    ) -> None:  # fmt: skip
+        try:
+            response = self._pod_log(
+                pod, since_seconds, tail, follow=True, _preload_content=False, _request_timeout=(self.timeout, 300)
+            )
+        except ApiException:
+            return
+        pending = b""
+        try:
+            for chunk in response.stream(64 * 1024):
+                if stop.is_set():
+                    return
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if len(pending) > 1024 * 1024:  # one line of a megabyte: shown in pieces rather than held
+                    lines, pending = [*lines, pending], b""
+                for raw in lines:
+                    for line in logmerge.parse_lines(rank, attempt, raw.decode(errors="replace")):
+                        out.put(line)
+        except (urllib3.exceptions.HTTPError, OSError):
+            pass  # the stream broke or idled 300 s: the caller looks at the rank again
+        finally:
+            response.release_conn()
+
+    # --- errors -----------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _api(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except ApiException as e:
+            if e.status == 404 and not self._serves_trainingjobs():
+                raise NoTrainingJobApi(
+                    f"the cluster at {self.server} has no TrainingJob API (crd trainingjobs.{GROUP}): install "
+                    "Ringleader first (helm install ringleader helm/ringleader)"
+                ) from None
+            raise _error(e, what, self.namespace) from None
+        except urllib3.exceptions.HTTPError as e:
+            raise RingleaderError(f"cannot reach the API server at {self.server}: {_first_line(str(e))}") from None
+
+    def _serves_trainingjobs(self) -> bool:
+        try:
+            resources = k8s.CustomObjectsApi(self.custom.api_client).get_api_resources(
+                GROUP, VERSION, _request_timeout=self.timeout
+            )
+        except ApiException:
+            return False
+        return any(r.name == PLURAL for r in resources.resources)
+
+
+def _model(raw: dict[str, Any]) -> TrainingJob:
+    try:
+        return TrainingJob.model_validate(raw)
+    except ValidationError as e:
+        name = raw.get("metadata", {}).get("name", "")
+        why = e.errors()[0]["msg"]
+        raise RingleaderError(f"trainingjob {name!r} does not read as ringleader.dev/v1alpha1: {why}") from None
+
+
+def _error(e: ApiException, what: str, namespace: str = "") -> RingleaderError:
+    """The API server's refusal as one line: 404 names the object, 422 the fields."""
+    body: dict[str, Any] = {}
+    with suppress(ValueError):
+        body = json.loads(e.body or "{}")
+    message = body.get("message") or e.reason or f"HTTP {e.status}"
+    if e.status == 404:
+        where = f" in namespace {namespace!r}" if namespace else ""
+        return NotFound(f"{what} not found{where}")
+    if e.status == 422:
+        causes = (body.get("details") or {}).get("causes") or []
+        fields = "; ".join(f"{c.get('field', '')}: {_first_line(c.get('message', ''))}" for c in causes)
+        return InvalidSpec(f"{what} is invalid: {fields or _first_line(message)}")
+    if e.status == 409:
+        return RingleaderError(f"{what} already exists: choose another --name")
+    if e.status in (401, 403):
+        return RingleaderError(f"{what}: {_first_line(message)}")
+    return RingleaderError(f"{what}: HTTP {e.status}: {_first_line(message)}")
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _incluster_namespace() -> str:
+    try:
+        return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _trainer_container(pod: dict[str, Any]) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    names = [c.get("name") for c in containers]
+    return "trainer" if "trainer" in names else str(names[0])
+
+
+def _started(pod: dict[str, Any]) -> bool:
+    """The trainer container has run (its log can be read)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == _trainer_container(pod) and ((cs.get("state") or {}).keys() & {"running", "terminated"}):
+            return True
+    return False
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Pending", "Running")

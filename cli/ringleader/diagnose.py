@@ -1,0 +1,473 @@
+"""`ringleader diagnose`: a job's conditions, events, exit codes and pod states turned into what happened and what
+to do next. Pure: each rule reads a `JobState` and says zero or more `Finding`s; the tests run every rule on job
+states recorded from real jobs (tests/unit/cli/states/).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringleader_api import ConditionType, JobPhase, Reason
+
+from .jobstate import JobState, rank_of_pod
+from .logmerge import rank_order
+
+# The trainer's exit codes (ringleader_trainer.exitcodes, docs/exit-codes.md; a test holds the two together) and
+# the kernel's signal exits a rank meets: what each means for a person.
+EXIT_CODES: dict[int, tuple[str, str]] = {
+    1: ("CRASH", "an uncaught exception in the script or the trainer: the traceback is in the rank's log"),
+    2: (
+        "BAD_ENVIRONMENT",
+        "the environment contract is missing or inconsistent (a launcher that formed another "
+        "world, or RANK/WORLD_SIZE set by hand)",
+    ),
+    3: ("BAD_CONFIG", "the trainer's arguments are invalid (an unknown example, a bad flag)"),
+    4: ("CORRUPT_CHECKPOINT", "a checkpoint exists but cannot be loaded, and no older one can"),
+    200: ("RENDEZVOUS_TIMEOUT", "the rank could not reach worker 0 (the master) or a parameter server in time"),
+    201: ("PEER_LOST", "a collective or parameter-server exchange failed: another rank died or hung"),
+    202: ("STOPPED", "asked to stop, it saved its checkpoint (not a failure)"),
+    134: ("SIGABRT", "the process aborted (a C++ assertion, e.g. in a collective library)"),
+    137: ("SIGKILL", "killed: out of memory (OOMKilled), a failed liveness probe or a kill past the grace period"),
+    139: ("SIGSEGV", "a segmentation fault in native code"),
+    143: ("SIGTERM", "told to stop, and it exited without saving"),
+}
+PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                          "RegistryUnavailable"})  # fmt: skip
+MAX_NAMED = 5  # ranks named per finding; more are counted
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # which rule (a stable id: oom-killed, image-pull, ...)
+    severity: str  # error (why it failed or cannot run), warning (it recovers, but look), info
+    what: str  # one line: what happened
+    detail: str = ""  # the evidence, as Kubernetes or the operator said it
+    next: str = ""  # what to do
+
+
+@dataclass
+class Diagnosis:
+    job: str
+    phase: str
+    headline: str
+    findings: list[Finding] = field(default_factory=list)
+
+    def text(self) -> str:
+        marks = {"error": "x", "warning": "!", "info": "-"}
+        lines = [self.headline]
+        for f in self.findings:
+            lines.append(f"{marks.get(f.severity, '-')} {f.what}")
+            if f.detail:
+                lines.append(f"    {f.detail}")
+            if f.next:
+                lines.append(f"    next: {f.next}")
+        return "\n".join(lines)
+
+
+def diagnose(state: JobState) -> Diagnosis:
+    status = state.job.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    ended = _condition(state, ConditionType.FAILED) or _condition(state, ConditionType.SUCCEEDED)
+    because = f" ({ended['reason']})" if ended and ended.get("status") == "True" and ended.get("reason") else ""
+    findings = [f for rule in RULES for f in rule(state)]
+    if not findings:
+        findings = [_healthy(state, phase)]
+    return Diagnosis(state.name, phase, f"{state.name}: {phase}{because}", findings)
+
+
+# --- rules ------------------------------------------------------------------------------------------------------
+
+
+def invalid_spec(state: JobState) -> list[Finding]:
+    failed = _true(state, ConditionType.FAILED)
+    if failed is None or failed.get("reason") != Reason.INVALID_SPEC:
+        return []
+    return [
+        Finding(
+            "invalid-spec",
+            "error",
+            "the operator refused the spec; no pod was made",
+            failed.get("message", ""),
+            "fix the field it names, then delete the job and submit it again",
+        )
+    ]
+
+
+def oom_killed(state: JobState) -> list[Finding]:
+    ranks = _ranks_where(state, lambda c: c.get("reason") == "OOMKilled", lambda m: "OOMKilled" in m)
+    if not ranks:
+        return []
+    limit = _memory_limit(state)
+    has = f"its memory limit is {limit}" if limit else "it has no memory limit of its own (the node's memory ran out)"
+    return [
+        Finding(
+            "oom-killed",
+            "error",
+            f"{_names(ranks)} {'was' if len(ranks) == 1 else 'were'} killed for using more memory than allowed",
+            has,
+            "raise resources.limits.memory of the trainer container in spec.workers.template (with requests to match), "
+            "or use less memory per rank: a smaller batch, a smaller model, more ranks",
+        )
+    ]
+
+
+def evicted(state: JobState) -> list[Finding]:
+    events = _operator_events(state, Reason.EVICTED)
+    pods = [p for p in state.pods if (p.get("status") or {}).get("reason") == "Evicted"]
+    if not events and not pods:
+        return []
+    detail = (pods[0].get("status") or {}).get("message", "") if pods else events[-1].get("message", "")
+    return [
+        Finding(
+            "evicted",
+            "warning",
+            f"{_count(len(events) or len(pods), 'eviction')} of the job's pods",
+            detail,
+            "evicted ranks are recreated without counting against backoffLimit; if the node was short of memory or "
+            "disk, give the trainer requests equal to its limits (Guaranteed QoS) so others are evicted first",
+        )
+    ]
+
+
+def node_lost(state: JobState) -> list[Finding]:
+    events = _operator_events(state, Reason.NODE_LOST)
+    if not events:
+        return []
+    return [
+        Finding(
+            "node-lost",
+            "warning",
+            f"{_count(len(events), 'rank')} lost with its node",
+            events[-1].get("message", ""),
+            "the ranks are recreated on other nodes (not counted against backoffLimit); if it repeats, look at the "
+            "node: kubectl describe node",
+        )
+    ]
+
+
+def image_pull(state: JobState) -> list[Finding]:
+    stuck: dict[str, tuple[str, str]] = {}
+    for pod in state.pods:
+        for cs in _container_statuses(pod):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in PULL_REASONS:
+                stuck[rank_of_pod(pod)] = (cs.get("image", ""), f"{waiting['reason']}: {waiting.get('message', '')}")
+    if not stuck:
+        return []
+    image, detail = next(iter(stuck.values()))
+    return [
+        Finding(
+            "image-pull",
+            "error",
+            f"{_names(list(stuck))} cannot pull image {image}",
+            detail.strip(": "),
+            "check the image name and tag, that the nodes can reach the registry, and imagePullSecrets in the pod "
+            "template",
+        )
+    ]
+
+
+def unschedulable(state: JobState) -> list[Finding]:
+    admitted = _condition(state, ConditionType.ADMITTED)
+    if admitted is not None and admitted.get("status") == "False" and not _ended(state):
+        if admitted.get("reason") == Reason.UNSCHEDULABLE:
+            return [
+                Finding(
+                    "unschedulable",
+                    "error",
+                    "the job does not fit the cluster even when it is empty",
+                    admitted.get("message", ""),
+                    "lower replicas, or the GPUs, CPU or memory per pod, or add nodes with what is short; "
+                    "runPolicy.schedulingTimeoutSeconds bounds the wait",
+                )
+            ]
+        return [
+            Finding(
+                "waiting-for-capacity",
+                "warning",
+                "the job waits for room to run all its ranks at once",
+                admitted.get("message", ""),
+                "it starts when other pods free the room; lower replicas to start sooner",
+            )
+        ]
+    failed = _true(state, ConditionType.FAILED)
+    if failed is not None and failed.get("reason") == Reason.UNSCHEDULABLE:
+        return [
+            Finding(
+                "unschedulable",
+                "error",
+                "the job never fitted the cluster within its scheduling timeout",
+                failed.get("message", ""),
+                "lower what it asks for, or add nodes with what is short",
+            )
+        ]
+    pending = [
+        (rank_of_pod(p), c.get("message", ""))
+        for p in state.pods for c in (p.get("status") or {}).get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+    ]  # fmt: skip
+    if not pending or _ended(state):
+        return []
+    return [
+        Finding(
+            "unschedulable",
+            "warning",
+            f"{_names([r for r, _ in pending])} not scheduled",
+            pending[0][1],
+            "the scheduler's message says what is short (resources, taints, node selectors)",
+        )
+    ]
+
+
+def exit_codes(state: JobState) -> list[Finding]:
+    """Ranks whose program exited with an error: the last exit code the operator recorded for each rank, and the
+    exit codes of pods that ended, grouped by code (OOMKilled is its own rule)."""
+    by_code: dict[int, set[str]] = {}
+    for rank, info in ((state.job.get("status") or {}).get("ranks") or {}).items():
+        code = info.get("lastExitCode")
+        if code and code != 202 and "OOMKilled" not in (info.get("lastMessage") or ""):
+            by_code.setdefault(int(code), set()).add(rank)
+    for pod in state.pods:
+        for cs in _container_statuses(pod):
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode") and term.get("reason") != "OOMKilled" and term["exitCode"] != 202:
+                by_code.setdefault(int(term["exitCode"]), set()).add(rank_of_pod(pod))
+    findings = []
+    for code, ranks in sorted(by_code.items()):
+        name, meaning = EXIT_CODES.get(code, ("", "the program's own exit code"))
+        label = f" ({name})" if name else ""
+        first = sorted(ranks, key=rank_order)[0]
+        findings.append(Finding(
+            f"exit-{code}" if name else "exit-code", "error" if _failed_by_ranks(state) else "warning",
+            f"{_names(sorted(ranks, key=rank_order))} exited with code {code}{label}", meaning,
+            _exit_next(state, code, first),
+        ))  # fmt: skip
+    return findings
+
+
+def stalled(state: JobState) -> list[Finding]:
+    cond = _true(state, ConditionType.STALLED)
+    failed = _true(state, ConditionType.FAILED)
+    if cond is None and not (failed and failed.get("reason") == Reason.STALL_LIMIT):
+        return []
+    message = (cond or failed or {}).get("message", "")
+    culprit = re.search(r"(worker|ps|parameter server) (\d+)", message)
+    rank = f"{'ps' if culprit and culprit.group(1) != 'worker' else 'worker'}-{culprit.group(2)}" if culprit else ""
+    see = f"ringleader logs {state.name} --rank {rank}" if rank else f"ringleader logs {state.name}"
+    return [
+        Finding(
+            "stalled",
+            "error" if failed else "warning",
+            "the job stopped making progress (Stalled)",
+            message,
+            f"read the rank that stopped first: {see}; a hang in the script or ranks calling different collectives; "
+            "if checkpoints take longer than runPolicy.progressDeadlineSeconds, raise it",
+        )
+    ]
+
+
+def straggler(state: JobState) -> list[Finding]:
+    cond = _true(state, ConditionType.STRAGGLER)
+    if cond is None:
+        return []
+    return [
+        Finding(
+            "straggler",
+            "warning",
+            "a rank is much slower than its peers",
+            cond.get("message", ""),
+            "runPolicy.stragglerPolicy: Replace moves it to another node; look at the node it names",
+        )
+    ]
+
+
+def deadline(state: JobState) -> list[Finding]:
+    failed = _true(state, ConditionType.FAILED)
+    if failed is None or failed.get("reason") != Reason.DEADLINE_EXCEEDED:
+        return []
+    return [
+        Finding(
+            "deadline",
+            "error",
+            "the job ran past runPolicy.activeDeadlineSeconds",
+            failed.get("message", ""),
+            "raise activeDeadlineSeconds, or train fewer steps",
+        )
+    ]
+
+
+def backoff_limit(state: JobState) -> list[Finding]:
+    failed = _true(state, ConditionType.FAILED)
+    if failed is None or failed.get("reason") != Reason.BACKOFF_LIMIT:
+        return []
+    return [
+        Finding(
+            "backoff-limit",
+            "error",
+            "the job used up its restarts (runPolicy.backoffLimit)",
+            failed.get("message", ""),
+            "the exit codes above say why the ranks failed; fix that first",
+        )
+    ]
+
+
+def failure_rule(state: JobState) -> list[Finding]:
+    failed = _true(state, ConditionType.FAILED)
+    if failed is None or failed.get("reason") != Reason.FAILURE_RULE:
+        return []
+    return [
+        Finding(
+            "failure-rule",
+            "error",
+            "a failure rule of the job failed it at once (action FailJob)",
+            failed.get("message", ""),
+            "the rule and the ending it matched are named above",
+        )
+    ]
+
+
+def suspended(state: JobState) -> list[Finding]:
+    if (state.job.get("status") or {}).get("phase") != JobPhase.SUSPENDED:
+        return []
+    return [
+        Finding(
+            "suspended",
+            "info",
+            "the job is suspended (runPolicy.suspend): no pod runs",
+            "",
+            f"ringleader resume {state.name}",
+        )
+    ]
+
+
+def pod_warnings(state: JobState) -> list[Finding]:
+    """Warnings about the job's pods the rules above do not explain (a volume that does not mount, a sandbox that
+    fails, a container that keeps crashing): the newest of each reason, while the job has not ended."""
+    if _ended(state):
+        return []
+    covered = {"Failed", "BackOff", "FailedScheduling"}  # told by image-pull, exit codes and unschedulable
+    newest: dict[str, dict[str, Any]] = {}
+    for e in state.events:
+        on_pod = (e.get("involvedObject") or {}).get("kind") == "Pod"
+        if e.get("type") == "Warning" and on_pod and e.get("reason") not in covered:
+            newest[str(e.get("reason"))] = e
+    return [
+        Finding("pod-warning", "warning", f"{(e.get('involvedObject') or {}).get('name')}: {reason}",
+                e.get("message", ""), "kubectl describe pod shows the rest")
+        for reason, e in newest.items()
+    ]  # fmt: skip
+
+
+RULES: tuple[Callable[[JobState], list[Finding]], ...] = (
+    invalid_spec, oom_killed, image_pull, unschedulable, exit_codes, stalled, straggler, deadline, backoff_limit,
+    failure_rule, evicted, node_lost, suspended, pod_warnings,
+)  # fmt: skip
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _healthy(state: JobState, phase: str) -> Finding:
+    progress = (state.job.get("status") or {}).get("progress") or {}
+    step, total = progress.get("step"), progress.get("totalSteps")
+    at = f" at step {step}" + (f" of {total}" if total else "") if step is not None else ""
+    if phase == JobPhase.SUCCEEDED:
+        return Finding("succeeded", "info", f"the job succeeded{at}")
+    if phase == JobPhase.RUNNING:
+        return Finding("running", "info", f"running{at}, nothing wrong found", "", f"ringleader watch {state.name}")
+    return Finding("no-problem", "info", f"{phase}: nothing wrong found yet", "",
+                   f"ringleader describe {state.name} shows each rank")  # fmt: skip
+
+
+def _condition(state: JobState, kind: ConditionType) -> dict[str, Any] | None:
+    for c in (state.job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+def _true(state: JobState, kind: ConditionType) -> dict[str, Any] | None:
+    c = _condition(state, kind)
+    return c if c is not None and c.get("status") == "True" else None
+
+
+def _ended(state: JobState) -> bool:
+    return _true(state, ConditionType.SUCCEEDED) is not None or _true(state, ConditionType.FAILED) is not None
+
+
+def _failed_by_ranks(state: JobState) -> bool:
+    failed = _true(state, ConditionType.FAILED)
+    return failed is not None and failed.get("reason") in (Reason.FAILED, Reason.BACKOFF_LIMIT, Reason.FAILURE_RULE)
+
+
+def _container_statuses(pod: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _ranks_where(
+    state: JobState, terminated: Callable[[dict[str, Any]], bool], message: Callable[[str], bool]
+) -> list[str]:
+    """Ranks whose pod (now, or last time: lastState) terminated as `terminated` says, or whose recorded restart
+    or the job's Failed condition says `message`."""
+    ranks: set[str] = set()
+    for pod in state.pods:
+        for cs in _container_statuses(pod):
+            for where in ("state", "lastState"):
+                if terminated((cs.get(where) or {}).get("terminated") or {}):
+                    ranks.add(rank_of_pod(pod))
+    for rank, info in ((state.job.get("status") or {}).get("ranks") or {}).items():
+        if message(info.get("lastMessage") or ""):
+            ranks.add(rank)
+    failed = _true(state, ConditionType.FAILED)
+    if failed is not None and message(failed.get("message") or ""):
+        ranks.update(_ranks_named(state, failed.get("message") or ""))
+    return sorted(ranks, key=rank_order)
+
+
+def _ranks_named(state: JobState, message: str) -> list[str]:
+    return [f"{role}-{i}" for role, i in re.findall(rf"{re.escape(state.name)}-(worker|ps)-(\d+)", message)]
+
+
+def _memory_limit(state: JobState) -> str:
+    for pod in state.pods:
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            if limit:
+                return str(limit)
+    template = (((state.job.get("spec") or {}).get("workers") or {}).get("template") or {}).get("spec") or {}
+    for c in template.get("containers") or []:
+        limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        if limit:
+            return str(limit)
+    return ""
+
+
+def _operator_events(state: JobState, reason: str) -> list[dict[str, Any]]:
+    return [e for e in state.events if e.get("reason") == reason
+            and (e.get("involvedObject") or {}).get("kind") == "TrainingJob"]  # fmt: skip
+
+
+def _exit_next(state: JobState, code: int, rank: str) -> str:
+    logs = f"ringleader logs {state.name} --rank {rank}"
+    if code == 200:
+        return (f"check that worker 0 runs ({logs.replace(rank, 'worker-0')}), that NetworkPolicies let the job's "
+                "pods reach each other, and that cluster DNS resolves the job's Service")  # fmt: skip
+    if code == 201:
+        return f"another rank failed first: ringleader describe {state.name} shows which; then {logs}"
+    if code == 2:
+        return f"start the script as the examples do (python or torchrun with no options): {logs}"
+    return f"its last lines say why: {logs}"
+
+
+def _names(ranks: list[str]) -> str:
+    """`worker-1`, `worker-1, worker-2`, `worker-0, ..., worker-4 and 7 more`."""
+    shown = ", ".join(ranks[:MAX_NAMED])
+    return f"{shown} and {len(ranks) - MAX_NAMED} more" if len(ranks) > MAX_NAMED else shown
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
