@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from aiohttp import web
 
@@ -44,6 +45,13 @@ def tail_bytes(data: bytes, lines: int | None, limit: int | None) -> bytes:
     return data
 
 
+def _open(path: Path) -> BinaryIO | None:
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        return None
+
+
 def _int(request: web.Request, name: str) -> int | None:
     raw = request.query.get(name)
     if raw in (None, ""):
@@ -62,26 +70,25 @@ def make_app(resolve: LogResolver) -> web.Application:
         if source is None:
             what = "previous terminated container" if previous else "container"
             raise web.HTTPNotFound(text=f'{what} "{container}" in pod "{pod}" not found')
-        data = source.path.read_bytes() if source.path.exists() else b""
-        limit = _int(request, "limitBytes")
-        first = tail_bytes(data, _int(request, "tailLines"), limit)
-        follow = request.query.get("follow") in ("true", "1") and not previous
-        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await resp.prepare(request)
-        await resp.write(first)
-        if follow:
-            offset, sent = len(data), len(first)
-            while limit is None or sent < limit:
+        # The file stays open while following, as `tail -f` keeps it: a pod deleted right after its container
+        # ended (the operator replaces a failed rank at once) takes the path away, not what was written to it.
+        log_file = _open(source.path)
+        try:
+            data = log_file.read() if log_file is not None else b""
+            limit = _int(request, "limitBytes")
+            first = tail_bytes(data, _int(request, "tailLines"), limit)
+            follow = request.query.get("follow") in ("true", "1") and not previous
+            resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            await resp.prepare(request)
+            await resp.write(first)
+            sent = len(first)
+            while follow and (limit is None or sent < limit):
                 # Whether it still runs is asked before the read: a container that writes its last line and
                 # exits between a read and the question would otherwise lose that line.
                 ended = not source.running()
-                chunk = b""
-                if source.path.exists():
-                    with source.path.open("rb") as f:
-                        f.seek(offset)
-                        chunk = f.read()
+                log_file = log_file or _open(source.path)
+                chunk = log_file.read() if log_file is not None else b""
                 if chunk:
-                    offset += len(chunk)
                     if limit is not None:
                         chunk = chunk[: limit - sent]
                     sent += len(chunk)
@@ -90,6 +97,9 @@ def make_app(resolve: LogResolver) -> web.Application:
                     break
                 else:
                     await asyncio.sleep(FOLLOW_POLL)
+        finally:
+            if log_file is not None:
+                log_file.close()
         await resp.write_eof()
         return resp
 

@@ -183,8 +183,9 @@ def test_scheduler_argv_sets_or_drops_the_client_budget(
 
 
 def test_following_a_log_keeps_the_line_written_just_before_the_container_ended(tmp_path: Path) -> None:
-    """The container writes its last line and exits at the moment the node asks whether it still runs: the line
-    is still sent (a `logs --follow` across a rank's restart lost its last line before)."""
+    """The container writes its last line and exits at the moment the node asks whether it still runs, and its
+    pod is deleted with its log file right after: the line is still sent (a `logs --follow` across a rank's
+    restart lost its last line before)."""
     from aiohttp.test_utils import TestClient, TestServer
     from ringleader_devcluster.node.kubeletapi import LogSource, make_app
 
@@ -192,8 +193,10 @@ def test_following_a_log_keeps_the_line_written_just_before_the_container_ended(
     log.write_bytes(b"first\n")
 
     def running() -> bool:
-        if log.read_bytes().endswith(b"first\n"):
-            log.write_bytes(b"first\nlast words\n")
+        if log.exists():
+            with log.open("ab") as f:
+                f.write(b"last words\n")
+            log.unlink()
         return False
 
     async def follow() -> str:
