@@ -124,7 +124,7 @@ def evicted(state: JobState) -> list[Finding]:
         Finding(
             "evicted",
             "warning",
-            f"{_count(len(events) or len(pods), 'eviction')} of the job's pods",
+            f"{_count(len(events) or len(pods), 'pod')} of the job evicted",
             detail,
             "evicted ranks are recreated without counting against backoffLimit; if the node was short of memory or "
             "disk, give the trainer requests equal to its limits (Guaranteed QoS) so others are evicted first",
@@ -140,7 +140,7 @@ def node_lost(state: JobState) -> list[Finding]:
         Finding(
             "node-lost",
             "warning",
-            f"{_count(len(events), 'rank')} lost with its node",
+            f"{_count(len(events), 'rank')} lost with {'its' if len(events) == 1 else 'their'} node",
             events[-1].get("message", ""),
             "the ranks are recreated on other nodes (not counted against backoffLimit); if it repeats, look at the "
             "node: kubectl describe node",

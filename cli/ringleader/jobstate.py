@@ -37,7 +37,8 @@ class JobState:
         return str(self.job.get("metadata", {}).get("name", ""))
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+        """As JSON, without what no reader needs (managedFields, the images each node holds)."""
+        path.write_text(json.dumps(_compact(asdict(self)), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> JobState:
@@ -80,6 +81,14 @@ class JobState:
             why = (event.get("message") or "") if event else "an earlier attempt; its event has expired"
             out[attempt] = logmerge.marker(rank, attempt, when or logmerge.EPOCH, why)
         return out
+
+
+def _compact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _compact(v) for k, v in value.items() if k not in ("managedFields", "images")}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
 
 
 def rank_of_pod(pod: dict[str, Any]) -> str:

@@ -200,14 +200,18 @@ def main(argv: list[str] | None = None) -> None:
     say(f"TrainingJob {name} Succeeded: test accuracy {shown}", t0)
     print(
         f"""
-Look around (kubectl from the cache, pointed at the dev cluster):
+Look around with the ringleader CLI (docs/cli.md; anywhere else: pip install ./api ./cli) and kubectl, both
+pointed at the dev cluster:
   export KUBECONFIG={layout.kubeconfig}
+  alias ringleader="PYTHONPATH={REPO_ROOT / 'cli'}:{REPO_ROOT / 'api'} {sys.executable} -m ringleader"
   alias kubectl={layout.binary("kubectl")}
   kubectl config set-context --current --namespace {ns}
+  ringleader describe {name}         # one screen: phase, progress, goodput, each rank, recent events
+  ringleader logs {name}             # every rank's lines merged by time (-f to follow, --rank worker-1)
+  ringleader diagnose {name}         # why a job failed or waits, and what to do
+  ringleader submit examples/train_custom.py --workers 3 --watch -- --steps 2000   # your own script
+  ringleader watch NAME                   # a job's progress bar to its end
   kubectl get tj                          # every TrainingJob: phase, workers, step, age
-  kubectl describe tj {name}         # conditions, ranks, events
-  kubectl logs {name}-worker-0       # the trainer's JSON lines
-  kubectl get pods -o wide               # the ranks' pods and the node they ran on
   kubectl -n {RELEASE_NAMESPACE} logs deploy/{RELEASE}   # the operator
 Run another: python -m ringleader_devcluster.demo --example examples/digits-ps-sync.yaml
 Tear down:   make dev-cluster-down       (everything: cluster, operator, jobs)""",

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from ringleader.diagnose import Finding
 from ringleader_devcluster.layout import Layout
 
 from tests.support.cluster import kubectl, logs, wait_for
+from tests.support.diagnosis import diagnose_job
 from tests.support.jobs import condition, create, pods_of
 
 from .helpers import KILL_TRAINING_PROCESS, diagnosis, is_true, trainer_job, wait_finished
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 
 def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_once(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str, kubeconfig: Path
 ) -> None:
     ns = restricted_namespace
     # 64 MiB does not hold torch's import: the kernel kills the rank. Under ExitCode 137 is retried, but the
@@ -37,6 +39,10 @@ def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_
     assert any("(OOMKilled)" in (e.message or "") and e.reason == "FailureRule" for e in events), [
         (e.reason, e.message) for e in events
     ]
+    said = diagnose_job(kubeconfig, ns, "oom", record_as="oom-killed")  # `ringleader diagnose oom`
+    oom = next((f for f in said.findings if f.rule == "oom-killed"), None)
+    assert oom is not None and oom.what.startswith("worker-0 was killed for using more memory"), said.text()
+    assert "its memory limit is 64Mi" in oom.detail, said.text()
 
 
 def test_a_rank_killed_inside_its_container_is_replaced_and_logs_and_exec_work(
@@ -76,3 +82,31 @@ def test_a_rank_killed_inside_its_container_is_replaced_and_logs_and_exec_work(
     assert any(e.reason == "RankRestarting" and "exit code 137" in (e.message or "") for e in events), [
         (e.reason, e.message) for e in events
     ]
+
+
+def test_an_image_that_cannot_be_pulled_and_a_volume_that_cannot_mount_are_diagnosed(
+    custom: client.CustomObjectsApi, restricted_namespace: str, kubeconfig: Path
+) -> None:
+    """On the real node's kubelet: a tag the registry does not have (ErrImagePull, ImagePullBackOff), and a
+    ConfigMap volume whose ConfigMap does not exist (FailedMount warnings): `ringleader diagnose` names the rank,
+    the image and what to check for the one, the pod's warning for the other."""
+    ns = restricted_namespace
+    pull = trainer_job("pull", "allreduce", workers=1)
+    container = pull["spec"]["workers"]["template"]["spec"]["containers"][0]
+    container["image"] = container["image"].rsplit(":", 1)[0] + ":no-such-tag"
+    mount = trainer_job("mount", "allreduce", workers=1)
+    pod = mount["spec"]["workers"]["template"]["spec"]
+    pod["volumes"] = [{"name": "script", "configMap": {"name": "not-made"}}]
+    pod["containers"][0]["volumeMounts"] = [{"name": "script", "mountPath": "/scripts"}]
+    for body in (pull, mount):
+        create(custom, ns, body)
+
+    def found(name: str, rule: str) -> Finding | None:
+        said = diagnose_job(kubeconfig, ns, name, record_as={"pull": "image-pull", "mount": "failed-mount"}[name])
+        return next((f for f in said.findings if f.rule == rule), None)
+
+    image = wait_for("the pull failure in diagnose", lambda: found("pull", "image-pull"), timeout=120, every=2)
+    assert image.what.startswith("worker-0 cannot pull image ") and image.what.endswith(":no-such-tag"), image
+    assert image.detail.startswith(("ErrImagePull", "ImagePullBackOff")), image
+    warning = wait_for("the mount failure in diagnose", lambda: found("mount", "pod-warning"), timeout=120, every=2)
+    assert warning.what == "mount-worker-0: FailedMount" and '"not-made" not found' in warning.detail, warning

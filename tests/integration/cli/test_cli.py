@@ -1,6 +1,6 @@
 """The `ringleader` CLI and SDK against the dev cluster and the operator: submit under each strategy followed with
---watch, logs across a rank's restart, diagnose of a failed and of an unfit job, bad input that leaves nothing
-behind, and the kubectl plugin found by kubectl from a pip install of the package."""
+--watch, logs across a rank's restart, the diagnose command on a failed job (test_diagnose.py has every rule), bad
+input that leaves nothing behind, and the kubectl plugin found by kubectl from a pip install of the package."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from ringleader import Client, JobState
+from ringleader import Client
 from ringleader.errors import InvalidSpec
 from ringleader_devcluster.layout import Layout
 
-from tests.support.cluster import wait_for
 from tests.support.jobs import get
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -55,13 +54,6 @@ def run(kubeconfig: Path, ns: str, *argv: str, timeout: float = 120) -> subproce
     return subprocess.run(
         ringleader(kubeconfig, ns, *argv), capture_output=True, text=True, timeout=timeout, env=env(), check=False
     )
-
-
-def record(state: JobState, name: str) -> None:
-    """With RINGLEADER_RECORD_STATES=DIR, keep the state diagnose read (tests/unit/cli/states/ are made so)."""
-    folder = os.environ.get("RINGLEADER_RECORD_STATES")
-    if folder:
-        state.save(Path(folder) / f"{name}.json")
 
 
 def script(tmp_path: Path, text: str, name: str = "job.py") -> Path:
@@ -144,20 +136,6 @@ def test_diagnose_of_a_job_failed_by_its_exit_code(kubeconfig: Path, namespace: 
     assert out.stdout.startswith("ex3: Failed (RankFailed)\n"), out.stdout
     assert "exited with code 3 (BAD_CONFIG)" in out.stdout
     assert "next: its last lines say why: ringleader logs ex3 --rank worker-" in out.stdout
-    record(Client(namespace, str(kubeconfig)).state("ex3"), "exit-code-3")
-
-
-def test_diagnose_of_a_job_that_does_not_fit(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:
-    job = script(tmp_path, "print('never runs')\n")
-    assert run(kubeconfig, namespace, "submit", str(job), "--name", "huge", "--cpu", "5000").returncode == 0
-    c = Client(namespace, str(kubeconfig))
-    wait_for("Admitted=False", lambda: any(x.type == "Admitted" and x.status == "False"
-                                           for x in c.get("huge").status.conditions), timeout=60)  # fmt: skip
-    out = run(kubeconfig, namespace, "diagnose", "huge")
-    assert out.returncode == 1
-    assert "x the job does not fit the cluster even when it is empty" in out.stdout, out.stdout
-    assert "cpu" in out.stdout
-    record(c.state("huge"), "unschedulable")
 
 
 def test_bad_input_is_one_line_and_leaves_nothing(

@@ -16,6 +16,7 @@ from ringleader_devcluster import processnode
 from ringleader_trainer import checkpoint as ckpt
 
 from tests.support.cluster import logs, wait_for
+from tests.support.diagnosis import diagnose_job
 from tests.support.jobs import condition, create, finished, get, pods_of, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -40,8 +41,9 @@ def set_unschedulable(core: client.CoreV1Api, nodes: list[str], value: bool) -> 
 
 
 def test_pods_of_a_stopped_node_are_replaced_on_another_node(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path, spare_node: str
-) -> None:
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path, spare_node: str,
+    kubeconfig: Path,
+) -> None:  # fmt: skip
     directory = tmp_path / "ckpt"
     command = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "300",
                "--log-every", "20", "--straggler", "0:0.05", "--timeout", "60"]  # fmt: skip
@@ -103,6 +105,9 @@ def test_pods_of_a_stopped_node_are_replaced_on_another_node(
     assert not core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={spare_node}").items
     reasons = {e.reason for e in core.list_namespaced_event(namespace).items if e.involved_object.name == "lost"}
     assert "NodeLost" in reasons, reasons
+    said = diagnose_job(kubeconfig, namespace, "lost", record_as="node-lost")  # `ringleader diagnose lost`
+    assert said.headline == "lost: Succeeded (JobSucceeded)", said.text()
+    assert [(f.rule, f.what) for f in said.findings] == [("node-lost", "2 ranks lost with their node")], said.text()
     # The replacements resumed from a checkpoint (not from step 0) and still reach the trainer's accuracy.
     text = logs(core, namespace, "lost-worker-0", container="trainer")
     events = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
