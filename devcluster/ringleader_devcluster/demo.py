@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
 Look around with the ringleader CLI (docs/cli.md; anywhere else: pip install ./api ./cli) and kubectl, both
 pointed at the dev cluster:
   export KUBECONFIG={layout.kubeconfig}
-  alias ringleader="PYTHONPATH={REPO_ROOT / 'cli'}:{REPO_ROOT / 'api'} {sys.executable} -m ringleader"
+  alias ringleader="PYTHONPATH={REPO_ROOT / "cli"}:{REPO_ROOT / "api"} {sys.executable} -m ringleader"
   alias kubectl={layout.binary("kubectl")}
   kubectl config set-context --current --namespace {ns}
   ringleader describe {name}         # one screen: phase, progress, goodput, each rank, recent events
