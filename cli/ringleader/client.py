@@ -237,31 +237,31 @@ class Client:
         return JobState(
             job=job,
             pods=[self.core.api_client.sanitize_for_serialization(p) for p in pods.items],
-            events=self.events(name, job.get("metadata", {}).get("uid")),
+            events=self.events(name, job),
             nodes=self._nodes(),
         )
 
-    def events(self, name: str, uid: str | None = None) -> builtins.list[dict[str, Any]]:
-        """Events about the job and its pods, oldest first."""
-        selectors = [f"involvedObject.kind=TrainingJob,involvedObject.name={name}"]
-        if uid:
-            selectors = [f"involvedObject.uid={uid}"]
-        found: builtins.list[dict[str, Any]] = []
+    def events(self, name: str, job: dict[str, Any] | None = None) -> builtins.list[dict[str, Any]]:
+        """Events about the job and its ranks' pods since it was made (a job deleted and made again under its name
+        has its own), oldest first."""
+        job = job if job is not None else self.get_raw(name)
+        meta = job.get("metadata") or {}
+        since = logmerge.parse_time(meta.get("creationTimestamp") or "") or logmerge.EPOCH
+        pods = {f"{name}-{rank}" for rank in JobState(job).ranks()}
         with self._api(f"events of trainingjob {name!r}"):
-            for selector in selectors:
-                items = self.core.list_namespaced_event(
-                    self.namespace, field_selector=selector, _request_timeout=self.timeout
-                ).items
-                found += [self.core.api_client.sanitize_for_serialization(e) for e in items]
-            pod_events = self.core.list_namespaced_event(
+            about_job = self.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.uid={meta.get('uid', '')}",
+                _request_timeout=self.timeout,
+            ).items  # fmt: skip
+            about_pods = self.core.list_namespaced_event(
                 self.namespace, field_selector="involvedObject.kind=Pod", _request_timeout=self.timeout
             ).items
-        prefix = f"{name}-"
-        found += [
-            self.core.api_client.sanitize_for_serialization(e)
-            for e in pod_events
-            if (e.involved_object.name or "").startswith(prefix)
-        ]
+        found = [self.core.api_client.sanitize_for_serialization(e) for e in about_job]
+        for e in about_pods:
+            if e.involved_object.name in pods:
+                event = self.core.api_client.sanitize_for_serialization(e)
+                if (logmerge.parse_time(event_time(event)) or logmerge.EPOCH) >= since:
+                    found.append(event)
         return sorted(found, key=event_time)
 
     def _nodes(self) -> builtins.list[dict[str, Any]]:
@@ -460,13 +460,20 @@ def _error(e: ApiException, what: str, namespace: str = "") -> RingleaderError:
         return NotFound(f"{what} not found{where}")
     if e.status == 422:
         causes = (body.get("details") or {}).get("causes") or []
-        fields = "; ".join(f"{c.get('field', '')}: {_first_line(c.get('message', ''))}" for c in causes)
+        fields = "; ".join(_cause(c) for c in causes)
         return InvalidSpec(f"{what} is invalid: {fields or _first_line(message)}")
     if e.status == 409:
         return RingleaderError(f"{what} already exists: choose another --name")
     if e.status in (401, 403):
         return RingleaderError(f"{what}: {_first_line(message)}")
     return RingleaderError(f"{what}: HTTP {e.status}: {_first_line(message)}")
+
+
+def _cause(cause: dict[str, Any]) -> str:
+    """One refused field: `spec.workers.replicas: Invalid value: 0: ...` (a rule on the whole object has none)."""
+    field, message = cause.get("field") or "", _first_line(cause.get("message") or "")
+    message = message.removeprefix('Invalid value: "object": ')
+    return f"{field}: {message}" if field and field != "<nil>" else message
 
 
 def _first_line(text: str) -> str:
