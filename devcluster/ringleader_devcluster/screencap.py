@@ -5,21 +5,19 @@ in a monospace font. docs/cli.md's screen captures are made so:
     tmux send-keys -t cap 'ringleader submit examples/train_custom.py --watch -- --steps 3000' Enter
     python -m ringleader_devcluster.screencap cap docs/images/cli-watch.png
 
-The ANSI escapes are read by rich (`Text.from_ansi`) and drawn with matplotlib (the Agg backend, no display).
+The ANSI escapes are read by rich (`Text.from_ansi`) and drawn with matplotlib (a Figure saved as PNG, no display).
 """
 
 from __future__ import annotations
 
 import argparse
 import subprocess
+from itertools import pairwise
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.style import Style  # noqa: E402
-from rich.text import Text  # noqa: E402
+from matplotlib.figure import Figure
+from rich.style import Style
+from rich.text import Text
 
 BACKGROUND, FOREGROUND = "#1e1e1e", "#d4d4d4"
 FONT, SIZE, DPI = "DejaVu Sans Mono", 12.0, 100
@@ -51,7 +49,7 @@ def render(lines: list[str], path: Path, columns: int | None = None) -> None:
     em = SIZE * DPI / 72
     cell, height = em * ADVANCE, em * LINE
     w_px, h_px = width * cell + 2 * PAD, len(texts) * height + 2 * PAD
-    fig = plt.figure(figsize=(w_px / DPI, h_px / DPI), dpi=DPI, facecolor=BACKGROUND)
+    fig = Figure(figsize=(w_px / DPI, h_px / DPI), dpi=DPI, facecolor=BACKGROUND)
     for row, text in enumerate(texts):
         y = 1 - (PAD + row * height) / h_px
         for start, end, style in _runs(text):
@@ -61,14 +59,13 @@ def render(lines: list[str], path: Path, columns: int | None = None) -> None:
             )  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, facecolor=BACKGROUND)
-    plt.close(fig)
 
 
 def _runs(text: Text) -> list[tuple[int, int, Style]]:
     """The line cut where its style changes, each piece with its combined style (blank pieces left out)."""
     cuts = sorted({0, len(text.plain), *(s.start for s in text.spans), *(s.end for s in text.spans)})
     runs = []
-    for start, end in zip(cuts, cuts[1:], strict=False):
+    for start, end in pairwise(cuts):
         if not text.plain[start:end].strip():
             continue
         style = Style()

@@ -206,3 +206,19 @@ def test_following_a_log_keeps_the_line_written_just_before_the_container_ended(
             return await response.text()
 
     assert asyncio.run(follow()) == "first\nlast words\n"
+
+
+def test_a_terminal_capture_is_cut_where_its_style_changes_and_drawn_cell_by_cell(tmp_path: Path) -> None:
+    from rich.text import Text
+    from ringleader_devcluster import screencap
+
+    line = "\x1b[1mjob\x1b[0m ok \x1b[38;5;197mbar\x1b[0m"
+    runs = [(a, b, str(s)) for a, b, s in screencap._runs(Text.from_ansi(line))]
+    assert runs == [(0, 3, "bold"), (3, 7, "none"), (7, 10, "color(197)")]
+    png = tmp_path / "t.png"
+    screencap.render([line, "second line"], png, columns=40)
+    width, height = int.from_bytes(png.read_bytes()[16:20], "big"), int.from_bytes(png.read_bytes()[20:24], "big")
+    cell = screencap.SIZE * screencap.DPI / 72
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (width, height) == (int(40 * cell * screencap.ADVANCE + 2 * screencap.PAD),
+                               int(2 * cell * screencap.LINE + 2 * screencap.PAD))  # fmt: skip
