@@ -390,6 +390,7 @@ class Reason(StrEnum):
     STRAGGLERS = "RanksStraggling"  # Straggler=True: ranks working runPolicy.stragglerThreshold x their peers
     NO_STRAGGLERS = "NoStragglers"
     RANK_STRAGGLED = "RankStraggled"  # a straggler replaced (stragglerPolicy Replace; not counted)
+    RANK_OUTPUT = "RankOutput"  # the last lines a failed rank wrote (its termination message), kept past its pod
 
 
 class Condition(Model):

@@ -303,7 +303,11 @@ class Client:
 
         with ThreadPoolExecutor(READERS) as pool:
             current = dict(zip(ranks, pool.map(read, ranks), strict=True))
-        streams = [logmerge.rank_stream([current[r]], state.markers(r)) for r in ranks]
+        streams = []
+        for r in ranks:
+            now = current[r][0].attempt if current[r] else None
+            earlier = [lines for attempt, lines in sorted(state.last_lines(r).items()) if now is None or attempt < now]
+            streams.append(logmerge.rank_stream([*earlier, current[r]], state.markers(r)))
         yield from logmerge.merge(streams)
 
     def _pod_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None, **options: Any) -> Any:

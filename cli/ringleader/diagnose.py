@@ -240,10 +240,11 @@ def exit_codes(state: JobState) -> list[Finding]:
         name, meaning = EXIT_CODES.get(code, ("", "the program's own exit code"))
         label = f" ({name})" if name else ""
         first = sorted(ranks, key=rank_order)[0]
+        said = _last_line(state, first)
         findings.append(Finding(
             f"exit-{code}" if name else "exit-code", "error" if _failed_by_ranks(state) else "warning",
-            f"{_names(sorted(ranks, key=rank_order))} exited with code {code}{label}", meaning,
-            _exit_next(state, code, first),
+            f"{_names(sorted(ranks, key=rank_order))} exited with code {code}{label}",
+            meaning + (f"; {first}'s last line: {said}" if said else ""), _exit_next(state, code, first),
         ))  # fmt: skip
     return findings
 
@@ -444,6 +445,15 @@ def _memory_limit(state: JobState) -> str:
         if limit:
             return str(limit)
     return ""
+
+
+def _last_line(state: JobState, rank: str) -> str:
+    """The last line the rank's newest failed attempt wrote (the operator's RankOutput event), or ""."""
+    kept = state.last_lines(rank)
+    if not kept:
+        return ""
+    lines = [line.text for line in kept[max(kept)] if not line.marker and line.text.strip()]
+    return lines[-1].strip() if lines else ""
 
 
 def _operator_events(state: JobState, reason: str) -> list[dict[str, Any]]:

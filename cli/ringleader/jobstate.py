@@ -23,6 +23,7 @@ REPLACEMENT_REASONS = frozenset({
     Reason.RANK_STRAGGLED, Reason.GANG_RESTART, Reason.IGNORED,
 })  # fmt: skip
 _POD_IN_MESSAGE = re.compile(r"\(pod ([a-z0-9.-]+)\)")
+_OUTPUT_HEAD = re.compile(r"^.*\(pod ([a-z0-9.-]+)\) attempt (\d+) ended; its last lines:$")
 
 
 @dataclass
@@ -67,6 +68,24 @@ class JobState:
             if e.get("reason") in REPLACEMENT_REASONS and pod in _POD_IN_MESSAGE.findall(e.get("message") or "")
         ]  # fmt: skip
 
+    def last_lines(self, rank: str) -> dict[int, list[logmerge.LogLine]]:
+        """The last lines of the rank's earlier attempts that failed, by attempt, as the operator kept them (its
+        RankOutput events: the end of each failed pod's log, while the API server keeps the event), each block
+        under a line saying what it is."""
+        pod = f"{self.name}-{rank}"
+        out: dict[int, list[logmerge.LogLine]] = {}
+        for event in self.events:
+            found = _output(event)
+            if found is None or found[0] != pod:
+                continue
+            _, attempt, lines = found
+            when = logmerge.parse_time(event_time(event)) or logmerge.EPOCH
+            note = f"--- {rank}: the last lines of attempt {attempt} (its pod is gone; kept by the operator) ---"
+            out[attempt] = [logmerge.LogLine(rank, attempt, when, note, marker=True)] + [
+                logmerge.LogLine(rank, attempt, when, line) for line in lines
+            ]
+        return out
+
     def markers(self, rank: str) -> dict[int, logmerge.LogLine]:
         """A marker before each attempt after the first, up to the rank's current one: why its previous pod was
         replaced (the operator's event, while the API server keeps it), when."""
@@ -89,6 +108,15 @@ def _compact(value: Any) -> Any:
     if isinstance(value, list):
         return [_compact(v) for v in value]
     return value
+
+
+def _output(event: dict[str, Any]) -> tuple[str, int, list[str]] | None:
+    """(pod, attempt, lines) of a RankOutput event (the operator's restarts.output_note); None for another."""
+    if event.get("reason") != Reason.RANK_OUTPUT:
+        return None
+    head, _, rest = (event.get("message") or "").partition("\n")
+    m = _OUTPUT_HEAD.match(head)
+    return (m.group(1), int(m.group(2)), rest.split("\n")) if m else None
 
 
 def rank_of_pod(pod: dict[str, Any]) -> str:

@@ -367,6 +367,9 @@ def _wire_trainer(
     replica = job.replicas(role)
     assert replica is not None
     _add_missing_env(container, rank_env(job, role, index, attempt))
+    # A failed rank's last lines become its termination message, which outlives nothing but is read before the
+    # pod is replaced (the RankOutput event keeps them): the kubelet's own FallbackToLogsOnError.
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     _add_port(container, "metrics", METRICS_PORT)  # every rank's page: its step, for finding who stalled a job
     if role == Role.WORKER and index == 0:
         _add_port(container, "c10d", MASTER_PORT)

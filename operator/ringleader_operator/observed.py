@@ -40,6 +40,7 @@ class ObservedPod:
     workers: int | None  # the world it was made for; None for a pod made before worlds were recorded
     deletion_deadline: str | None  # metadata.deletionTimestamp: set once the pod is being deleted
     ended: bool = False  # the pod is done (Succeeded/Failed) or a container terminated with a non-zero code
+    output: str = ""  # the failed container's termination message: its last lines (FallbackToLogsOnError)
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -59,12 +60,13 @@ class ObservedPod:
         except (KeyError, ValueError):
             workers = None
         status = pod.get("status") or {}
-        exit_code, reason = None, ""
+        exit_code, reason, output = None, "", ""
         for cs in status.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated")
             if term and term.get("exitCode", 0) != 0:
                 exit_code = int(term["exitCode"])
                 reason = term.get("reason") or ""
+                output = str(term.get("message") or "")
                 break
         conditions = status.get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -89,6 +91,7 @@ class ObservedPod:
             workers=workers,
             deletion_deadline=meta.get("deletionTimestamp"),
             ended=exit_code is not None or status.get("phase") in ("Succeeded", "Failed"),
+            output=output,
         )
 
     @property

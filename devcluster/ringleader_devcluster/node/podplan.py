@@ -82,6 +82,7 @@ class ContainerPlan:
     startup: Probe | None = None
     readiness: Probe | None = None
     liveness: Probe | None = None
+    logs_on_error: bool = False  # terminationMessagePolicy FallbackToLogsOnError
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,7 @@ def _container_plan(
         startup=None if init else probes["startup"],
         readiness=None if init else probes["readiness"],
         liveness=None if init else probes["liveness"],
+        logs_on_error=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
     )
 
 

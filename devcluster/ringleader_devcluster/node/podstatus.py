@@ -119,6 +119,18 @@ def _ts(t: datetime | None) -> str | None:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t else None
 
 
+# The kubelet's terminationMessagePolicy FallbackToLogsOnError: a failed container with no message of its own gets
+# the end of its log, at most this many lines and bytes.
+TAIL_LINES, TAIL_BYTES = 80, 2048
+
+
+def log_tail_message(log: bytes) -> str:
+    """The message the kubelet gives a container that failed with nothing in its termination message file: its
+    log's last TAIL_LINES lines, of which the last TAIL_BYTES bytes."""
+    lines = log.splitlines(keepends=True)[-TAIL_LINES:]
+    return b"".join(lines)[-TAIL_BYTES:].decode(errors="replace")
+
+
 def _termination_json(t: Termination) -> dict[str, Any]:
     out: dict[str, Any] = {
         "exitCode": t.exit_code,

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .podplan import ContainerPlan
-from .podstatus import Termination, exit_reason
+from .podstatus import Termination, exit_reason, log_tail_message
 from .shim import START_ERROR_EXIT
 
 
@@ -50,11 +50,15 @@ def log_path(container_dir: Path, restart_count: int) -> Path:
 class ContainerProcess:
     """One run of one container."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, started_at: datetime, container_dir: Path) -> None:
+    def __init__(
+        self, proc: asyncio.subprocess.Process, started_at: datetime, container_dir: Path,
+        logs_on_error: Path | None = None,
+    ) -> None:  # fmt: skip
         self.proc = proc
         self.started_at = started_at
         self.container_dir = container_dir
         self.pgid = proc.pid  # session leader: its pid is the group id
+        self.logs_on_error = logs_on_error  # the log whose tail is the message of a failed run (FallbackToLogsOnError)
 
     @classmethod
     async def start(
@@ -99,7 +103,7 @@ class ContainerProcess:
             )
         # Recorded so whatever survives a crashed agent can be found and killed (kill_leftovers).
         (container_dir / "pgid").write_text(str(proc.pid))
-        return cls(proc, now(), container_dir)
+        return cls(proc, now(), container_dir, out if plan.logs_on_error else None)
 
     async def wait(self) -> Termination:
         """Wait for the main process; then kill stragglers left in its group (no process outlives its pod)."""
@@ -111,6 +115,8 @@ class ContainerProcess:
         err = self.container_dir / "start-error"
         if exit_code == START_ERROR_EXIT and err.exists():
             reason, message = "StartError", err.read_text().strip()
+        elif exit_code != 0 and self.logs_on_error is not None and self.logs_on_error.exists():
+            message = log_tail_message(self.logs_on_error.read_bytes())
         return Termination(
             exit_code=exit_code,
             reason=reason,

@@ -29,6 +29,8 @@ from .goodput import note_lost_work
 # A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
 # live kubelet would have confirmed the deletion): remove it so the rank's name is free for its replacement.
 FORCE_DELETE_AFTER_SECONDS = 30.0
+# An event message is cut at 1024 characters (by kopf, which posts them): the RankOutput note stays under it.
+OUTPUT_EVENT_CHARACTERS = 1000
 
 
 def reconcile_ranks(r: Round) -> None:
@@ -83,12 +85,24 @@ def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
     assert spec is not None
     if pod.phase == "Failed":
         failure = pod.failure()
+        if pod.output.strip():
+            r.plan.events.append(Event("Warning", Reason.RANK_OUTPUT, output_note(pod)))
     elif pod.phase == "Succeeded" and pod.role == Role.PS and spec.restart_policy == RestartPolicy.ALWAYS:
         failure = Failure(Kind.EXITED)
     else:
         return
     if count_failure(r, pod.role, pod.index, rank, pod.name, failure):
         r.plan.delete_pods.append(pod.name)
+
+
+def output_note(pod: ObservedPod) -> str:
+    """The RankOutput event's message: which attempt of which rank, then its last lines (the end of its
+    termination message, cut at a line, to fit an event)."""
+    head = f"{ROLE_NAMES[pod.role]} {pod.index} (pod {pod.name}) attempt {pod.attempt or 0} ended; its last lines:"
+    tail = pod.output.rstrip("\n")[-(OUTPUT_EVENT_CHARACTERS - len(head)) :]
+    if "\n" in tail and len(tail) < len(pod.output.rstrip("\n")):
+        tail = tail.split("\n", 1)[1]  # no partial first line
+    return f"{head}\n{tail}"
 
 
 def _watch_going(r: Round, rank: RankStatus, pod: ObservedPod) -> None:

@@ -115,14 +115,21 @@ def test_logs_show_both_attempts_of_a_restarted_rank_in_order(kubeconfig: Path, 
     # Merged by time: worker 0 started before worker 1's first attempt failed and before its second started.
     assert lines.index("worker-0 | attempt 0 rank 0 starting") < lines.index("worker-1 | attempt 1 rank 1 starting")
 
-    # Afterwards, the first attempt's lines went with its pod: the marker still says what ended it, in its place.
+    # Afterwards the first attempt's pod is gone; its last lines were kept by the operator (the kubelet's
+    # FallbackToLogsOnError message, in a RankOutput event) and come first, then the marker, then attempt 1.
     after = run(kubeconfig, namespace, "logs", "rs", "--rank", "worker-1")
     shown = [line.strip() for line in after.stdout.splitlines()]
-    assert shown[0].startswith("--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1) failed with exit code 1")
-    assert shown[1:] == ["worker-1 | attempt 1 rank 1 starting", "worker-1 | attempt 1 rank 1 done"], shown
+    assert shown[:3] == [
+        "--- worker-1: the last lines of attempt 0 (its pod is gone; kept by the operator) ---",
+        "worker-1 | attempt 0 rank 1 starting",
+        "worker-1 | attempt 0 of rank 1 fails now",
+    ], shown
+    assert shown[3].startswith("--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1) failed with exit code 1")
+    assert shown[4:] == ["worker-1 | attempt 1 rank 1 starting", "worker-1 | attempt 1 rank 1 done"], shown
     # The SDK's iterator gives the same lines.
     sdk = [(line.rank, line.attempt, line.text) for line in Client(namespace, str(kubeconfig)).logs("rs", "worker-1")]
-    assert sdk[1:] == [("worker-1", 1, "attempt 1 rank 1 starting"), ("worker-1", 1, "attempt 1 rank 1 done")]
+    assert sdk[1:3] == [("worker-1", 0, "attempt 0 rank 1 starting"), ("worker-1", 0, "attempt 0 of rank 1 fails now")]
+    assert sdk[4:] == [("worker-1", 1, "attempt 1 rank 1 starting"), ("worker-1", 1, "attempt 1 rank 1 done")]
 
 
 def test_diagnose_of_a_job_failed_by_its_exit_code(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:

@@ -141,7 +141,7 @@ CASES: dict[str, Case] = {
         Submission("job.py", SLEEP),
         evicted_once,
         {"evicted"},
-        "eviction",
+        "1 pod of the job evicted",
         act=evict_worker_1,
     ),
     "suspended": Case(Submission("job.py", SLEEP), phase("Suspended"), {"suspended"}, "ringleader resume", act=suspend),

@@ -19,10 +19,10 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("exit-3", "error", "worker-0 exited with code 3 (BAD_CONFIG)"),
     ]),
     "rendezvous-timeout": ("rendezvous-timeout: Failed (RankFailed)", [
-        ("exit-200", "error", "worker-1 exited with code 200 (RENDEZVOUS_TIMEOUT)"),
+        ("exit-200", "error", "worker-1's last line: ringleader-trainer: error: rendezvous with rendezvous-timeout-w"),
     ]),
     "backoff-limit": ("backoff-limit: Failed (BackoffLimitExceeded)", [
-        ("exit-1", "error", "worker-0 exited with code 1 (CRASH)"),
+        ("exit-1", "error", "worker-0's last line: no luck"),
         ("backoff-limit", "error", "used up its restarts"),
     ]),
     "invalid-spec": ("invalid-spec: Failed (InvalidSpec)", [

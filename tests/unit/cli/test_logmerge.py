@@ -103,3 +103,33 @@ def test_a_rank_with_no_lines_yet_still_shows_its_markers() -> None:
 )
 def test_the_trainers_json_lines_are_rendered(line: str, shown: str) -> None:
     assert render(line) == shown
+
+
+def test_the_last_lines_of_a_gone_attempt_come_before_its_successors_marker() -> None:
+    """logs after the fact: attempt 0's pod is gone, its last lines kept by the operator's RankOutput event."""
+    from ringleader.jobstate import JobState
+
+    job = {"metadata": {"name": "rs"}, "spec": {"workers": {"replicas": 2}}}
+    events = [
+        {"reason": "RankOutput", "lastTimestamp": at(10), "message":
+            "worker 1 (pod rs-worker-1) attempt 0 ended; its last lines:\nstarting\nValueError: bad lr"},
+        {"reason": "RankRestarting", "lastTimestamp": at(10), "message":
+            "worker 1 (pod rs-worker-1) failed with exit code 1; restarting it in 1 s"},
+    ]  # fmt: skip
+    pod = {
+        "metadata": {
+            "name": "rs-worker-1",
+            "annotations": {"ringleader.dev/attempt": "1"},
+            "labels": {"ringleader.dev/replica-type": "worker", "ringleader.dev/replica-index": "1"},
+        }
+    }
+    state = JobState(job, [pod], events)
+    current = parse_lines("worker-1", 1, f"{at(12)} starting again")
+    stream = rank_stream([*state.last_lines("worker-1").values(), current], state.markers("worker-1"))
+    assert [line.text for line in stream] == [
+        "--- worker-1: the last lines of attempt 0 (its pod is gone; kept by the operator) ---",
+        "starting", "ValueError: bad lr",
+        "--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1) failed with exit code 1; restarting it in 1 s) ---",
+        "starting again",
+    ]  # fmt: skip
+    assert state.last_lines("worker-0") == {}

@@ -222,3 +222,15 @@ def test_a_terminal_capture_is_cut_where_its_style_changes_and_drawn_cell_by_cel
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (width, height) == (int(40 * cell * screencap.ADVANCE + 2 * screencap.PAD),
                                int(2 * cell * screencap.LINE + 2 * screencap.PAD))  # fmt: skip
+
+
+def test_a_failed_containers_message_is_the_end_of_its_log_as_the_kubelet_gives_it() -> None:
+    """terminationMessagePolicy FallbackToLogsOnError: the last 80 lines, of which the last 2048 bytes."""
+    from ringleader_devcluster.node.podstatus import log_tail_message
+
+    assert log_tail_message(b"") == ""
+    assert log_tail_message(b"one\ntwo\nTraceback: boom\n") == "one\ntwo\nTraceback: boom\n"
+    many = b"".join(f"line {i}\n".encode() for i in range(100))
+    assert log_tail_message(many).splitlines() == [f"line {i}" for i in range(20, 100)]
+    long = b"x" * 5000 + b"\nlast\n"
+    assert log_tail_message(long) == ("x" * 2042) + "\nlast\n"

@@ -111,6 +111,7 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "PET_MASTER_ADDR", "value": "mnist-worker-0.mnist"},
                         {"name": "PET_MASTER_PORT", "value": "29500"},
                     ],
+                    "terminationMessagePolicy": "FallbackToLogsOnError",  # a failed rank's last lines, kept
                     "ports": [
                         {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
                         {"name": "c10d", "containerPort": 29500, "protocol": "TCP"},
@@ -474,3 +475,8 @@ def test_a_templates_own_grace_period_stands() -> None:
     job = training_job(template=template, checkpoint={"intervalSteps": 100})
     assert build_pod(job, Role.WORKER, 1)["spec"]["terminationGracePeriodSeconds"] == 7
     assert delete_grace_seconds(job) is None  # the operator's deletions leave each pod its own
+
+
+def test_a_templates_own_termination_message_policy_is_kept() -> None:
+    j = training_job(name="mnist", namespace="ml", uid=UID, template=template(terminationMessagePolicy="File"))
+    assert build_pod(j, Role.WORKER, 1)["spec"]["containers"][0]["terminationMessagePolicy"] == "File"

@@ -169,3 +169,39 @@ def test_an_ignored_failure_recreates_the_rank_after_a_back_off_and_counts_nothi
     rank = r.status.ranks["worker-1"]
     assert (rank.restarts, rank.uncounted, rank.attempt, r.restarts[Role.WORKER]) == (0, 1, 1, 0)
     assert r.plan.delete_pods == [W1] and r.plan.requeue_after == 2  # the back-off of a first recreation
+
+
+def _failed_with_output(output: str) -> dict[str, Any]:
+    failed = pod(Role.WORKER, 1, "Failed", exit_code=1)
+    failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = output
+    return failed
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Never"])
+def test_a_failed_ranks_last_lines_are_kept_in_an_event(policy: str) -> None:
+    """Its termination message (the kubelet's FallbackToLogsOnError: the end of its log) goes into a RankOutput
+    event before the pod is deleted, whether the rank is restarted or the job fails."""
+    r = round_of(one_rank(policy), [RUNNING0, _failed_with_output("step 10\nTraceback (most recent call last):\n"
+                                                                  "ValueError: bad lr\n")])  # fmt: skip
+    reconcile_ranks(r)
+    outputs = [e for e in r.plan.events if e.reason == "RankOutput"]
+    assert [(e.type, e.message) for e in outputs] == [("Warning", (
+        "worker 1 (pod j-worker-1) attempt 0 ended; its last lines:\n"
+        "step 10\nTraceback (most recent call last):\nValueError: bad lr"
+    ))]  # fmt: skip
+
+
+def test_a_long_output_is_cut_to_whole_lines_that_fit_an_event() -> None:
+    lines = [f"line {i:04d} " + "x" * 40 for i in range(200)]
+    r = round_of(one_rank(), [RUNNING0, _failed_with_output("\n".join(lines))])
+    reconcile_ranks(r)
+    (event,) = [e for e in r.plan.events if e.reason == "RankOutput"]
+    _, *kept = event.message.split("\n")
+    assert len(event.message) <= 1000
+    assert kept == lines[-len(kept) :] and len(kept) > 10  # whole lines, the newest
+
+
+def test_no_output_no_event() -> None:
+    r = round_of(one_rank(), [RUNNING0, pod(Role.WORKER, 1, "Failed", exit_code=1)])
+    reconcile_ranks(r)
+    assert [e for e in r.plan.events if e.reason == "RankOutput"] == []
