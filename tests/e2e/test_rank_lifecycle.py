@@ -4,11 +4,14 @@ container and replaced, `kubectl logs` and `kubectl exec` on a rank."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from kubernetes import client
+from ringleader import Client
 from ringleader.diagnose import Finding
+from ringleader.logmerge import EPOCH
 from ringleader_devcluster.layout import Layout
 
 from tests.support.cluster import kubectl, logs, wait_for
@@ -82,6 +85,18 @@ def test_a_rank_killed_inside_its_container_is_replaced_and_logs_and_exec_work(
     assert any(e.reason == "RankRestarting" and "exit code 137" in (e.message or "") for e in events), [
         (e.reason, e.message) for e in events
     ]
+    # `ringleader logs kill`: the kubelet stamps every line, so the ranks' lines interleave by time (not rank after
+    # rank); worker 1's killed attempt left its last lines (RankOutput) and a marker before its second attempt.
+    merged = list(Client(ns, str(kubeconfig)).logs("kill"))
+    assert all(line.time > EPOCH for line in merged if not line.marker)
+    switches = sum(1 for a, b in pairwise(merged) if a.rank != b.rank)
+    assert switches > 2 * 3, switches  # 3 ranks one after another would switch twice
+    w1 = [line for line in merged if line.rank == "worker-1"]
+    texts = [line.text for line in w1]
+    kept = texts.index("--- worker-1: the last lines of attempt 0 (its pod is gone; kept by the operator) ---")
+    second = next(i for i, t in enumerate(texts) if t.startswith("--- worker-1: attempt 1 starts (worker 1 "))
+    assert kept < second and "exit code 137" in texts[second], texts[second]
+    assert {line.attempt for line in w1[second + 1 :]} == {1} and len(w1) > second + 3
 
 
 def test_an_image_that_cannot_be_pulled_and_a_volume_that_cannot_mount_are_diagnosed(

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "operator": "ringleader_operator",
     "api": "ringleader_api",
+    "cli": "ringleader",
     "trainer-image": "ringleader_trainer",
     "devcluster": "ringleader_devcluster",
 }
