@@ -59,9 +59,9 @@ class Client:
         default_namespace = "default"
         try:
             kubeconfig.load_kube_config(config_file=kubeconfig_path, context=context)
-            _, active = kubeconfig.list_kube_config_contexts(config_file=kubeconfig_path)
-            chosen = active if context is None else {"context": {}}
-            default_namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
+            contexts, active = kubeconfig.list_kube_config_contexts(config_file=kubeconfig_path)
+            chosen = active if context is None else next((c for c in contexts if c.get("name") == context), {})
+            default_namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
         except (ConfigException, FileNotFoundError) as e:
             try:
                 kubeconfig.load_incluster_config()
@@ -175,6 +175,7 @@ class Client:
         cm_name = configmap["metadata"]["name"]
         with self._api(f"configmap {cm_name!r}"):
             self.core.create_namespaced_config_map(self.namespace, configmap, _request_timeout=self.timeout)
+        created: dict[str, Any] | None = None
         try:
             created = self.create(job)
             with self._api(f"configmap {cm_name!r}"):
@@ -183,18 +184,24 @@ class Client:
                     _request_timeout=self.timeout,
                 )  # fmt: skip
         except BaseException:
-            self._undo(name, cm_name)
+            self._undo(cm_name, created)
             raise
         return str(name)
 
-    def _undo(self, job: str, configmap: str) -> None:
-        """Remove what a failed submit made (best effort: the first error is the one reported)."""
-        for delete in (
-            lambda: self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, job, _request_timeout=self.timeout
-            ),
-            lambda: self.core.delete_namespaced_config_map(configmap, self.namespace, _request_timeout=self.timeout),
-        ):
+    def _undo(self, configmap: str, job: dict[str, Any] | None) -> None:
+        """Remove what a failed submit made, and only that: the ConfigMap, and the job if this call created it
+        (by uid: a job of the same name made by someone else in between stays). Best effort: the first error is
+        the one reported."""
+        deletes: builtins.list[Callable[[], Any]] = [
+            lambda: self.core.delete_namespaced_config_map(configmap, self.namespace, _request_timeout=self.timeout)
+        ]
+        if job is not None:
+            meta = job["metadata"]
+            deletes.append(lambda: self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, meta["name"], _request_timeout=self.timeout,
+                body={"preconditions": {"uid": meta["uid"]}},
+            ))  # fmt: skip
+        for delete in deletes:
             with suppress(ApiException, urllib3.exceptions.HTTPError):
                 delete()
 

@@ -21,6 +21,7 @@ from ringleader import Client
 from ringleader.errors import InvalidSpec
 from ringleader_devcluster.layout import Layout
 
+from tests.support.cluster import wait_for
 from tests.support.jobs import get
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -172,6 +173,13 @@ def test_bad_input_is_one_line_and_leaves_nothing(
     with pytest.raises(InvalidSpec):
         c.submit(job, name="halfway")
     assert core.list_namespaced_config_map(namespace, label_selector="ringleader.dev/job-name").items == []
+    monkeypatch.undo()
+    # The job made, the ConfigMap's owner reference refused: the job this call made goes too.
+    monkeypatch.setattr(c.core, "patch_namespaced_config_map", lambda *a, **kw: refuse())
+    with pytest.raises(InvalidSpec):
+        c.submit(job, name="ownerless")
+    assert core.list_namespaced_config_map(namespace, label_selector="ringleader.dev/job-name").items == []
+    wait_for("the half-made job gone", lambda: not c.list(), timeout=30)
     monkeypatch.undo()
     # The SDK: submit, wait, the ConfigMap owned by the job (deleted with it).
     name = c.submit(job, workers=1)

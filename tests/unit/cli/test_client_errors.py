@@ -70,9 +70,17 @@ def served() -> None:
     Answers.routes[("GET", "/apis/ringleader.dev/v1alpha1")] = (200, resources)
 
 
+def test_the_namespace_is_the_contexts_unless_given(server: Path) -> None:
+    config = json.loads(server.read_text())
+    config["contexts"].append({"name": "other", "context": {"cluster": "s", "user": "u", "namespace": "team"}})
+    server.write_text(json.dumps(config))
+    assert Client(kubeconfig_path=str(server)).namespace == "ns"  # the current context's
+    assert Client(kubeconfig_path=str(server), context="other").namespace == "team"
+    assert Client("mine", kubeconfig_path=str(server), context="other").namespace == "mine"
+
+
 def test_a_cluster_without_the_crd(server: Path) -> None:
     client = Client(kubeconfig_path=str(server), request_timeout=5)
-    assert client.namespace == "ns"  # the context's
     with pytest.raises(NoTrainingJobApi, match=r"has no TrainingJob API \(crd trainingjobs.ringleader.dev\): install"):
         client.get("x")
 
