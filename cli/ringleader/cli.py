@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -26,6 +26,9 @@ from . import diagnose as diagnosis
 from . import logmerge, submission, views
 from .errors import RingleaderError, UsageError
 from .jobstate import JobState
+
+if TYPE_CHECKING:
+    from .client import Client
 
 PROG = "ringleader"
 RANK_STYLES = ("cyan", "green", "magenta", "blue", "yellow", "bright_cyan", "bright_green", "bright_magenta")
@@ -115,8 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def client_of(args: argparse.Namespace) -> Any:
-    from .client import Client  # the Kubernetes client's import is heavy: not for --help or --from-state
+def client_of(args: argparse.Namespace) -> Client:
+    from .client import Client  # the Kubernetes client's import is heavy: not for --help, --dry-run, --from-state
 
     return Client(args.namespace, args.kubeconfig, args.context, args.request_timeout)
 
@@ -132,8 +135,8 @@ def cmd_submit(args: argparse.Namespace, out: Console) -> int:
         "requirements": args.requirements, "cpu": args.cpu, "memory": args.memory, "env": env,
         "restart_policy": args.restart_policy, "backoff_limit": args.backoff_limit,
     }  # fmt: skip
-    if args.dry_run:
-        sub = offline_submission(args.script, args.namespace or "default", options)
+    if args.dry_run:  # the files are read, no cluster is asked
+        sub = submission.from_files(args.script, args.namespace or "default", **options)
         configmap, job = submission.build(sub, submission.job_name(sub.script_name, sub.name))
         out.print(yaml.safe_dump_all([configmap, job], sort_keys=False), end="", markup=False, soft_wrap=True)
         return 0
@@ -145,16 +148,11 @@ def cmd_submit(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def offline_submission(script: str, namespace: str, options: dict[str, Any]) -> submission.Submission:
-    """The submission `--dry-run` prints: the files read here, no cluster."""
-    return submission.from_files(script, namespace, **options)
-
-
 def cmd_watch(args: argparse.Namespace, out: Console) -> int:
     return follow(client_of(args), args.name, out, args.timeout)
 
 
-def follow(client: Any, name: str, out: Console, timeout: float | None) -> int:
+def follow(client: Client, name: str, out: Console, timeout: float | None) -> int:
     """Follow `name` to its end: a progress bar on a terminal, a line per change otherwise. 0 when it Succeeded."""
     if out.is_terminal:
         with Progress(
@@ -164,9 +162,7 @@ def follow(client: Any, name: str, out: Console, timeout: float | None) -> int:
             task = bar.add_task(name, total=None, line="waiting for the operator")
             phase = client.wait(name, timeout, on_change=lambda job: _draw(bar, task, job))
     else:
-        phase = client.wait(
-            name, timeout, on_change=lambda job: out.print(views.status_line(job), markup=False, soft_wrap=True)
-        )
+        phase = client.wait(name, timeout, on_change=lambda job: _line(out, views.status_line(job)))
     final = client.get(name)
     if out.is_terminal:
         out.print(Text(views.status_line(final), views.PHASE_STYLES.get(views.phase_of(final), "")))
