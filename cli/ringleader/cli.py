@@ -63,6 +63,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="an environment variable")
     s.add_argument("--restart-policy", choices=[x.value for x in RestartPolicy], default=RestartPolicy.ON_FAILURE.value)
     s.add_argument("--backoff-limit", type=_non_negative, help="restarts allowed across the job (default 3)")
+    s.add_argument("--checkpoint-every", type=_positive, metavar="STEPS", help="checkpoint every STEPS (default 100 "
+                   "with --checkpoint-claim); scripts on the trainer's API resume from them")  # fmt: skip
+    s.add_argument("--checkpoint-claim", metavar="PVC", help="a PersistentVolumeClaim to keep checkpoints on")
+    s.add_argument("--deadline", type=_duration, help="fail the job if it runs longer (30m, 12h)")
+    s.add_argument("--priority-class", help="the pods' PriorityClass")
+    s.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE", help="a node label to require")
+    s.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+                   help="tolerate a taint (e.g. nvidia.com/gpu:NoSchedule)")  # fmt: skip
     s.add_argument("--dry-run", action="store_true", help="print the ConfigMap and TrainingJob as YAML; create nothing")
     s.add_argument("--watch", action="store_true", help="follow the job to its end (as `watch`)")
 
@@ -128,12 +136,16 @@ def client_of(args: argparse.Namespace) -> Client:
 
 
 def cmd_submit(args: argparse.Namespace, out: Console) -> int:
-    env = dict(_pair(e) for e in args.env)
+    env = dict(_pair(e, "--env") for e in args.env)
     options: dict[str, Any] = {
         "args": args.args, "workers": args.workers, "strategy": args.strategy, "parameter_servers":
         args.parameter_servers, "ps_mode": args.ps_mode, "gpus": args.gpus, "image": args.image, "name": args.name,
         "requirements": args.requirements, "cpu": args.cpu, "memory": args.memory, "env": env,
         "restart_policy": args.restart_policy, "backoff_limit": args.backoff_limit,
+        "checkpoint_every": args.checkpoint_every, "checkpoint_claim": args.checkpoint_claim,
+        "deadline_seconds": args.deadline, "priority_class": args.priority_class,
+        "node_selector": dict(_pair(n, "--node-selector") for n in args.node_selector),
+        "tolerations": tuple(args.toleration),
     }  # fmt: skip
     if args.dry_run:  # the files are read, no cluster is asked
         sub = submission.from_files(args.script, args.namespace or "default", **options)
@@ -277,10 +289,10 @@ def _duration(text: str) -> int:
     return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-def _pair(text: str) -> tuple[str, str]:
+def _pair(text: str, flag: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
-        raise UsageError(f"--env {text!r}: NAME=VALUE")
+        raise UsageError(f"{flag} {text!r}: NAME=VALUE")
     return name, value
 
 

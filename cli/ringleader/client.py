@@ -155,6 +155,12 @@ class Client:
         env: dict[str, str] | None = None,
         restart_policy: str = "OnFailure",
         backoff_limit: int | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_claim: str | None = None,
+        deadline_seconds: int | None = None,
+        priority_class: str | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: Sequence[str] = (),
     ) -> str:
         """Pack `script` (and `requirements`) into a ConfigMap and run it as a TrainingJob; the job's name.
         Nothing is left behind when it fails: the job is validated by the API server (a dry run) first, and a
@@ -163,6 +169,8 @@ class Client:
             script, self.namespace, args=args, workers=workers, strategy=strategy, parameter_servers=parameter_servers,
             ps_mode=ps_mode, gpus=gpus, image=image, name=name, requirements=requirements, cpu=cpu,
             memory=memory, env=env, restart_policy=restart_policy, backoff_limit=backoff_limit,
+            checkpoint_every=checkpoint_every, checkpoint_claim=checkpoint_claim, deadline_seconds=deadline_seconds,
+            priority_class=priority_class, node_selector=dict(node_selector or {}), tolerations=tuple(tolerations),
         )  # fmt: skip
         configmap, job = submission.build(sub, submission.job_name(sub.script_name, sub.name))
         return self.create_submission(configmap, job)

@@ -64,6 +64,12 @@ class Submission:
     env: dict[str, str] = field(default_factory=dict)
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     backoff_limit: int | None = None
+    checkpoint_every: int | None = None  # steps between checkpoints (spec.checkpoint)
+    checkpoint_claim: str | None = None  # a PersistentVolumeClaim for them
+    deadline_seconds: int | None = None  # runPolicy.activeDeadlineSeconds
+    priority_class: str | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: Sequence[str] = ()  # KEY[=VALUE][:EFFECT], as kubectl taint writes taints
 
 
 def job_name(script_name: str, name: str | None, suffix: str | None = None) -> str:
@@ -125,8 +131,17 @@ def _job(sub: Submission, name: str) -> dict[str, Any]:
         spec["parameterServers"] = {
             "replicas": sub.parameter_servers or 1, "restartPolicy": sub.restart_policy.value, "template": template,
         }  # fmt: skip
-    if sub.backoff_limit is not None:
-        spec["runPolicy"] = {"backoffLimit": sub.backoff_limit}
+    run_policy = {
+        k: v for k, v in (("backoffLimit", sub.backoff_limit), ("activeDeadlineSeconds", sub.deadline_seconds),
+                          ("priorityClassName", sub.priority_class)) if v is not None
+    }  # fmt: skip
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    if sub.checkpoint_every is not None or sub.checkpoint_claim is not None:
+        checkpoint: dict[str, Any] = {"intervalSteps": sub.checkpoint_every or 100}
+        if sub.checkpoint_claim is not None:
+            checkpoint["claimName"] = sub.checkpoint_claim
+        spec["checkpoint"] = checkpoint
     job = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -167,14 +182,31 @@ def _template(sub: Submission, name: str) -> dict[str, Any]:
     if requests:
         limits = {"memory": sub.memory} if sub.memory is not None else {}
         container["resources"] = {"requests": requests, **({"limits": limits} if limits else {})}
-    return {
-        "metadata": {"labels": {LABEL_JOB: name}},
-        "spec": {
-            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [container],
-            "volumes": [{"name": SCRIPT_VOLUME, "configMap": {"name": configmap_name(name)}}],
-        },
+    pod: dict[str, Any] = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [{"name": SCRIPT_VOLUME, "configMap": {"name": configmap_name(name)}}],
     }
+    if sub.node_selector:
+        pod["nodeSelector"] = dict(sub.node_selector)
+    if sub.tolerations:
+        pod["tolerations"] = [toleration(t) for t in sub.tolerations]
+    return {"metadata": {"labels": {LABEL_JOB: name}}, "spec": pod}
+
+
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def toleration(text: str) -> dict[str, str]:
+    """`KEY[=VALUE][:EFFECT]` (how `kubectl taint` writes a taint) as the toleration of that taint: Equal with a
+    value, Exists without; every effect when none is given."""
+    body, _, effect = text.partition(":")
+    key, eq, value = body.partition("=")
+    if not _LABEL_KEY.match(key) or (effect and effect not in EFFECTS):
+        raise UsageError(f"--toleration {text!r}: KEY[=VALUE][:EFFECT], EFFECT one of {', '.join(EFFECTS)}")
+    out = {"key": key, "operator": "Equal", "value": value} if eq else {"key": key, "operator": "Exists"}
+    return {**out, "effect": effect} if effect else out
 
 
 def _check(sub: Submission) -> None:
@@ -188,6 +220,9 @@ def _check(sub: Submission) -> None:
     for flag, value in (("--cpu", sub.cpu), ("--memory", sub.memory)):
         if value is not None and not _QUANTITY.match(value):
             raise UsageError(f"{flag} {value!r}: not a Kubernetes quantity (e.g. 2, 500m, 4Gi)")
+    for key in sub.node_selector:
+        if not _LABEL_KEY.match(key):
+            raise UsageError(f"--node-selector {key}: not a label key")
     if sub.strategy != Strategy.PARAMETER_SERVER and sub.parameter_servers is not None:
         raise UsageError("--ps: parameter servers are for --strategy parameter-server")
 

@@ -35,6 +35,8 @@ def test_submit_options_and_the_scripts_own_arguments_after_the_double_dash() ->
         (["watch", "j", "--timeout", "1d"], "timeout", 86400),
         (["scale", "j", "6"], "workers", 6),
         (["diagnose", "--from-state", "s.json"], "from_state", "s.json"),
+        (["submit", "t.py", "--deadline", "12h"], "deadline", 43200),
+        (["submit", "t.py", "--toleration", "a:NoSchedule", "--toleration", "b"], "toleration", ["a:NoSchedule", "b"]),
     ],
 )
 def test_durations_and_options(argv: list[str], field: str, value: object) -> None:
@@ -81,6 +83,11 @@ def test_dry_run_prints_the_configmap_and_the_job(tmp_path: Path, capsys: pytest
             ["submit", "{script}", "--env", "NOEQUALS", "--dry-run"],
             2,
             "ringleader: error: --env 'NOEQUALS': NAME=VALUE",
+        ),
+        (
+            ["submit", "{script}", "--node-selector", "pool", "--dry-run"],
+            2,
+            "ringleader: error: --node-selector 'pool'",
         ),
         (["diagnose"], 2, "ringleader: error: diagnose needs a job's NAME"),
         (["diagnose", "--from-state", "nope.json"], 2, "ringleader: error: --from-state nope.json: no such file"),

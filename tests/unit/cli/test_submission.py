@@ -49,6 +49,15 @@ def test_the_default_submission_runs_the_script_from_its_configmap() -> None:
          lambda j: j.spec.parameter_servers.replicas == 3 and j.spec.parameter_server.mode == PSMode.ASYNCHRONOUS),
         ({"strategy": Strategy.LOCAL_SGD}, lambda j: j.spec.strategy == Strategy.LOCAL_SGD),
         ({"backoff_limit": 0}, lambda j: j.spec.run_policy.backoff_limit == 0),
+        ({"checkpoint_every": 50}, lambda j: j.spec.checkpoint.interval_steps == 50 and j.spec.checkpoint.claim_name
+         is None),
+        ({"checkpoint_claim": "ckpts"}, lambda j: (j.spec.checkpoint.interval_steps, j.spec.checkpoint.claim_name) ==
+         (100, "ckpts")),
+        ({"deadline_seconds": 7200, "priority_class": "high"},
+         lambda j: (j.spec.run_policy.active_deadline_seconds, j.spec.run_policy.priority_class_name)
+         == (7200, "high")),
+        ({"node_selector": {"cloud.example.com/pool": "a100"}},
+         lambda j: j.spec.workers.template["spec"]["nodeSelector"] == {"cloud.example.com/pool": "a100"}),
         ({"image": "example.com/me/trainer:1"},
          lambda j: j.spec.workers.template["spec"]["containers"][0]["image"] == "example.com/me/trainer:1"),
     ],
@@ -158,3 +167,31 @@ def test_the_configmap_is_owned_by_the_job_it_was_made_for() -> None:
     ref = owner_reference({"metadata": {"name": "j", "uid": "1234"}})
     assert ref == {"apiVersion": "ringleader.dev/v1alpha1", "kind": "TrainingJob", "name": "j", "uid": "1234",
                    "controller": False}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("nvidia.com/gpu:NoSchedule", {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}),
+        ("dedicated=ml:NoExecute", {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"}),
+        ("spot", {"key": "spot", "operator": "Exists"}),  # every effect
+        ("spot=", {"key": "spot", "operator": "Equal", "value": ""}),
+    ],
+)
+def test_tolerations_as_kubectl_taint_writes_taints(text: str, expected: dict[str, str]) -> None:
+    _, job = build(Submission("t.py", SCRIPT, tolerations=(text,)), "j")
+    assert job["spec"]["workers"]["template"]["spec"]["tolerations"] == [expected]
+
+
+@pytest.mark.parametrize(
+    ("sub", "message"),
+    [
+        (Submission("t.py", SCRIPT, tolerations=("gpu:Sometimes",)), "--toleration 'gpu:Sometimes': KEY[=VALUE]"),
+        (Submission("t.py", SCRIPT, tolerations=("bad key",)), "--toleration 'bad key': KEY[=VALUE]"),
+        (Submission("t.py", SCRIPT, node_selector={"a b": "x"}), "--node-selector a b: not a label key"),
+    ],
+)
+def test_bad_placement_is_refused(sub: Submission, message: str) -> None:
+    with pytest.raises(UsageError) as e:
+        build(sub, "j")
+    assert str(e.value).startswith(message)
