@@ -85,6 +85,8 @@ def parser() -> argparse.ArgumentParser:
     lg.add_argument("--since", type=_duration, help="only lines newer than this (30s, 5m, 1h)")
     lg.add_argument("--tail", type=_non_negative, help="only each rank's last N lines")
     lg.add_argument("--json", action="store_true", help="the trainer's JSON lines as written")
+    lg.add_argument("--max-ranks", type=_positive, default=logmerge.MAX_RANKS,
+                    help=f"ranks read at most, the first ones ({logmerge.MAX_RANKS})")  # fmt: skip
     lg.add_argument("--timestamps", action="store_true", help="each line's time")
 
     for name, text in (("describe", "one screen: phase, progress, ranks, recent events"),
@@ -198,7 +200,8 @@ def _draw(bar: Progress, task: TaskID, job: TrainingJob) -> None:
 def cmd_logs(args: argparse.Namespace, out: Console) -> int:
     client = client_of(args)
     styles: dict[str, str] = {}
-    for line in client.logs(args.name, rank=args.rank, follow=args.follow, since_seconds=args.since, tail=args.tail):
+    lines = client.logs(args.name, args.rank, args.follow, args.since, args.tail, args.max_ranks)
+    for line in lines:
         style = styles.setdefault(line.rank, RANK_STYLES[len(styles) % len(RANK_STYLES)])
         out.print(log_text(line, style, args.json, args.timestamps), soft_wrap=True)
     return 0

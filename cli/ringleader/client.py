@@ -35,12 +35,12 @@ from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION, JobPhase, Progress
 
 from . import diagnose as diagnosis
 from . import logmerge, submission
-from .errors import InvalidSpec, NotFound, NoTrainingJobApi, RingleaderError, UsageError, WaitTimeout
+from .errors import InvalidSpec, NotFound, NoTrainingJobApi, RingleaderError, WaitTimeout
 from .jobstate import JobState, event_time, rank_of_pod
 
 FINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 LOG_LIMIT_BYTES = 8 * 1024 * 1024  # read of one pod's log; the newest lines are kept when it is longer
-FOLLOW_MAX_RANKS = 64  # streams one `logs --follow` opens without --rank
+TOTAL_LOG_BYTES = 256 * 1024 * 1024  # what one `logs` call reads at most, shared by the ranks it reads
 READERS = 8  # pods whose logs are read at once
 
 
@@ -294,27 +294,31 @@ class Client:
 
     def logs(
         self, name: str, rank: str | None = None, follow: bool = False, since_seconds: int | None = None,
-        tail: int | None = None,
+        tail: int | None = None, max_ranks: int = logmerge.MAX_RANKS,
     ) -> Iterator[logmerge.LogLine]:  # fmt: skip
         """Every rank's lines (or `rank`'s, e.g. "worker-1"), merged by time, with a marker between two attempts
-        of a rank. Attempts whose pods are gone are told by the operator's events (their lines went with them);
-        `follow` streams until the job ends, across the ranks' restarts."""
+        of a rank; the last lines of attempts whose pods are gone come from the operator's RankOutput events.
+        `follow` streams until the job ends, across the ranks' restarts. A job of more than `max_ranks` ranks has
+        its first `max_ranks` read (a note says so first); the bytes read are bounded (TOTAL_LOG_BYTES)."""
         state = self.state(name)
         ranks = state.ranks(rank)
         if rank is not None and not ranks:
             raise NotFound(f"trainingjob {name!r} has no rank {rank!r} (ranks look like worker-0, ps-0)")
+        if len(ranks) > max_ranks:
+            note = f"[ringleader] {name} has {len(ranks)} ranks: the first {max_ranks} are shown (--rank, --max-ranks)"
+            yield logmerge.LogLine("", 0, logmerge.EPOCH, note, marker=True)
+            ranks = ranks[:max_ranks]
         if follow:
-            if len(ranks) > FOLLOW_MAX_RANKS:
-                raise UsageError(f"--follow on {len(ranks)} ranks: pick some with --rank (at most {FOLLOW_MAX_RANKS})")
             yield from self._follow(name, ranks, since_seconds, tail)
             return
+        budget = min(LOG_LIMIT_BYTES, TOTAL_LOG_BYTES // max(1, len(ranks)))
         pods = {rank_of_pod(p): p for p in state.pods}
 
         def read(r: str) -> builtins.list[logmerge.LogLine]:
             pod = pods.get(r)
             if pod is None:
                 return []
-            return logmerge.parse_lines(r, state.attempt_of(pod), self._read_log(pod, since_seconds, tail))
+            return logmerge.parse_lines(r, state.attempt_of(pod), self._read_log(pod, since_seconds, tail, budget))
 
         with ThreadPoolExecutor(READERS) as pool:
             current = dict(zip(ranks, pool.map(read, ranks), strict=True))
@@ -333,9 +337,9 @@ class Client:
             **extra, **options,
         )  # fmt: skip
 
-    def _read_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None) -> str:
+    def _read_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None, limit: int) -> str:
         try:
-            text = self._pod_log(pod, since_seconds, tail, limit_bytes=LOG_LIMIT_BYTES, _request_timeout=self.timeout)
+            text = self._pod_log(pod, since_seconds, tail, limit_bytes=limit, _request_timeout=self.timeout)
         except ApiException as e:
             if e.status in (400, 404):  # not started yet (ContainerCreating), or gone since the listing
                 return ""

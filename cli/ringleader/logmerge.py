@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_RANKS = 64  # ranks one `logs` reads (or follows) unless told otherwise: a 10,000-rank job's are not read whole
 HIDDEN_FIELDS = ("ts", "role", "index")  # the prefix says which rank and the line's time is the kubelet's
 
 

@@ -127,6 +127,10 @@ def test_logs_show_both_attempts_of_a_restarted_rank_in_order(kubeconfig: Path, 
     ], shown
     assert shown[3].startswith("--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1) failed with exit code 1")
     assert shown[4:] == ["worker-1 | attempt 1 rank 1 starting", "worker-1 | attempt 1 rank 1 done"], shown
+    # At most --max-ranks ranks are read, the first ones, and a note says so.
+    few = run(kubeconfig, namespace, "logs", "rs", "--max-ranks", "1").stdout.splitlines()
+    assert few[0] == "[ringleader] rs has 2 ranks: the first 1 are shown (--rank, --max-ranks)", few
+    assert {line.split("|")[0].strip() for line in few[1:]} == {"worker-0"}, few
     # The SDK's iterator gives the same lines.
     sdk = [(line.rank, line.attempt, line.text) for line in Client(namespace, str(kubeconfig)).logs("rs", "worker-1")]
     assert sdk[1:3] == [("worker-1", 0, "attempt 0 rank 1 starting"), ("worker-1", 0, "attempt 0 of rank 1 fails now")]
