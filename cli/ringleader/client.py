@@ -39,7 +39,7 @@ from .errors import InvalidSpec, NotFound, NoTrainingJobApi, RingleaderError, Wa
 from .jobstate import JobState, event_time, rank_of_pod
 
 FINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED)
-LOG_LIMIT_BYTES = 8 * 1024 * 1024  # read of one pod's log; the newest lines are kept when it is longer
+LOG_LIMIT_BYTES = 8 * 1024 * 1024  # read of one pod's log: the kubelet stops there (--tail, --since: the newest)
 TOTAL_LOG_BYTES = 256 * 1024 * 1024  # what one `logs` call reads at most, shared by the ranks it reads
 READERS = 8  # pods whose logs are read at once
 
