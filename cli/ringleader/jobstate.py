@@ -61,12 +61,10 @@ class JobState:
         return int(raw) if str(raw).isdigit() else 0
 
     def replacements(self, rank: str) -> list[dict[str, Any]]:
-        """The operator's events replacing `rank`'s pod, oldest first."""
+        """The operator's events replacing `rank`'s pod, oldest first: the pod a message names first is the one
+        replaced (a gang restart's message names the failed rank's pod after it)."""
         pod = f"{self.name}-{rank}"
-        return [
-            e for e in self.events
-            if e.get("reason") in REPLACEMENT_REASONS and pod in _POD_IN_MESSAGE.findall(e.get("message") or "")
-        ]  # fmt: skip
+        return [e for e in self.events if e.get("reason") in REPLACEMENT_REASONS and _subject(e) == pod]
 
     def last_lines(self, rank: str) -> dict[int, list[logmerge.LogLine]]:
         """The last lines of the rank's earlier attempts that failed, by attempt, as the operator kept them (its
@@ -108,6 +106,11 @@ def _compact(value: Any) -> Any:
     if isinstance(value, list):
         return [_compact(v) for v in value]
     return value
+
+
+def _subject(event: dict[str, Any]) -> str:
+    found = _POD_IN_MESSAGE.search(event.get("message") or "")
+    return found.group(1) if found else ""
 
 
 def _output(event: dict[str, Any]) -> tuple[str, int, list[str]] | None:

@@ -133,3 +133,26 @@ def test_the_last_lines_of_a_gone_attempt_come_before_its_successors_marker() ->
         "starting again",
     ]  # fmt: skip
     assert state.last_lines("worker-0") == {}
+
+
+def test_a_gang_restart_marks_each_rank_once() -> None:
+    """Worker 1 failed; the gang restart's event for worker 0 names worker 1's pod after its own: each rank's
+    marker is its own event."""
+    from ringleader.jobstate import JobState
+
+    job = {"metadata": {"name": "g"}, "spec": {"workers": {"replicas": 2}}}
+    events = [
+        {"reason": "RankRestarting", "lastTimestamp": at(5), "message": "worker 1 (pod g-worker-1) failed with exit "
+         "code 1; spec.workers.failureRules[0] (RestartGang) matched; restarting it, and every other rank with it"},
+        {"reason": "GangRestart", "lastTimestamp": at(5), "message": "worker 0 (pod g-worker-0) restarts with its "
+         "gang: worker 1 (pod g-worker-1) failed with exit code 1"},
+    ]  # fmt: skip
+
+    def pod(index: int) -> dict[str, object]:
+        return {"metadata": {"name": f"g-worker-{index}", "annotations": {"ringleader.dev/attempt": "1"}, "labels": {
+            "ringleader.dev/replica-type": "worker", "ringleader.dev/replica-index": str(index)}}}  # fmt: skip
+
+    state = JobState(job, [pod(0), pod(1)], events)
+    assert [e["reason"] for e in state.replacements("worker-1")] == ["RankRestarting"]
+    assert [e["reason"] for e in state.replacements("worker-0")] == ["GangRestart"]
+    assert "restarts with its gang" in state.markers("worker-0")[1].text
