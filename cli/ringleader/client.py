@@ -243,7 +243,7 @@ class Client:
     # --- state: pods and events -----------------------------------------------------------------------------------
 
     def state(self, name: str) -> JobState:
-        """The job with its pods and events, as `describe` and `diagnose` read them (and as tests record them)."""
+        """The job with its pods and events, as describe, diagnose and logs read them (and as tests record them)."""
         job = self.get_raw(name)
         with self._api(f"pods of trainingjob {name!r}"):
             pods = self.core.list_namespaced_pod(
@@ -251,9 +251,8 @@ class Client:
             )
         return JobState(
             job=job,
-            pods=[self.core.api_client.sanitize_for_serialization(p) for p in pods.items],
+            pods=[self._plain(p) for p in pods.items],
             events=self.events(name, job),
-            nodes=self._nodes(),
         )
 
     def events(self, name: str, job: dict[str, Any] | None = None) -> builtins.list[dict[str, Any]]:
@@ -271,21 +270,13 @@ class Client:
             about_pods = self.core.list_namespaced_event(
                 self.namespace, field_selector="involvedObject.kind=Pod", _request_timeout=self.timeout
             ).items
-        found = [self.core.api_client.sanitize_for_serialization(e) for e in about_job]
+        found = [self._plain(e) for e in about_job]
         for e in about_pods:
             if e.involved_object.name in pods:
-                event = self.core.api_client.sanitize_for_serialization(e)
+                event = self._plain(e)
                 if (logmerge.parse_time(event_time(event)) or logmerge.EPOCH) >= since:
                     found.append(event)
         return sorted(found, key=event_time)
-
-    def _nodes(self) -> builtins.list[dict[str, Any]]:
-        """The nodes (for what is short when a job does not fit); empty when the caller may not list them."""
-        try:
-            nodes = self.core.list_node(_request_timeout=self.timeout)
-        except ApiException:
-            return []
-        return [self.core.api_client.sanitize_for_serialization(n) for n in nodes.items]
 
     def diagnose(self, name: str) -> diagnosis.Diagnosis:
         return diagnosis.diagnose(self.state(name))
@@ -402,13 +393,17 @@ class Client:
         finally:
             out.put(None)
 
+    def _plain(self, obj: Any) -> Any:
+        """A client model as the plain JSON-shaped dicts the rest of the CLI reads."""
+        return self.core.api_client.sanitize_for_serialization(obj)
+
     def _pod(self, name: str) -> dict[str, Any] | None:
         try:
             with self._api(f"pod {name!r}"):
                 pod = self.core.read_namespaced_pod(name, self.namespace, _request_timeout=self.timeout)
         except NotFound:
             return None
-        return dict(self.core.api_client.sanitize_for_serialization(pod))
+        return dict(self._plain(pod))
 
     def _stream(
         self, pod: dict[str, Any], rank: str, attempt: int, out: Queue[logmerge.LogLine | None],

@@ -81,19 +81,36 @@ def diagnose(state: JobState) -> Diagnosis:
 # --- rules ------------------------------------------------------------------------------------------------------
 
 
-def invalid_spec(state: JobState) -> list[Finding]:
-    failed = _true(state, ConditionType.FAILED)
-    if failed is None or failed.get("reason") != Reason.INVALID_SPEC:
-        return []
-    return [
-        Finding(
-            "invalid-spec",
-            "error",
-            "the operator refused the spec; no pod was made",
-            failed.get("message", ""),
-            "fix the field it names, then delete the job and submit it again",
-        )
-    ]
+def _failed_by(reason: Reason, rule: str, what: str, next_step: str) -> Callable[[JobState], list[Finding]]:
+    """The rule for a job the operator failed with `reason`: an error saying `what`, the condition's message as the
+    evidence, and `next_step`."""
+
+    def found(state: JobState) -> list[Finding]:
+        failed = _true(state, ConditionType.FAILED)
+        if failed is None or failed.get("reason") != reason:
+            return []
+        return [Finding(rule, "error", what, failed.get("message", ""), next_step)]
+
+    found.__name__ = rule.replace("-", "_")
+    return found
+
+
+invalid_spec = _failed_by(
+    Reason.INVALID_SPEC, "invalid-spec", "the operator refused the spec; no pod was made",
+    "fix the field it names, then delete the job and submit it again",
+)  # fmt: skip
+deadline = _failed_by(
+    Reason.DEADLINE_EXCEEDED, "deadline", "the job ran past runPolicy.activeDeadlineSeconds",
+    "raise activeDeadlineSeconds, or train fewer steps",
+)  # fmt: skip
+backoff_limit = _failed_by(
+    Reason.BACKOFF_LIMIT, "backoff-limit", "the job used up its restarts (runPolicy.backoffLimit)",
+    "the exit codes above say why the ranks failed; fix that first",
+)  # fmt: skip
+failure_rule = _failed_by(
+    Reason.FAILURE_RULE, "failure-rule", "a failure rule of the job failed it at once (action FailJob)",
+    "the rule and the ending it matched are named above",
+)  # fmt: skip
 
 
 def oom_killed(state: JobState) -> list[Finding]:
@@ -285,51 +302,6 @@ def straggler(state: JobState) -> list[Finding]:
     ]
 
 
-def deadline(state: JobState) -> list[Finding]:
-    failed = _true(state, ConditionType.FAILED)
-    if failed is None or failed.get("reason") != Reason.DEADLINE_EXCEEDED:
-        return []
-    return [
-        Finding(
-            "deadline",
-            "error",
-            "the job ran past runPolicy.activeDeadlineSeconds",
-            failed.get("message", ""),
-            "raise activeDeadlineSeconds, or train fewer steps",
-        )
-    ]
-
-
-def backoff_limit(state: JobState) -> list[Finding]:
-    failed = _true(state, ConditionType.FAILED)
-    if failed is None or failed.get("reason") != Reason.BACKOFF_LIMIT:
-        return []
-    return [
-        Finding(
-            "backoff-limit",
-            "error",
-            "the job used up its restarts (runPolicy.backoffLimit)",
-            failed.get("message", ""),
-            "the exit codes above say why the ranks failed; fix that first",
-        )
-    ]
-
-
-def failure_rule(state: JobState) -> list[Finding]:
-    failed = _true(state, ConditionType.FAILED)
-    if failed is None or failed.get("reason") != Reason.FAILURE_RULE:
-        return []
-    return [
-        Finding(
-            "failure-rule",
-            "error",
-            "a failure rule of the job failed it at once (action FailJob)",
-            failed.get("message", ""),
-            "the rule and the ending it matched are named above",
-        )
-    ]
-
-
 def suspended(state: JobState) -> list[Finding]:
     if (state.job.get("status") or {}).get("phase") != JobPhase.SUSPENDED:
         return []
@@ -434,16 +406,13 @@ def _ranks_named(state: JobState, message: str) -> list[str]:
 
 
 def _memory_limit(state: JobState) -> str:
-    for pod in state.pods:
-        for c in (pod.get("spec") or {}).get("containers") or []:
+    """The first memory limit of a container of the job's pods, else of its workers' template."""
+    template = (((state.job.get("spec") or {}).get("workers") or {}).get("template") or {}).get("spec") or {}
+    for spec in [*((pod.get("spec") or {}) for pod in state.pods), template]:
+        for c in spec.get("containers") or []:
             limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
             if limit:
                 return str(limit)
-    template = (((state.job.get("spec") or {}).get("workers") or {}).get("template") or {}).get("spec") or {}
-    for c in template.get("containers") or []:
-        limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
-        if limit:
-            return str(limit)
     return ""
 
 

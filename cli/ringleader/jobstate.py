@@ -1,4 +1,4 @@
-"""A job as the CLI reads it at one moment: the TrainingJob, its pods, the events about both and the nodes.
+"""A job as the CLI reads it at one moment: the TrainingJob, its pods and the events about both.
 
 Everything here is pure: `describe`, `diagnose` and `logs` read a `JobState`, and the tests read ones recorded from
 real jobs (`ringleader diagnose NAME --save-state FILE` writes one as JSON).
@@ -31,14 +31,13 @@ class JobState:
     job: dict[str, Any]
     pods: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)  # oldest first
-    nodes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return str(self.job.get("metadata", {}).get("name", ""))
 
     def save(self, path: Path) -> None:
-        """As JSON, without what no reader needs (managedFields, the images each node holds)."""
+        """As JSON, without what no reader needs (managedFields)."""
         path.write_text(json.dumps(_compact(asdict(self)), indent=1, sort_keys=True) + "\n")
 
     @classmethod
@@ -102,7 +101,7 @@ class JobState:
 
 def _compact(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _compact(v) for k, v in value.items() if k not in ("managedFields", "images")}
+        return {k: _compact(v) for k, v in value.items() if k != "managedFields"}
     if isinstance(value, list):
         return [_compact(v) for v in value]
     return value
@@ -134,16 +133,20 @@ def event_time(event: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
+def duration(seconds: float) -> str:
+    """`45s`, `3m12s`, `2h05m`."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def age(since: str | None, now: datetime) -> str:
-    """`3m12s` from an RFC 3339 time to `now`; "" when unknown."""
+    """`3m12s` from an RFC 3339 time to `now` (`2d03h` past a day); "" when unknown."""
     when = logmerge.parse_time(since or "")
     if when is None:
         return ""
     seconds = max(0, int((now - when).total_seconds()))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+    return duration(seconds) if seconds < 86400 else f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 from ringleader_api import JobPhase, TrainingJob
 
-from .jobstate import JobState, age, event_time, rank_of_pod
+from .jobstate import JobState, age, duration, event_time, rank_of_pod
 from .logmerge import rank_order
 
 MAX_RANK_ROWS = 20  # describe names this many ranks (those worth naming first); the rest are counted
@@ -59,15 +59,6 @@ def status_line(job: TrainingJob) -> str:
             if c.type.value == job.status.phase.value and c.status == "True" and c.message:
                 line += f": {c.message}"
     return line
-
-
-def duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def jobs_table(jobs: list[TrainingJob], now: datetime) -> Table:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from ringleader import views
-from ringleader.jobstate import JobState, age
+from ringleader.jobstate import JobState, age, duration
 from ringleader_api import TrainingJob
 
 STATES = Path(__file__).parent / "states"
@@ -53,7 +53,7 @@ def test_the_watch_line_says_what_is_known() -> None:
 
 
 def test_durations_and_ages() -> None:
-    assert [views.duration(s) for s in (0, 59, 61, 3600, 3725)] == ["0s", "59s", "1m01s", "1h00m", "1h02m"]
+    assert [duration(s) for s in (0, 59, 61, 3600, 3725)] == ["0s", "59s", "1m01s", "1h00m", "1h02m"]
     assert age("2026-11-26T05:58:30Z", NOW) == "1m30s"
     assert age("2026-11-24T04:00:00Z", NOW) == "2d02h"
     assert age(None, NOW) == age("garbage", NOW) == ""
