@@ -42,6 +42,7 @@ class Strategy(StrEnum):
     ALLREDUCE = "allreduce"
     PARAMETER_SERVER = "parameter-server"
     LOCAL_SGD = "local-sgd"
+    SHARDED = "sharded"
 
 
 class PSMode(StrEnum):
@@ -107,6 +108,17 @@ class ParameterServerSettings(Model):
 
 class LocalSGDSettings(Model):
     period: int = Field(8, ge=1, le=MAX_STEPS, description="Local steps between parameter averaging rounds (tau).")
+
+
+class ShardedSettings(Model):
+    stage: int = Field(
+        3,
+        ge=1,
+        le=3,
+        description="What the workers shard, as DeepSpeed's ZeRO stages: 1 the optimizer state (DDP's allreduce "
+        "with PyTorch's ZeroRedundancyOptimizer); 2 also the gradients (FSDP2, parameters kept whole from "
+        "forward to backward); 3 also the parameters (FSDP2, each layer gathered only while it runs).",
+    )
 
 
 class FailureAction(StrEnum):
@@ -338,6 +350,7 @@ class TrainingJobSpec(Model):
     strategy: Strategy = Field(Strategy.ALLREDUCE, description="How ranks synchronize. Immutable.")
     parameter_server: ParameterServerSettings | None = Field(None, description="parameter-server settings.")
     local_sgd: LocalSGDSettings | None = Field(None, alias="localSGD", description="local-sgd settings.")
+    sharded: ShardedSettings | None = Field(None, description="sharded settings.")
     workers: ReplicaSpec = Field(description="The worker ranks.")
     parameter_servers: ReplicaSpec | None = Field(None, description="Parameter-server shards (parameter-server only).")
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints and resume.")

@@ -59,7 +59,7 @@ CONTRACT_ENV = frozenset(
         "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
-        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_CHECKPOINT_DIR",
+        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE", "RINGLEADER_ATTEMPT",
     }
 )  # fmt: skip
@@ -266,6 +266,8 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
         env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
     if spec.strategy == Strategy.LOCAL_SGD:
         env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
+    if spec.strategy == Strategy.SHARDED:
+        env["RINGLEADER_SHARDED_STAGE"] = str(spec.sharded.stage if spec.sharded else 3)
     if spec.checkpoint is not None:
         env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
         env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)

@@ -55,6 +55,12 @@ SPEC_RULES: list[dict[str, str]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "self.strategy == 'sharded' || !has(self.sharded)",
+        "message": "spec.sharded is only allowed when spec.strategy is sharded",
+        "fieldPath": ".sharded",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "!has(self.parameterServer) || !has(self.parameterServer.maxStaleness) || "
         "self.parameterServer.mode == 'bounded-staleness'",
         "message": "spec.parameterServer.maxStaleness is only allowed when spec.parameterServer.mode is "
@@ -93,8 +99,8 @@ SPEC_RULES += [
     },
     {
         "rule": f"self.strategy != 'parameter-server' || !({ELASTIC})",
-        "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the allreduce and local-sgd "
-        "strategies, not parameter-server",
+        "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the allreduce, local-sgd "
+        "and sharded strategies, not parameter-server",
         "fieldPath": ".workers",
         "reason": "FieldValueForbidden",
     },

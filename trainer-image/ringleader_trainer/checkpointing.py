@@ -57,6 +57,10 @@ class TrainingCheckpointer:
         self.model = model.module if isinstance(model, DistributedDataParallel) else model
         self.last_step: int | None = None
 
+    def _save_model(self, step: int) -> None:
+        """Where model and optimizer state are saved apart from this rank's file (the sharded strategy's shards),
+        before it: a step is complete once every rank's file is there."""
+
     @property
     def enabled(self) -> bool:
         return self.strategy.checkpoints is not None
@@ -92,6 +96,7 @@ class TrainingCheckpointer:
         if checkpoints is None or step == self.last_step:
             return
         started = time.perf_counter()
+        self._save_model(step)
         state: dict[str, Any] = {
             "progress": dict(progress),
             "rounds": self.strategy.communication_rounds,

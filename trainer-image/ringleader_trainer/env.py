@@ -25,6 +25,7 @@ class StrategyName(StrEnum):
     ALLREDUCE = "allreduce"
     PARAMETER_SERVER = "parameter-server"
     LOCAL_SGD = "local-sgd"
+    SHARDED = "sharded"
 
 
 class PSMode(StrEnum):
@@ -57,6 +58,7 @@ READS = frozenset(
         "RINGLEADER_PS_PORT",
         "RINGLEADER_PS_ADDRS",
         "RINGLEADER_LOCAL_SGD_PERIOD",
+        "RINGLEADER_SHARDED_STAGE",
         "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL",
         "RINGLEADER_CHECKPOINT_KEEP",
@@ -102,7 +104,7 @@ class Checkpoints:
 class RankEnv:
     """Everything a rank reads from its pod's environment; the optional sections are present exactly when the
     role or strategy has them (`worker` for workers, `ps` under parameter-server, `local_sgd_period` under
-    local-sgd, `checkpoints` when the job checkpoints)."""
+    local-sgd, `sharded_stage` under sharded, `checkpoints` when the job checkpoints)."""
 
     job: str
     namespace: str
@@ -120,6 +122,7 @@ class RankEnv:
     worker: WorkerRank | None = None
     ps: ParameterServers | None = None
     local_sgd_period: int | None = None
+    sharded_stage: int | None = None  # 1-3, under sharded
     checkpoints: Checkpoints | None = None
     attempt: int = 0  # the pod's place in its rank's history: 0 for the first pod, one more for each replacement
 
@@ -191,6 +194,7 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         worker=_worker(env, index, num_workers) if role == Role.WORKER else None,
         ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
         local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
+        sharded_stage=_sharded_stage(env) if strategy == StrategyName.SHARDED else None,
         checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
         attempt=_int(env, "RINGLEADER_ATTEMPT", 0) if env.get("RINGLEADER_ATTEMPT") else 0,
     )
@@ -226,6 +230,13 @@ def _parameter_servers(env: Mapping[str, str], num_ps: int) -> ParameterServers:
         _int(env, "RINGLEADER_PS_MAX_STALENESS", 1) if bounded or env.get("RINGLEADER_PS_MAX_STALENESS") else None
     )
     return ParameterServers(addrs, mode, staleness, _int(env, "RINGLEADER_PS_PORT", 1))
+
+
+def _sharded_stage(env: Mapping[str, str]) -> int:
+    stage = _int(env, "RINGLEADER_SHARDED_STAGE", 1)
+    if stage > 3:
+        raise EnvError(f"RINGLEADER_SHARDED_STAGE={stage} is not a ZeRO stage (1, 2 or 3)")
+    return stage
 
 
 def _checkpoints(env: Mapping[str, str]) -> Checkpoints:

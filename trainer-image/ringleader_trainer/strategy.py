@@ -29,15 +29,17 @@ the rendezvous in `rendezvous.py`, checkpoints and the resume agreement in `chec
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.checkpointing import TrainingCheckpointer
@@ -122,6 +124,16 @@ class Strategy:
 
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return TrainingCheckpointer(self, model, optimizer, saves_model=True)
+
+    def final_model(self, model: nn.Module) -> nn.Module:
+        """The trained model to evaluate, as `distributed_model` returned it or unwrapped (under sharded, a
+        collective: every worker calls it and runs its forward pass)."""
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's state_dict on worker 0 (under sharded, a collective: every worker calls it, and
+        only worker 0's holds the tensors)."""
+        return self.final_model(model).state_dict()
 
     def set_total_steps(self, steps: int) -> None:
         """Say how many steps the run takes: the operator shows progress in percent and an ETA from it."""
@@ -211,3 +223,15 @@ def patch_step(
     optimizer.step = step  # type: ignore[method-assign,assignment]
     optimizer._ringleader_distributed = True  # type: ignore[attr-defined]
     return optimizer
+
+
+@contextlib.contextmanager
+def unpatched(optimizer: torch.optim.Optimizer) -> Iterator[torch.optim.Optimizer]:
+    """`optimizer` with its own step() for the duration: for code that steps it to create its state (DCP's
+    get_state_dict does, with zero gradients and lr), which is no training step to count or exchange."""
+    patched = optimizer.__dict__.pop("step", None)
+    try:
+        yield optimizer
+    finally:
+        if patched is not None:
+            optimizer.step = patched  # type: ignore[method-assign]

@@ -128,8 +128,9 @@ def hang(strategy: Strategy, step: int) -> NoReturn:
 
 def accuracy(model: nn.Module, test: torch.utils.data.TensorDataset) -> float:
     x, y = test.tensors
+    device = next(model.parameters()).device
     with torch.no_grad():
-        return float((model(x).argmax(dim=1) == y).float().mean())
+        return float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
 
 
 def train(args: argparse.Namespace, strategy: Strategy) -> None:
@@ -173,12 +174,13 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
                 break
     checkpoints.save(step, {"epoch": step // steps_per_epoch})
     strategy.finish()
-    final = checkpoints.model.cpu()
-    acc = accuracy(final, split.test)
+    acc = accuracy(strategy.final_model(model), split.test)
     log_json(role="worker", index=rank, event="done", step=step, test_accuracy=round(acc, 4),
              rounds=strategy.communication_rounds)  # fmt: skip
-    if args.save_final and rank == 0:
-        torch.save(final.state_dict(), args.save_final)
+    if args.save_final:
+        final = strategy.full_state_dict(model)  # every worker takes part (sharded gathers it)
+        if rank == 0:
+            torch.save({k: v.cpu() for k, v in final.items()}, args.save_final)
 
 
 # Collectives inside autograd (DDP's reducer) surface a backend failure as a plain RuntimeError; these mark it.

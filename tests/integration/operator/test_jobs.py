@@ -158,6 +158,8 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
         ({}, "metadata.name", "1abc", "metadata.name must be a DNS-1035 label"),
         ({}, "metadata.name", "a" * 60, "metadata.name is too long: '<name>-worker-<index>' must fit 63"),
         ({}, "spec.localSGD", {"period": 4}, "spec.localSGD is only allowed when spec.strategy is local-sgd"),
+        ({}, "spec.sharded", {"stage": 2}, "spec.sharded is only allowed when spec.strategy is sharded"),
+        ({"strategy": "sharded"}, "spec.sharded", {"stage": 4}, "spec.sharded.stage in body should be less than"),
         (PS, "spec.parameterServer.maxStaleness", 2, "spec.parameterServer.maxStaleness is only allowed when"),
         ({}, "spec.checkpoint", {"claimName": ""}, "spec.checkpoint.claimName must not be empty"),
         ({}, "spec.workers.minReplicas", 3, "spec.workers.replicas must be at least spec.workers.minReplicas"),
@@ -170,7 +172,8 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
         ({}, "spec.runPolicy", {"restartBackoff": {"capSeconds": 1e10}}, "spec.runPolicy.restartBackoff.capSeconds"),
         ({}, "spec.checkpoint", {"keep": 1001}, "spec.checkpoint.keep in body should be less than or equal to 1000"),
     ],
-    ids=["dns-1035", "name-length", "local-sgd-on-allreduce", "staleness-without-bounded", "empty-claim",
+    ids=["dns-1035", "name-length", "local-sgd-on-allreduce", "sharded-on-allreduce", "stage-bound",
+         "staleness-without-bounded", "empty-claim",
          "below-min", "above-max", "elastic-ps", "replicas-bound", "gpus-bound", "deadline-bound", "ttl-bound",
          "backoff-bound", "keep-bound"],
 )  # fmt: skip

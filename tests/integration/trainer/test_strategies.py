@@ -30,16 +30,20 @@ def final_params(path: Path) -> dict[str, torch.Tensor]:
     return dict(torch.load(path, weights_only=True))
 
 
-def test_synchronous_ps_and_our_ring_equal_allreduce_sgd_after_k_steps(tmp_path: Path) -> None:
+def test_synchronous_ps_our_ring_and_each_zero_stage_equal_allreduce_sgd_after_k_steps(tmp_path: Path) -> None:
     args = ["--steps", "25", "--log-every", "5", "--momentum", "0", "--weight-decay", "0"]  # plain SGD
     run(tmp_path / "ar", "allreduce", 3, [*args, "--save-final", str(tmp_path / "ar.pt")])
     run(tmp_path / "ring", "allreduce", 3, [*args, "--allreduce", "ring", "--save-final", str(tmp_path / "ring.pt")])
     run(tmp_path / "ps", "parameter-server", 3, [*args, "--save-final", str(tmp_path / "ps.pt")], ps=2, **PS_SYNC)
+    for stage in (1, 2, 3):
+        run(tmp_path / f"zero{stage}", "sharded", 3, [*args, "--save-final", str(tmp_path / f"zero{stage}.pt")],
+            sharded={"stage": stage})  # fmt: skip
     ar = final_params(tmp_path / "ar.pt")
     torch.manual_seed(0)  # the example's seed: the model every rank started from
     initial = models.digits_mlp().state_dict()
     assert all(not torch.allclose(initial[n], ar[n]) for n in ar)  # 25 steps moved every tensor
-    for other in ("ring", "ps"):
+    # Sharded: the same sums in another order (reduce-scatter), so equal to float32 rounding, not bit for bit.
+    for other in ("ring", "ps", "zero1", "zero2", "zero3"):
         params = final_params(tmp_path / f"{other}.pt")
         assert params.keys() == ar.keys()
         for name in ar:
@@ -70,8 +74,9 @@ def test_bounded_staleness_keeps_every_worker_within_max_staleness_of_the_slowes
         ("parameter-server", PS_SYNC, 2, 0.97),
         ("parameter-server", {"parameterServer": {"mode": "asynchronous"}}, 2, 0.95),
         ("local-sgd", {"localSGD": {"period": 8}}, 0, 0.96),
+        ("sharded", {"sharded": {"stage": 3}}, 0, 0.97),
     ],
-    ids=["allreduce", "ps-synchronous", "ps-asynchronous", "local-sgd"],
+    ids=["allreduce", "ps-synchronous", "ps-asynchronous", "local-sgd", "sharded-zero3"],
 )
 def test_digits_convergence_with_four_workers(
     tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int, threshold: float
@@ -87,8 +92,13 @@ def test_digits_convergence_with_four_workers(
 
 @pytest.mark.parametrize(
     ("strategy", "spec", "ps"),
-    [("allreduce", {}, 0), ("parameter-server", PS_SYNC, 1), ("local-sgd", {"localSGD": {"period": 3}}, 0)],
-    ids=["allreduce", "ps-synchronous", "local-sgd"],
+    [
+        ("allreduce", {}, 0),
+        ("parameter-server", PS_SYNC, 1),
+        ("local-sgd", {"localSGD": {"period": 3}}, 0),
+        ("sharded", {"sharded": {"stage": 3}}, 0),
+    ],
+    ids=["allreduce", "ps-synchronous", "local-sgd", "sharded-zero3"],
 )
 def test_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_run_does(
     tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int
@@ -124,6 +134,25 @@ def test_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_
     a, b = final_params(whole_final), final_params(final)
     for name in a:
         assert torch.equal(a[name], b[name]), f"{name} differs after resuming"
+
+
+@pytest.mark.parametrize(("stage", "old", "new"), [(3, 2, 3), (1, 3, 2)], ids=["zero3-2to3", "zero1-3to2"])
+def test_a_sharded_checkpoint_resumes_at_another_world_size(tmp_path: Path, stage: int, old: int, new: int) -> None:
+    directory = tmp_path / "ckpt"
+
+    def start(name: str, workers: int, steps: int) -> LocalJob:
+        args = ["--steps", str(steps), "--log-every", "10", "--save-final", str(tmp_path / f"{name}.pt")]
+        return run(tmp_path / name, "sharded", workers, args, sharded={"stage": stage},
+                   checkpoint={"directory": str(directory), "intervalSteps": 10})  # fmt: skip
+
+    start("before", old, 30)
+    # The other world reads the shards back: with no steps left, it ends with exactly the model it read.
+    after = start("after", new, 30)
+    assert [e["step"] for w in after.workers for e in w.events("resume")] == [30] * new
+    before, read = final_params(tmp_path / "before.pt"), final_params(tmp_path / "after.pt")
+    assert all(torch.equal(before[name], read[name]) for name in before)
+    more = start("more", new, 40)  # and trains on from there
+    assert [e["step"] for w in more.workers for e in w.events("done")] == [40] * new
 
 
 def run_one(tmp_path: Path, args: list[str], env: dict[str, str] | None = None, strategy: str = "allreduce",

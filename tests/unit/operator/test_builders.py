@@ -161,7 +161,12 @@ PS_JOB = {
             Role.WORKER,
             1,
             {"RANK": "1", "WORLD_SIZE": "2", "RINGLEADER_STRATEGY": "allreduce"},
-            ["RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_CHECKPOINT_DIR"],
+            [
+                "RINGLEADER_PS_ADDRS",
+                "RINGLEADER_LOCAL_SGD_PERIOD",
+                "RINGLEADER_SHARDED_STAGE",
+                "RINGLEADER_CHECKPOINT_DIR",
+            ],
         ),
         (
             PS_JOB,
@@ -201,6 +206,14 @@ PS_JOB = {
         ),
         ({"strategy": "local-sgd"}, Role.WORKER, 0, {"RINGLEADER_LOCAL_SGD_PERIOD": "8"}, []),
         (
+            {"strategy": "sharded", "sharded": {"stage": 1}},
+            Role.WORKER,
+            1,
+            {"RINGLEADER_SHARDED_STAGE": "1"},
+            ["RINGLEADER_LOCAL_SGD_PERIOD"],
+        ),
+        ({"strategy": "sharded"}, Role.WORKER, 0, {"RINGLEADER_SHARDED_STAGE": "3"}, []),
+        (
             {"checkpoint": {"intervalSteps": 50, "claimName": "ckpt"}},
             Role.WORKER,
             0,
@@ -219,7 +232,17 @@ PS_JOB = {
             [],
         ),
     ],
-    ids=["allreduce", "ps-worker", "ps-shard", "local-sgd", "local-sgd-default", "checkpoint", "checkpoint-dir"],
+    ids=[
+        "allreduce",
+        "ps-worker",
+        "ps-shard",
+        "local-sgd",
+        "local-sgd-default",
+        "sharded",
+        "sharded-default",
+        "checkpoint",
+        "checkpoint-dir",
+    ],
 )
 def test_env_contract(
     spec: dict[str, Any], role: Role, index: int, expected: dict[str, str], absent: list[str]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from ringleader_trainer.strategies.allreduce import AllreduceStrategy
 from ringleader_trainer.strategies.local_sgd import LocalSGDStrategy
 from ringleader_trainer.strategies.parameter_server import ParameterServerStrategy
+from ringleader_trainer.strategies.sharded import ShardedStrategy
 from ringleader_trainer.strategy import Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    s.name: s for s in (AllreduceStrategy, ParameterServerStrategy, LocalSGDStrategy)
+    s.name: s for s in (AllreduceStrategy, ParameterServerStrategy, LocalSGDStrategy, ShardedStrategy)
 }
 
-__all__ = ["STRATEGIES", "AllreduceStrategy", "LocalSGDStrategy", "ParameterServerStrategy"]
+__all__ = ["STRATEGIES", "AllreduceStrategy", "LocalSGDStrategy", "ParameterServerStrategy", "ShardedStrategy"]

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.ring import ring_allreduce
 from ringleader_trainer.strategy import Strategy, patch_step
 
@@ -29,16 +30,8 @@ class AllreduceStrategy(Strategy):
         self._stamp_exchange(ddp)
         return ddp
 
-    def _stamp_exchange(self, ddp: DistributedDataParallel) -> None:
-        """Stamp the moment this rank's gradients start going out (its metrics' exchange_started): when the first
-        gradient of the step is accumulated, DDP's first bucket is about to be launched. A rank stuck before
-        that (in its forward pass, a read, a sleep) has not entered the exchange its peers wait in. A hook on the
-        last parameter (in backward's order, about the first ready) and on the first (the last ready, in case
-        the other has no gradient this step): two calls a step, costing nothing measurable, where a Python comm
-        hook doing the allreduce itself added about 60 us to every step of the digits MLP (10 % on one rank)."""
-        params = [p for p in ddp.parameters() if p.requires_grad]
-        for p in {id(q): q for q in (params[:1] + params[-1:])}.values():
-            p.register_post_accumulate_grad_hook(lambda _: self.metrics.entered_exchange())
+    def _stamp_exchange(self, ddp: DistributedDataParallel) -> None:  # bench/stall_bench.py turns it off
+        stamp_exchange(ddp, self.metrics)
 
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
@@ -51,6 +44,18 @@ class AllreduceStrategy(Strategy):
             self.communication_rounds += 1
 
         return patch_step(optimizer, exchange, local=True, after=self._advance)
+
+
+def stamp_exchange(ddp: DistributedDataParallel, metrics: TrainerMetrics) -> None:
+    """Stamp the moment this rank's gradients start going out (its metrics' exchange_started): when the first
+    gradient of the step is accumulated, DDP's first bucket is about to be launched. A rank stuck before
+    that (in its forward pass, a read, a sleep) has not entered the exchange its peers wait in. A hook on the
+    last parameter (in backward's order, about the first ready) and on the first (the last ready, in case
+    the other has no gradient this step): two calls a step, costing nothing measurable, where a Python comm
+    hook doing the allreduce itself added about 60 us to every step of the digits MLP (10 % on one rank)."""
+    params = [p for p in ddp.parameters() if p.requires_grad]
+    for p in {id(q): q for q in (params[:1] + params[-1:])}.values():
+        p.register_post_accumulate_grad_hook(lambda _: metrics.entered_exchange())
 
 
 class RingHook:
