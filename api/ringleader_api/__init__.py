@@ -43,6 +43,7 @@ class Strategy(StrEnum):
     PARAMETER_SERVER = "parameter-server"
     LOCAL_SGD = "local-sgd"
     SHARDED = "sharded"
+    PIPELINE = "pipeline"
 
 
 class PSMode(StrEnum):
@@ -118,6 +119,24 @@ class ShardedSettings(Model):
         description="What the workers shard, as DeepSpeed's ZeRO stages: 1 the optimizer state (DDP's allreduce "
         "with PyTorch's ZeroRedundancyOptimizer); 2 also the gradients (FSDP2, parameters kept whole from "
         "forward to backward); 3 also the parameters (FSDP2, each layer gathered only while it runs).",
+    )
+
+
+class PipelineSettings(Model):
+    stages: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Pipeline stages: the model is split into this many consecutive parts, one per worker of a "
+        "pipeline; spec.workers.replicas / stages pipelines train side by side as data-parallel replicas (it must "
+        "divide replicas). Default: every worker is a stage of one pipeline.",
+    )
+    micro_batches: int = Field(
+        4,
+        ge=1,
+        le=MAX_STEPS,
+        description="Micro-batches each batch is split into (GPipe): the pipeline's idle share is "
+        "(stages - 1) / (microBatches + stages - 1). The batch size must be a multiple of it.",
     )
 
 
@@ -351,6 +370,7 @@ class TrainingJobSpec(Model):
     parameter_server: ParameterServerSettings | None = Field(None, description="parameter-server settings.")
     local_sgd: LocalSGDSettings | None = Field(None, alias="localSGD", description="local-sgd settings.")
     sharded: ShardedSettings | None = Field(None, description="sharded settings.")
+    pipeline: PipelineSettings | None = Field(None, description="pipeline settings.")
     workers: ReplicaSpec = Field(description="The worker ranks.")
     parameter_servers: ReplicaSpec | None = Field(None, description="Parameter-server shards (parameter-server only).")
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints and resume.")

@@ -22,6 +22,7 @@ from ringleader_api import (
     LABEL_ROLE,
     MAX_GRACE_SECONDS,
     ROLE_FIELDS,
+    PipelineSettings,
     Role,
     Strategy,
     TrainingJob,
@@ -59,7 +60,8 @@ CONTRACT_ENV = frozenset(
         "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
-        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_CHECKPOINT_DIR",
+        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_PIPELINE_STAGES",
+        "RINGLEADER_PIPELINE_MICRO_BATCHES", "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE", "RINGLEADER_ATTEMPT",
     }
 )  # fmt: skip
@@ -268,6 +270,10 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
         env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
     if spec.strategy == Strategy.SHARDED:
         env["RINGLEADER_SHARDED_STAGE"] = str(spec.sharded.stage if spec.sharded else 3)
+    if spec.strategy == Strategy.PIPELINE:
+        pipeline = spec.pipeline or PipelineSettings()
+        env["RINGLEADER_PIPELINE_STAGES"] = str(pipeline.stages or workers)
+        env["RINGLEADER_PIPELINE_MICRO_BATCHES"] = str(pipeline.micro_batches)
     if spec.checkpoint is not None:
         env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
         env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)

@@ -61,6 +61,19 @@ SPEC_RULES: list[dict[str, str]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "self.strategy == 'pipeline' || !has(self.pipeline)",
+        "message": "spec.pipeline is only allowed when spec.strategy is pipeline",
+        "fieldPath": ".pipeline",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.pipeline) || !has(self.pipeline.stages) || "
+        "self.workers.replicas % self.pipeline.stages == 0",
+        "message": "spec.pipeline.stages must divide spec.workers.replicas (each pipeline has one worker per stage)",
+        "fieldPath": ".pipeline.stages",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "!has(self.parameterServer) || !has(self.parameterServer.maxStaleness) || "
         "self.parameterServer.mode == 'bounded-staleness'",
         "message": "spec.parameterServer.maxStaleness is only allowed when spec.parameterServer.mode is "
@@ -98,9 +111,9 @@ SPEC_RULES += [
         "reason": "FieldValueInvalid",
     },
     {
-        "rule": f"self.strategy != 'parameter-server' || !({ELASTIC})",
+        "rule": f"(self.strategy != 'parameter-server' && self.strategy != 'pipeline') || !({ELASTIC})",
         "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the allreduce, local-sgd "
-        "and sharded strategies, not parameter-server",
+        "and sharded strategies, not parameter-server or pipeline",
         "fieldPath": ".workers",
         "reason": "FieldValueForbidden",
     },

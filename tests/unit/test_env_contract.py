@@ -35,6 +35,7 @@ JOBS = {
     "parameter-server": job(**PS),
     "local-sgd": job(strategy="local-sgd", localSGD={"period": 4}),
     "sharded": job(strategy="sharded", sharded={"stage": 2}),
+    "pipeline": job(strategy="pipeline", pipeline={"microBatches": 8}),
 }
 RANKS = [(name, role, i) for name, j in JOBS.items() for role, i in desired_ranks(j)]
 
@@ -55,6 +56,7 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
         assert (env.ps.mode, env.ps.max_staleness) == ("bounded-staleness", 2)
     assert env.local_sgd_period == (4 if name == "local-sgd" else None)
     assert env.sharded_stage == (2 if name == "sharded" else None)
+    assert env.pipeline == (trainer_env.Pipeline(stages=3, micro_batches=8) if name == "pipeline" else None)
     assert (env.checkpoints is not None) is (name == "allreduce")
     if env.checkpoints is not None:
         assert (env.checkpoints.directory, env.checkpoints.interval, env.checkpoints.keep) == (

@@ -12,8 +12,9 @@ JSON), so a step is complete when every file of *that* world is there, whatever 
 
 Resume: every rank proposes the newest complete step whose file loads (`propose`); the ranks take the
 minimum (a collective in the strategy), which every rank has complete, and each loads its file of it: its
-own, or, after an elastic resize to more workers (allreduce and local SGD only, whose workers all hold the
-whole model), worker 0's for a worker the old world did not have.
+own, or, after an elastic resize to more workers (allreduce and local SGD, whose workers all hold the whole
+model, and sharded, whose files hold only progress and RNG states beside the shards every world reads back),
+worker 0's for a worker the old world did not have.
 Worker 0 prunes all but the newest `keep` complete steps (and incomplete ones older than those).
 """
 

@@ -76,12 +76,14 @@ def digits(test_fraction: float = 0.2, seed: int = 0) -> Split:
 def shard_loader(
     data: TensorDataset, rank: int, world: int, batch_size: int, seed: int, epoch: int = 0
 ) -> DataLoader[tuple[torch.Tensor, ...]]:
-    """The batches of rank `rank` for `epoch`: disjoint from every other rank's, reshuffled per epoch."""
+    """The batches of rank `rank` for `epoch`: disjoint from every other rank's, reshuffled per epoch, all of
+    `batch_size` (a short last one is left out: every epoch has the same steps, which resuming mid-epoch counts
+    on, and a pipeline splits every batch into equal micro-batches)."""
     sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
         data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True
     )
     sampler.set_epoch(epoch)
-    return DataLoader(data, batch_size=batch_size, sampler=sampler)
+    return DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True)
 
 
 def synthetic(features: int = 1024, classes: int = 10, samples: int = 8192, seed: int = 0) -> Split:

@@ -26,6 +26,7 @@ class StrategyName(StrEnum):
     PARAMETER_SERVER = "parameter-server"
     LOCAL_SGD = "local-sgd"
     SHARDED = "sharded"
+    PIPELINE = "pipeline"
 
 
 class PSMode(StrEnum):
@@ -59,6 +60,8 @@ READS = frozenset(
         "RINGLEADER_PS_ADDRS",
         "RINGLEADER_LOCAL_SGD_PERIOD",
         "RINGLEADER_SHARDED_STAGE",
+        "RINGLEADER_PIPELINE_STAGES",
+        "RINGLEADER_PIPELINE_MICRO_BATCHES",
         "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL",
         "RINGLEADER_CHECKPOINT_KEEP",
@@ -94,6 +97,14 @@ class ParameterServers:
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """Strategy pipeline: the model in `stages` parts, each batch in `micro_batches`; workers / stages replicas."""
+
+    stages: int
+    micro_batches: int
+
+
+@dataclass(frozen=True)
 class Checkpoints:
     directory: str
     interval: int
@@ -104,7 +115,8 @@ class Checkpoints:
 class RankEnv:
     """Everything a rank reads from its pod's environment; the optional sections are present exactly when the
     role or strategy has them (`worker` for workers, `ps` under parameter-server, `local_sgd_period` under
-    local-sgd, `sharded_stage` under sharded, `checkpoints` when the job checkpoints)."""
+    local-sgd, `sharded_stage` under sharded, `pipeline` under pipeline, `checkpoints` when the job
+    checkpoints)."""
 
     job: str
     namespace: str
@@ -123,6 +135,7 @@ class RankEnv:
     ps: ParameterServers | None = None
     local_sgd_period: int | None = None
     sharded_stage: int | None = None  # 1-3, under sharded
+    pipeline: Pipeline | None = None
     checkpoints: Checkpoints | None = None
     attempt: int = 0  # the pod's place in its rank's history: 0 for the first pod, one more for each replacement
 
@@ -195,6 +208,7 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
         local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
         sharded_stage=_sharded_stage(env) if strategy == StrategyName.SHARDED else None,
+        pipeline=_pipeline(env, num_workers) if strategy == StrategyName.PIPELINE else None,
         checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
         attempt=_int(env, "RINGLEADER_ATTEMPT", 0) if env.get("RINGLEADER_ATTEMPT") else 0,
     )
@@ -237,6 +251,13 @@ def _sharded_stage(env: Mapping[str, str]) -> int:
     if stage > 3:
         raise EnvError(f"RINGLEADER_SHARDED_STAGE={stage} is not a ZeRO stage (1, 2 or 3)")
     return stage
+
+
+def _pipeline(env: Mapping[str, str], num_workers: int) -> Pipeline:
+    stages = _int(env, "RINGLEADER_PIPELINE_STAGES", 1)
+    if num_workers % stages:
+        raise EnvError(f"RINGLEADER_PIPELINE_STAGES={stages} does not divide RINGLEADER_NUM_WORKERS={num_workers}")
+    return Pipeline(stages, _int(env, "RINGLEADER_PIPELINE_MICRO_BATCHES", 1))
 
 
 def _checkpoints(env: Mapping[str, str]) -> Checkpoints:

@@ -37,7 +37,8 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     if (saved := env.checkpoints) is not None:
         strategy.checkpoints = ckpt.Checkpointer(
             Path(saved.directory), env.role, env.index, env.num_workers, env.num_ps, saved.interval, saved.keep,
-            elastic=env.strategy != StrategyName.PARAMETER_SERVER,
+            # Another world's step serves: each worker holds the whole model, or reads its shard back (sharded).
+            elastic=env.strategy not in (StrategyName.PARAMETER_SERVER, StrategyName.PIPELINE),
         )  # fmt: skip
     rendezvous(env, options.rendezvous_timeout, options.timeout)
     if env.num_ps:

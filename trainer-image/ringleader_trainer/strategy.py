@@ -72,6 +72,9 @@ class Strategy:
     """What every strategy offers; `from_env` returns the subclass the environment names."""
 
     name = ""
+    # Whether distributed_model() takes a model built on the meta device (no memory yet) and allocates it:
+    # under sharded each worker then allocates only its shard.
+    materializes_meta = False
 
     def __init__(self, env: RankEnv, options: Options) -> None:
         self.env, self.options = env, options
@@ -108,6 +111,17 @@ class Strategy:
         return self.env.num_workers
 
     @property
+    def data_rank(self) -> int:
+        """Which share of the data this worker reads (`data.shard_loader`): its rank; under pipeline, its
+        pipeline's index (every stage of a pipeline reads the same batches)."""
+        return self.rank
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Into how many shares the data is split: the workers; under pipeline, the pipelines."""
+        return self.world_size
+
+    @property
     def device(self) -> torch.device:
         return torch.device("cuda", self.env.local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
@@ -124,6 +138,25 @@ class Strategy:
 
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return TrainingCheckpointer(self, model, optimizer, saves_model=True)
+
+    def forward_backward(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> float:
+        """loss_fn(model(x), y), its gradients accumulated by backward(); returns the loss. Under pipeline, the
+        GPipe schedule over the micro-batches, and the batch's loss on every stage."""
+        loss = loss_fn(model(x.to(self.device)), y.to(self.device))
+        loss.backward()
+        return float(loss.item())
+
+    def evaluate(self, model: nn.Module, x: torch.Tensor, score: Callable[[torch.Tensor], float]) -> float:
+        """score(model's outputs for x), without gradients (a collective under sharded and pipeline: every
+        worker calls it, and every worker gets the score)."""
+        with torch.no_grad():
+            return score(model(x.to(self.device)))
 
     def final_model(self, model: nn.Module) -> nn.Module:
         """The trained model to evaluate, as `distributed_model` returned it or unwrapped (under sharded, a
@@ -147,7 +180,7 @@ class Strategy:
         t0, s0 = self._log_window
         now = time.perf_counter()
         elapsed = max(now - t0, 1e-9)
-        rate = (step - s0) * batch_size * self.world_size / elapsed
+        rate = (step - s0) * batch_size * self.data_parallel_size / elapsed
         self._log_window = (now, step)
         self.metrics.update(step, loss, rate, elapsed / (step - s0) if step > s0 else None)
         log_json(
@@ -155,14 +188,21 @@ class Strategy:
             samples_per_second=round(rate, 1), rounds=self.communication_rounds, **extra,
         )  # fmt: skip
 
-    def average_(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Replace each tensor by its mean over the workers, in one allreduce of their concatenation."""
+    def average_(
+        self, tensors: Sequence[torch.Tensor], group: dist.ProcessGroup | None = None, size: int | None = None
+    ) -> None:
+        """Replace each tensor by its mean over the workers (or over `group`, of `size` ranks), in one allreduce
+        of their concatenation."""
         if not tensors:
             return
         with torch.no_grad():
             flat = torch.cat([t.detach().reshape(-1) for t in tensors])
             self.metrics.entered_exchange()
-            self.allreduce_(flat).div_(self.world_size)
+            if group is None:
+                self.allreduce_(flat).div_(self.world_size)
+            else:
+                dist.all_reduce(flat, group=group)
+                flat.div_(size or dist.get_world_size(group))
             self.metrics.left_exchange()
             for t, mean in zip(tensors, flat_views(flat, tensors), strict=True):
                 t.copy_(mean)
@@ -223,6 +263,37 @@ def patch_step(
     optimizer.step = step  # type: ignore[method-assign,assignment]
     optimizer._ringleader_distributed = True  # type: ignore[attr-defined]
     return optimizer
+
+
+def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
+    """Allocate a module built on the meta device (or what a strategy kept of it) on `device`, initialized as
+    its modules' reset_parameters() do, drawing from `seed` (the caller's random state is left as it was)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        model.to_empty(device=device)
+        for module in model.modules():
+            if callable(reset := getattr(module, "reset_parameters", None)):
+                reset()
+
+
+def rebuild_optimizer(
+    optimizer: torch.optim.Optimizer, names: dict[int, str] | None, model: nn.Module, keep_missing: bool = True
+) -> torch.optim.Optimizer:
+    """A new optimizer of `optimizer`'s class and settings over `model`'s parameters now, found by the names
+    (`names`: id of each parameter the optimizer was built over -> its name in the model then) after a strategy
+    replaced or dropped them (sharding, a pipeline stage). With `keep_missing` False, parameters the model no
+    longer has are left out (another stage's); otherwise they are an error."""
+    if names is None:
+        raise StrategyUsageError("call distributed_model(model) before distributed_optimizer()")
+    current = dict((model.module if isinstance(model, DistributedDataParallel) else model).named_parameters())
+    groups = []
+    for group in optimizer.param_groups:
+        try:
+            params = [current[names[id(p)]] for p in group["params"] if keep_missing or names.get(id(p)) in current]
+        except KeyError:
+            raise StrategyUsageError("the optimizer holds parameters that are not the model's") from None
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+    return type(optimizer)(groups, **optimizer.defaults)
 
 
 @contextlib.contextmanager

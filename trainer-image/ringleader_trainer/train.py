@@ -7,6 +7,7 @@ complete example docs/trainer.md walks through. Exit codes: docs/exit-codes.md (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 import time
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ringleader_trainer import data, models, recovery
+from ringleader_trainer import data, memory, models, recovery
 from ringleader_trainer.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
@@ -36,6 +37,8 @@ class Example:
     batch_size: int
     lr: float
     weight_decay: float = 0.0
+    # Built on the meta device when the strategy allocates it (sharded: each worker allocates only its shard).
+    meta: bool = False
 
 
 EXAMPLES = {
@@ -54,7 +57,19 @@ EXAMPLES = {
         batch_size=64,
         lr=0.01,
     ),
+    # The model where sharding shows: 16 residual blocks of 2048 x 2048 (about 69M parameters; with Adam 1.1 GB of
+    # parameters, gradients and optimizer state per worker under allreduce, a quarter of that per worker at
+    # stage 3 on four).
+    "large-mlp": Example(
+        dataset=lambda seed: data.synthetic(seed=seed, samples=4096),
+        model=lambda split: models.deep_mlp(split.features, split.classes),
+        steps=20,
+        batch_size=32,
+        lr=0.001,
+        meta=True,
+    ),
 }
+OPTIMIZERS = ("sgd", "adam")
 
 
 class ConfigError(TrainerError):
@@ -74,6 +89,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="optimizer steps per worker (default: the example's)")
     p.add_argument("--batch-size", type=int, help="samples per worker per step")
     p.add_argument("--lr", type=float, help="learning rate")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="sgd (with --momentum) or adam")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, help="L2 penalty (default: the example's)")
     p.add_argument("--seed", type=int, default=0)
@@ -126,21 +142,24 @@ def hang(strategy: Strategy, step: int) -> NoReturn:
         time.sleep(3600)
 
 
-def accuracy(model: nn.Module, test: torch.utils.data.TensorDataset) -> float:
+def accuracy(strategy: Strategy, model: nn.Module, test: torch.utils.data.TensorDataset) -> float:
     x, y = test.tensors
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        return float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
+    return strategy.evaluate(model, x, lambda out: float((out.argmax(dim=1).cpu() == y).float().mean()))
 
 
 def train(args: argparse.Namespace, strategy: Strategy) -> None:
     example = EXAMPLES[args.example]
     torch.manual_seed(args.seed)  # every rank builds the same initial model
     split = example.dataset(args.seed)
-    model = example.model(split)
-    optimizer: torch.optim.Optimizer = torch.optim.SGD(
-        model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
-    )
+    baseline = memory.in_use(strategy.device)  # before the model: what training adds is measured from here
+    with torch.device("meta") if example.meta and strategy.materializes_meta else contextlib.nullcontext():
+        model = example.model(split)
+    optimizer: torch.optim.Optimizer
+    if args.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                    weight_decay=args.weight_decay)  # fmt: skip
     if strategy.is_server:
         strategy.serve(model, optimizer)
         return
@@ -150,21 +169,21 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
     checkpoints = strategy.checkpointer(model, optimizer)
     checkpoints.restore()
     loss_fn = nn.CrossEntropyLoss()
-    rank, world = strategy.rank, strategy.world_size
-    steps_per_epoch = len(split.train) // (world * args.batch_size)
+    rank, shard, shards = strategy.rank, strategy.data_rank, strategy.data_parallel_size
+    steps_per_epoch = len(split.train) // (shards * args.batch_size)
     if steps_per_epoch < 1:
-        raise ConfigError(f"--batch-size {args.batch_size} x {world} workers exceeds the {len(split.train)} samples")
+        raise ConfigError(f"--batch-size {args.batch_size} x {shards} data shards exceeds the {len(split.train)} "
+                          "samples")  # fmt: skip
     step = strategy.steps_done
     while step < args.steps:
         epoch, offset = divmod(step, steps_per_epoch)
-        loader = data.shard_loader(split.train, rank, world, args.batch_size, args.seed, epoch)
+        loader = data.shard_loader(split.train, shard, shards, args.batch_size, args.seed, epoch)
         for x, y in itertools.islice(loader, offset, None):  # a resumed run continues mid-epoch
             optimizer.zero_grad()
-            loss = loss_fn(model(x.to(strategy.device)), y.to(strategy.device))
-            loss.backward()
+            loss = strategy.forward_backward(model, x, y, loss_fn)
             optimizer.step()
             step += 1
-            strategy.report(step, loss.item(), args.batch_size, epoch=epoch)
+            strategy.report(step, loss, args.batch_size, epoch=epoch)
             checkpoints.maybe_save(step, {"epoch": epoch})
             if args.straggler and args.straggler[0] == rank:
                 time.sleep(args.straggler[1])
@@ -172,11 +191,13 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
                 hang(strategy, step)
             if step >= args.steps:
                 break
+    peak = memory.peak(strategy.device)
     checkpoints.save(step, {"epoch": step // steps_per_epoch})
     strategy.finish()
-    acc = accuracy(strategy.final_model(model), split.test)
+    acc = accuracy(strategy, strategy.final_model(model), split.test)
     log_json(role="worker", index=rank, event="done", step=step, test_accuracy=round(acc, 4),
-             rounds=strategy.communication_rounds)  # fmt: skip
+             rounds=strategy.communication_rounds, memory_baseline_bytes=baseline,
+             memory_peak_bytes=peak)  # fmt: skip
     if args.save_final:
         final = strategy.full_state_dict(model)  # every worker takes part (sharded gathers it)
         if rank == 0:

@@ -32,8 +32,9 @@ def start(tmp_path: Path, name: str, strategy: str, ps: int, spec: dict[str, Any
         ("allreduce", 0, {}, ("worker", 1)),
         ("allreduce", 0, {}, ("worker", 0)),  # the rank hosting the rendezvous store
         ("parameter-server", 1, PS_SYNC, ("ps", 0)),
+        ("pipeline", 0, {}, ("worker", 1)),  # the middle one of three stages
     ],
-    ids=["allreduce-worker-1", "allreduce-worker-0", "ps-shard"],
+    ids=["allreduce-worker-1", "allreduce-worker-0", "ps-shard", "pipeline-stage-1"],
 )
 def test_survivors_recover_in_place_and_finish_like_an_uninterrupted_run(
     tmp_path: Path, strategy: str, ps: int, spec: dict[str, Any], victim: tuple[str, int]
@@ -64,5 +65,5 @@ def test_survivors_recover_in_place_and_finish_like_an_uninterrupted_run(
             # With 3+ ranks the sum's order follows an element's place in DDP's bucket, and a fresh DDP
             # uses its initial bucket order for one step before rebuilding it: rounding-level differences.
             torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=f"{name} differs after recovery")
-        else:  # the shard sums in worker order: bit-exact
+        else:  # the shard sums in worker order; a stage's gradients are its own: bit-exact
             assert torch.equal(a[name], b[name]), f"{name} differs after recovery"

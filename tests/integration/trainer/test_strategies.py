@@ -75,8 +75,9 @@ def test_bounded_staleness_keeps_every_worker_within_max_staleness_of_the_slowes
         ("parameter-server", {"parameterServer": {"mode": "asynchronous"}}, 2, 0.95),
         ("local-sgd", {"localSGD": {"period": 8}}, 0, 0.96),
         ("sharded", {"sharded": {"stage": 3}}, 0, 0.97),
+        ("pipeline", {"pipeline": {"stages": 2}}, 0, 0.97),  # two pipelines of two stages
     ],
-    ids=["allreduce", "ps-synchronous", "ps-asynchronous", "local-sgd", "sharded-zero3"],
+    ids=["allreduce", "ps-synchronous", "ps-asynchronous", "local-sgd", "sharded-zero3", "pipeline-2x2"],
 )
 def test_digits_convergence_with_four_workers(
     tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int, threshold: float
@@ -97,8 +98,9 @@ def test_digits_convergence_with_four_workers(
         ("parameter-server", PS_SYNC, 1),
         ("local-sgd", {"localSGD": {"period": 3}}, 0),
         ("sharded", {"sharded": {"stage": 3}}, 0),
+        ("pipeline", {}, 0),
     ],
-    ids=["allreduce", "ps-synchronous", "local-sgd", "sharded-zero3"],
+    ids=["allreduce", "ps-synchronous", "local-sgd", "sharded-zero3", "pipeline"],
 )
 def test_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_run_does(
     tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int

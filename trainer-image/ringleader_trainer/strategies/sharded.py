@@ -12,6 +12,11 @@ no worker holds the whole training state:
   that unit runs (forward, then again in backward), so per-worker memory for parameters, gradients and
   optimizer state falls as 1/N, plus one unit gathered at a time.
 
+A model built on the meta device (`with torch.device("meta"): model = build()`; `Strategy.materializes_meta`)
+is allocated only after sharding, so no worker ever holds the whole of it at stages 2-3: each initializes its
+own shard by the modules' reset_parameters(), from a stream of its own (the values differ from a model built
+whole with the same seed; both are draws from the same initialization).
+
 Shard units: the model's submodules that hold parameters, looking through containers (Sequential, ModuleList,
 ModuleDict) to what they contain, so each layer or block of a stack is a unit; then the model itself, for the
 parameters left over. gloo on CPU, NCCL on GPU.
@@ -42,7 +47,14 @@ from torch.nn.parallel import DistributedDataParallel
 from ringleader_trainer import sharded_checkpoint
 from ringleader_trainer.checkpointing import TrainingCheckpointer
 from ringleader_trainer.strategies.allreduce import stamp_exchange
-from ringleader_trainer.strategy import Strategy, StrategyUsageError, patch_step, unpatched
+from ringleader_trainer.strategy import (
+    Strategy,
+    StrategyUsageError,
+    materialize,
+    patch_step,
+    rebuild_optimizer,
+    unpatched,
+)
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 # The optimizer state in checkpoints: keyed by parameter name (`state.<name>.<key>`), never by position, so
@@ -68,6 +80,7 @@ class ShardedStrategy(Strategy):
     """ZeRO stage 1 (DDP + ZeroRedundancyOptimizer), 2 or 3 (FSDP2)."""
 
     name = "sharded"
+    materializes_meta = True
 
     @property
     def stage(self) -> int:
@@ -76,9 +89,13 @@ class ShardedStrategy(Strategy):
     def distributed_model(self, model: nn.Module) -> nn.Module:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        model = model.to(self.device)
         self._names = {id(p): name for name, p in model.named_parameters()}
+        on_meta = any(p.is_meta for p in model.parameters())
+        if not on_meta:
+            model = model.to(self.device)
         if self.stage == 1:
+            if on_meta:  # every worker holds the whole model: the same values on each
+                materialize(model, self.device, torch.initial_seed())
             ids = [self.env.local_rank] if self.device.type == "cuda" else None
             ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.workers_group)
             stamp_exchange(ddp, self.metrics)
@@ -88,6 +105,8 @@ class ShardedStrategy(Strategy):
         for unit in list(shard_units(model)):
             fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        if on_meta:  # each worker draws its own shard's values, from its own stream
+            materialize(model, self.device, torch.initial_seed() + 1_000_003 * (self.rank + 1))
         # The first exchange of a step is the first unit's all-gather, as the forward pass starts.
         model.register_forward_pre_hook(lambda *_: self.metrics.entered_exchange())
         return model
@@ -95,23 +114,13 @@ class ShardedStrategy(Strategy):
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         """A new optimizer of the same class and settings over the sharded parameters (fully_shard replaces
         every parameter by its shard; stage 1's ZeroRedundancyOptimizer keeps state only for its share)."""
-        names = getattr(self, "_names", None)
-        if names is None:
-            raise StrategyUsageError("call distributed_model(model) before distributed_optimizer()")
-        current = dict(_unwrap(model).named_parameters())
-        try:
-            groups = [
-                _with_params(g, [current[names[id(p)]] for p in g["params"]])
-                for g in optimizer.param_groups
-            ]  # fmt: skip
-        except KeyError:
-            raise StrategyUsageError("the optimizer holds parameters that are not the model's") from None
+        groups = rebuild_optimizer(optimizer, getattr(self, "_names", None), model).param_groups
         if self.stage == 1:
             sharded: torch.optim.Optimizer = ZeroRedundancyOptimizer(
                 groups, optimizer_class=type(optimizer), process_group=self.workers_group, **optimizer.defaults
             )
         else:
-            sharded = type(optimizer)(groups, **optimizer.defaults)
+            sharded = rebuild_optimizer(optimizer, self._names, model)
 
         def exchange() -> None:  # the gradients were averaged (stage 1) or reduce-scattered in backward
             self.metrics.left_exchange()
@@ -132,11 +141,6 @@ class ShardedStrategy(Strategy):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(_unwrap(model), options=options)
         return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def _with_params(group: dict[str, Any], params: list[nn.Parameter]) -> dict[str, Any]:
-    """An optimizer's parameter group with its settings and other parameters."""
-    return {**{k: v for k, v in group.items() if k != "params"}, "params": params}
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
