@@ -244,6 +244,14 @@ class ReplicaSpec(Model):
     gpus: int = Field(
         0, ge=0, le=MAX_GPUS, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container."
     )
+    procs_per_pod: int = Field(
+        1,
+        ge=1,
+        le=MAX_GPUS,
+        description="Workers only: training processes (ranks) per pod, torchrun's nproc-per-node. The trainer's "
+        "supervisor (`python -m ringleader_trainer`) or `torchrun` starts them, each with its own RANK and "
+        "LOCAL_RANK; with GPUs, one GPU each (gpus must equal it). The world is replicas x procsPerPod ranks.",
+    )
     restart_policy: RestartPolicy = Field(
         RestartPolicy.ON_FAILURE,
         description="What happens when a pod of this role fails: Never fails the job; OnFailure and Always "
@@ -533,6 +541,7 @@ class TrainingJobStatus(Model):
         default_factory=dict, description="Per rank, by pod name suffix (worker-1, ps-0): restarts and why."
     )
     workers: str = Field("", description="ready/desired workers, for kubectl get.")
+    world_size: int = Field(0, description="Ranks of the training's world: worker pods x procsPerPod, and shards.")
     replicas: int = Field(0, description="Worker pods of the current world size (the scale subresource reads it).")
     selector: str = Field("", description="Label selector of the worker pods (for the scale subresource).")
     start_time: str | None = None

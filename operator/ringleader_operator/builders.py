@@ -56,7 +56,8 @@ NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-re
 # (launchers.split_world): a template may raise PET_NPROC_PER_NODE.
 CONTRACT_ENV = frozenset(
     {
-        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+        "RINGLEADER_PROCS_PER_POD",
         "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
@@ -235,9 +236,10 @@ def worker_counts(job: TrainingJob) -> range:
 def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict[str, str]:
     """The environment contract for one rank, in a stable order (see docs/env-contract.md)."""
     spec = job.spec
-    workers = spec.workers.replicas
+    procs = spec.workers.procs_per_pod
+    workers = spec.workers.replicas * procs  # worker ranks: procsPerPod in each worker pod
     ps = spec.parameter_servers.replicas if spec.parameter_servers else 0
-    global_rank = index if role == Role.WORKER else workers + index
+    global_rank = index * procs if role == Role.WORKER else workers + index  # a worker pod's first rank
     env = {
         "MASTER_ADDR": dns_name(job.name, Role.WORKER, 0),
         "MASTER_PORT": str(MASTER_PORT),
@@ -256,9 +258,12 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
     }
     if role == Role.WORKER:
         # What torchrun gives its children: an unmodified init_process_group(init_method="env://") script works.
-        env |= {"WORLD_SIZE": str(workers), "RANK": str(index), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        # With procsPerPod > 1 the pod's launcher (the trainer's supervisor, or torchrun) gives each of its
+        # processes its own RANK and LOCAL_RANK; these are its first process's.
+        env |= {"WORLD_SIZE": str(workers), "RANK": str(global_rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(procs),
+                "GROUP_RANK": str(index), "RINGLEADER_PROCS_PER_POD": str(procs)}  # fmt: skip
         # torchrun's own options: `torchrun script.py` with no options forms this same world.
-        env |= launchers.torchrun_env(workers, index, env["MASTER_ADDR"], MASTER_PORT)
+        env |= launchers.torchrun_env(spec.workers.replicas, index, env["MASTER_ADDR"], MASTER_PORT, procs)
     if spec.strategy == Strategy.PARAMETER_SERVER:
         settings = spec.parameter_server
         env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"

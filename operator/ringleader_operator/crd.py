@@ -68,9 +68,25 @@ SPEC_RULES: list[dict[str, str]] = [
     },
     {
         "rule": "!has(self.pipeline) || !has(self.pipeline.stages) || "
-        "self.workers.replicas % self.pipeline.stages == 0",
-        "message": "spec.pipeline.stages must divide spec.workers.replicas (each pipeline has one worker per stage)",
+        "(self.workers.replicas * (has(self.workers.procsPerPod) ? self.workers.procsPerPod : 1)) "
+        "% self.pipeline.stages == 0",
+        "message": "spec.pipeline.stages must divide the worker ranks, spec.workers.replicas x procsPerPod (each "
+        "pipeline has one rank per stage)",
         "fieldPath": ".pipeline.stages",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.parameterServers) || !has(self.parameterServers.procsPerPod) || "
+        "self.parameterServers.procsPerPod == 1",
+        "message": "spec.parameterServers.procsPerPod must be 1: each shard is one process",
+        "fieldPath": ".parameterServers.procsPerPod",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.workers.procsPerPod) || self.workers.procsPerPod == 1 || !has(self.workers.gpus) || "
+        "self.workers.gpus == 0 || self.workers.gpus == self.workers.procsPerPod",
+        "message": "spec.workers.procsPerPod must equal spec.workers.gpus when the pods have GPUs (one GPU per rank)",
+        "fieldPath": ".workers.procsPerPod",
         "reason": "FieldValueInvalid",
     },
     {

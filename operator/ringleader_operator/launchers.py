@@ -70,12 +70,13 @@ PYTHON_VALUE_OPTIONS = {"-X", "-W"}
 PREFIXES = {"exec", "env", "time", "nohup", "command"}
 
 
-def torchrun_env(workers: int, index: int, master_addr: str, master_port: int) -> dict[str, str]:
+def torchrun_env(workers: int, index: int, master_addr: str, master_port: int, procs: int = 1) -> dict[str, str]:
     """The `PET_*` variables of worker `index` of `workers` pods: torchrun with no options forms the whole job,
-    one node per pod (one process per pod: `--nproc-per-node` on the command line may raise it)."""
+    one node per pod, `procs` processes per node (spec.workers.procsPerPod; `--nproc-per-node` on the command
+    line may raise it)."""
     return {
         "PET_NNODES": str(workers),
-        "PET_NPROC_PER_NODE": "1",
+        "PET_NPROC_PER_NODE": str(procs),
         "PET_NODE_RANK": str(index),
         "PET_MASTER_ADDR": master_addr,
         "PET_MASTER_PORT": str(master_port),

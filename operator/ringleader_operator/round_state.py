@@ -142,8 +142,8 @@ class Round:
         return self.at + timedelta(seconds=seconds)
 
     def summarize(self) -> None:
-        """The counts in status: per role, the ready/desired workers for `kubectl get`, and the worker pods of
-        the current world size with their selector (what the scale subresource reads)."""
+        """The counts in status: per role, the ready/desired workers for `kubectl get`, the worker pods of the
+        current world size with their selector (what the scale subresource reads), and the world's ranks."""
         st, workers = self.status, self.job.spec.workers.replicas
         for role in Role:
             if self.job.replicas(role) is not None:
@@ -153,6 +153,8 @@ class Round:
             p.role == Role.WORKER and self.live(p) and p.workers in (None, workers) for p in self.observed
         )
         st.selector = f"{LABEL_JOB}={self.job.name},{LABEL_ROLE}={Role.WORKER.value}"
+        shards = self.job.spec.parameter_servers
+        st.world_size = workers * self.job.spec.workers.procs_per_pod + (shards.replicas if shards else 0)
 
     def live(self, p: ObservedPod) -> bool:
         """The pod stays: not being deleted, and not among the deletions planned so far."""

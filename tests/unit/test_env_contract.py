@@ -22,7 +22,9 @@ TEMPLATE = {"spec": {"containers": [{"name": "trainer", "command": ["python", "t
 
 
 def job(**spec: Any) -> TrainingJob:
-    return training_job(name="mnist", namespace="ml", uid="0d5c", template=TEMPLATE, workers={"replicas": 3}, **spec)
+    return training_job(
+        name="mnist", namespace="ml", uid="0d5c", template=TEMPLATE, **({"workers": {"replicas": 3}} | spec)
+    )
 
 
 PS = {
@@ -89,6 +91,19 @@ def test_the_docs_list_exactly_the_contract() -> None:
     assert set(rows) == READS | TORCHRUN_ENV and len(rows) == len(set(rows))
 
 
+def test_each_process_of_a_pod_of_several_ranks_is_its_own_rank() -> None:
+    """2 pods x 2 processes: what the operator writes for pod 1, as the supervisor (or torchrun) passes it on
+    to its second process."""
+    two = job(workers={"replicas": 2, "procsPerPod": 2})
+    pod = rank_env(two, Role.WORKER, 1)
+    assert (pod["WORLD_SIZE"], pod["RANK"], pod["LOCAL_WORLD_SIZE"], pod["GROUP_RANK"]) == ("4", "2", "2", "1")
+    assert (pod["PET_NNODES"], pod["PET_NPROC_PER_NODE"], pod["PET_NODE_RANK"]) == ("2", "2", "1")
+    env = from_env(pod | {"RANK": "3", "LOCAL_RANK": "1", "RINGLEADER_LOCAL_LAUNCH": "1"})
+    assert env.worker == trainer_env.WorkerRank(rank=3, world_size=4, local_rank=1, local_world_size=2, pod=1)
+    assert (env.index, env.global_rank, env.global_world_size, env.num_workers) == (3, 3, 4, 4)
+    assert env.metrics_port == int(pod["RINGLEADER_METRICS_PORT"]) + 1
+
+
 GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
 
 
@@ -104,12 +119,34 @@ GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
         ({"RINGLEADER_PS_MAX_STALENESS": None}, "RINGLEADER_PS_MAX_STALENESS is not set"),
         ({"RINGLEADER_GLOBAL_WORLD_SIZE": "4"}, "RINGLEADER_GLOBAL_WORLD_SIZE=4 is not"),
         # what torchrun --standalone gives the trainer in worker 1's pod: a world of its own
-        ({"WORLD_SIZE": "1", "RANK": "0"}, "WORLD_SIZE=1 is not the job's 3 workers"),
+        ({"WORLD_SIZE": "1", "RANK": "0"}, "WORLD_SIZE=1 is not the job's 3 worker ranks"),
         # what torchrun --nproc-per-node 3 gives one of its processes in worker 1's pod
-        ({"RANK": "2"}, "RANK=2 is not this worker's index RINGLEADER_INDEX=1"),
+        ({"RANK": "2"}, "RANK=2 is not rank 1, LOCAL_RANK=0 of worker pod 1"),
+        # a pod of 2 ranks whose command starts one process, not a launcher
+        (
+            {
+                "RINGLEADER_PROCS_PER_POD": "2",
+                "RINGLEADER_NUM_WORKERS": "6",
+                "WORLD_SIZE": "6",
+                "RINGLEADER_GLOBAL_WORLD_SIZE": "8",
+            },
+            "RINGLEADER_PROCS_PER_POD=2: this pod runs 2 ranks, and nothing",
+        ),
+        (
+            {
+                "RINGLEADER_PROCS_PER_POD": "2",
+                "RINGLEADER_NUM_WORKERS": "6",
+                "WORLD_SIZE": "6",
+                "RINGLEADER_GLOBAL_WORLD_SIZE": "8",
+                "RINGLEADER_LOCAL_LAUNCH": "1",
+                "LOCAL_RANK": "2",
+            },
+            "LOCAL_RANK=2 must be less than RINGLEADER_PROCS_PER_POD=2",
+        ),
     ],
     ids=str.split(
-        "rank-too-big rank-not-int ps-addrs strategy index master staleness world standalone-world renumbered"
+        "rank-too-big rank-not-int ps-addrs strategy index master staleness world standalone-world renumbered "
+        "unlaunched local-rank"
     ),
 )
 def test_bad_environments_fail_with_one_line_naming_the_variable(change: dict[str, str | None], names: str) -> None:

@@ -44,6 +44,8 @@ READS = frozenset(
         "RANK",
         "LOCAL_RANK",
         "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "RINGLEADER_PROCS_PER_POD",
         "RINGLEADER_JOB_NAME",
         "RINGLEADER_NAMESPACE",
         "RINGLEADER_ROLE",
@@ -77,13 +79,22 @@ class EnvError(TrainerError, ValueError):
     exit_code = ExitCode.BAD_ENVIRONMENT
 
 
+# Set by a launcher for each process it starts in a pod of several ranks: torchrun's children carry its run id,
+# the trainer's supervisor marks its own.
+LOCAL_LAUNCH_ENV = "RINGLEADER_LOCAL_LAUNCH"
+LAUNCHED_BY = ("TORCHELASTIC_RUN_ID", LOCAL_LAUNCH_ENV)
+
+
 @dataclass(frozen=True)
 class WorkerRank:
-    """A worker's place in torchrun's terms (RANK, WORLD_SIZE, LOCAL_RANK); parameter servers have none."""
+    """A worker's place in torchrun's terms (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK: the
+    pod's index); parameter servers have none."""
 
     rank: int
     world_size: int
     local_rank: int = 0
+    local_world_size: int = 1
+    pod: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,10 +191,12 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
     strategy = _choice(env, "RINGLEADER_STRATEGY", StrategyName)
     num_workers = _int(env, "RINGLEADER_NUM_WORKERS", 1)
     num_ps = _int(env, "RINGLEADER_NUM_PS", 0)
-    index = _int(env, "RINGLEADER_INDEX", 0)
-    limit = num_workers if role == Role.WORKER else num_ps
+    index = _int(env, "RINGLEADER_INDEX", 0)  # the pod's index in its role
+    procs = _int(env, "RINGLEADER_PROCS_PER_POD", 1) if env.get("RINGLEADER_PROCS_PER_POD") else 1
+    limit = num_workers // procs if role == Role.WORKER else num_ps
     if index >= limit:
-        raise EnvError(f"RINGLEADER_INDEX={index} is out of range for {limit} {role} replicas")
+        raise EnvError(f"RINGLEADER_INDEX={index} is out of range for {limit} {role} pods")
+    worker = _worker(env, index, num_workers, procs) if role == Role.WORKER else None
     global_world_size = _int(env, "RINGLEADER_GLOBAL_WORLD_SIZE", 1)
     if global_world_size != num_workers + num_ps:
         raise EnvError(
@@ -194,17 +207,20 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         job=_get(env, "RINGLEADER_JOB_NAME"),
         namespace=_get(env, "RINGLEADER_NAMESPACE"),
         role=role,
-        index=index,
+        index=worker.rank if worker else index,
         strategy=strategy,
         num_workers=num_workers,
         num_ps=num_ps,
-        global_rank=_int(env, "RINGLEADER_GLOBAL_RANK", 0),
+        # Workers come first in the global order: a worker's global rank is its rank (the operator writes its
+        # pod's first).
+        global_rank=worker.rank if worker else _int(env, "RINGLEADER_GLOBAL_RANK", 0),
         global_world_size=global_world_size,
         master_addr=_get(env, "MASTER_ADDR"),
         master_port=_int(env, "MASTER_PORT", 1),
-        metrics_port=_int(env, "RINGLEADER_METRICS_PORT", 1),
+        # Each process of a pod serves its own page, on the pod's port plus its local rank.
+        metrics_port=_int(env, "RINGLEADER_METRICS_PORT", 1) + (worker.local_rank if worker else 0),
         token_file=env.get("RINGLEADER_TOKEN_FILE", ""),
-        worker=_worker(env, index, num_workers) if role == Role.WORKER else None,
+        worker=worker,
         ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
         local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
         sharded_stage=_sharded_stage(env) if strategy == StrategyName.SHARDED else None,
@@ -214,22 +230,31 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
     )
 
 
-def _worker(env: Mapping[str, str], index: int, num_workers: int) -> WorkerRank:
+def _worker(env: Mapping[str, str], pod: int, num_workers: int, procs: int) -> WorkerRank:
     rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
+    local = _int(env, "LOCAL_RANK", 0)
     if rank >= world:
         raise EnvError(f"RANK={rank} must be less than WORLD_SIZE={world}")
     if world != num_workers:
         raise EnvError(
-            f"WORLD_SIZE={world} is not the job's {num_workers} workers (RINGLEADER_NUM_WORKERS): a launcher "
+            f"WORLD_SIZE={world} is not the job's {num_workers} worker ranks (RINGLEADER_NUM_WORKERS): a launcher "
             "formed a world of its own (torchrun --standalone or --nnodes?); run the trainer without one"
         )
-    if rank != index:
-        # One training process per pod: a launcher that starts several (torchrun --nproc-per-node) renumbers them.
+    if procs > 1 and not any(env.get(name) for name in LAUNCHED_BY):
         raise EnvError(
-            f"RANK={rank} is not this worker's index RINGLEADER_INDEX={index}: a launcher renumbered the ranks "
-            "(torchrun --nproc-per-node?); run the trainer without one"
+            f"RINGLEADER_PROCS_PER_POD={procs}: this pod runs {procs} ranks, and nothing started them; run "
+            "`python -m ringleader_trainer` or `torchrun`, which start one process per rank"
         )
-    return WorkerRank(rank, world, _int(env, "LOCAL_RANK", 0))
+    if local >= procs:
+        raise EnvError(f"LOCAL_RANK={local} must be less than RINGLEADER_PROCS_PER_POD={procs}")
+    if rank != pod * procs + local:
+        # A launcher that starts more processes than the pod's (torchrun --nproc-per-node) renumbers them.
+        raise EnvError(
+            f"RANK={rank} is not rank {pod * procs + local}, LOCAL_RANK={local} of worker pod {pod} "
+            f"(RINGLEADER_INDEX) with {procs} per pod: a launcher renumbered the ranks "
+            "(torchrun --nproc-per-node?); set spec.workers.procsPerPod instead"
+        )
+    return WorkerRank(rank, world, local, procs, pod)
 
 
 def _parameter_servers(env: Mapping[str, str], num_ps: int) -> ParameterServers:

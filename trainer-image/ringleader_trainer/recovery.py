@@ -26,10 +26,11 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 
-from ringleader_trainer.exitcodes import exit_now
+from ringleader_trainer.env import LAUNCHED_BY, LOCAL_LAUNCH_ENV
+from ringleader_trainer.exitcodes import ExitCode, exit_now
 from ringleader_trainer.logs import log_json
 
 RECOVERIES_ENV = "RINGLEADER_RECOVERIES"
@@ -74,48 +75,97 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
     """Run `main` in a forked child, again in a fresh child each time one asks to recover (`reexec`), and
     return the exit code of the last; a child killed by a signal makes this process die of the same signal.
 
+    In a worker pod of several ranks (RINGLEADER_PROCS_PER_POD > 1, as the operator writes it) it forks one
+    child per rank, each with its own RANK and LOCAL_RANK, and recovers each on its own. They end together:
+    when one ends in failure (or by a signal) the others are killed and this process ends as that one did (the
+    pod fails, and the operator replaces it with all its ranks); one that succeeds or stops cleanly waits for
+    the rest, and the pod exits with the first non-zero code among them.
+
     `preload` runs once here before the first fork (imports every incarnation would otherwise repeat). It
     must start no threads the child needs (a forked child gets only the forking thread) and must not
     initialize CUDA (a forked child cannot use a CUDA context its parent made). Signals a pod receives
-    (SIGTERM on deletion) are passed on to the child; the child dies with this process (PR_SET_PDEATHSIG),
+    (SIGTERM on deletion) are passed on to the children; each child dies with this process (PR_SET_PDEATHSIG),
     so a SIGKILL of either leaves nothing behind. Processes a training process leaves orphaned come to this
     one (as to a container's PID 1; elsewhere as their subreaper) and are reaped when they end."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     preload()
-    child = 0
+    ranks = local_ranks(os.environ)
+    done = {local: recoveries() for local in ranks}
+    children: dict[int, int] = {}  # pid -> the local rank it runs
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        if child:
+        for pid in list(children):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signum)
+                os.kill(pid, signum)
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
-    while True:
+
+    def start(local: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         parent = os.getpid()
-        child = os.fork()
-        if child == 0:
+        pid = os.fork()
+        if pid == 0:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            os.environ.update(ranks[local] | {RECOVERIES_ENV: str(done[local])})
             _run_child(main, parent)
-        status = _wait_reaping(child)
+        children[pid] = local
+
+    for local in ranks:
+        start(local)
+    ended: list[int] = []
+    while children:
+        pid, status = os.waitpid(-1, 0)  # retried by Python after each forwarded signal (PEP 475)
+        if pid not in children:
+            continue  # an orphan a training process left behind, reaped
+        local = children.pop(pid)
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == RECOVER_STATUS:
-            os.environ[RECOVERIES_ENV] = str(recoveries() + 1)
+            done[local] += 1
+            start(local)
             continue
+        code = os.waitstatus_to_exitcode(status)
+        if code in CLEAN_ENDS:
+            ended.append(code)
+            continue
+        _kill_all(children)
         if os.WIFSIGNALED(status):
             _die_of(os.WTERMSIG(status))
-        return os.waitstatus_to_exitcode(status)
+        return code
+    return next((c for c in ended if c), 0)
 
 
-def _wait_reaping(child: int) -> int:
-    """Wait for `child` and return its wait status, reaping every other process of this one's that ends
-    meanwhile: a training process's orphans (say, a crashed DataLoader's workers), which would otherwise stay
-    zombies until the pod ends. os.waitpid is retried by Python after each forwarded signal (PEP 475)."""
-    while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == child:
-            return status
+# A rank ending with these lets the pod's other ranks end as they will: success, and the agreed clean stop.
+CLEAN_ENDS = (ExitCode.OK, ExitCode.STOPPED)
+
+
+def local_ranks(env: Mapping[str, str]) -> dict[int, dict[str, str]]:
+    """The variables each training process of this pod gets beyond the pod's own, by local rank: {0: {}} for a
+    pod of one rank; in a worker pod of several (RINGLEADER_PROCS_PER_POD) not already started by a launcher,
+    each its RANK (the pod's first, as the operator writes it, plus its local rank) and LOCAL_RANK. Values
+    that are not numbers leave one process, which names the variable when it reads the contract."""
+    try:
+        procs = int(env.get("RINGLEADER_PROCS_PER_POD", "1"))
+        first = int(env.get("RANK", "0"))
+    except ValueError:
+        return {0: {}}
+    launched = any(env.get(name) for name in LAUNCHED_BY)
+    if procs <= 1 or env.get("RINGLEADER_ROLE") != "worker" or launched:
+        return {0: {}}
+    return {
+        local: {"RANK": str(first + local), "LOCAL_RANK": str(local), LOCAL_LAUNCH_ENV: "1"} for local in range(procs)
+    }
+
+
+def _kill_all(children: dict[int, int]) -> None:
+    """SIGKILL every child left and reap them."""
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in list(children):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    children.clear()
 
 
 def _prctl(option: int, value: int) -> None:

@@ -34,12 +34,14 @@ time.sleep(0.1)  # gloo's worker thread frees the last tensors before shutdown (
 LINE = re.compile(r"rank (\d+) world_size (\d+) sum (\d+) node (\d+)")
 
 
-def torchrun_job(name: str, namespace: str, core: client.CoreV1Api, *options: str) -> dict[str, Any]:
-    """A 2-worker job whose trainer container runs `torchrun [options] /scripts/ones.py` from a ConfigMap."""
+def torchrun_job(name: str, namespace: str, core: client.CoreV1Api, *options: str, procs: int = 1) -> dict[str, Any]:
+    """A 2-worker job (of `procs` ranks per pod) whose trainer container runs `torchrun [options]
+    /scripts/ones.py` from a ConfigMap."""
     core.create_namespaced_config_map(
         namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"ones.py": SCRIPT})
     )
     body = training_job(name, "", workers=2)
+    body["spec"]["workers"]["procsPerPod"] = procs
     pod = body["spec"]["workers"]["template"]["spec"]
     pod["containers"][0]["command"] = ["torchrun", *options, "/scripts/ones.py"]
     pod["containers"][0]["volumeMounts"] = [{"name": "script", "mountPath": "/scripts", "readOnly": True}]
@@ -48,12 +50,19 @@ def torchrun_job(name: str, namespace: str, core: client.CoreV1Api, *options: st
 
 
 @pytest.mark.parametrize(
-    ("options", "per_pod"), [((), 1), (("--nproc-per-node", "2"), 2)], ids=["no-options", "2-per-pod"]
+    ("options", "procs", "per_pod"),
+    [((), 1, 1), (("--nproc-per-node", "2"), 1, 2), ((), 2, 2)],
+    ids=["no-options", "2-per-pod", "procsPerPod-2"],
 )
 def test_torchrun_forms_the_jobs_whole_world(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, options: tuple[str, ...], per_pod: int
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    options: tuple[str, ...],
+    procs: int,
+    per_pod: int,
 ) -> None:
-    create(custom, namespace, torchrun_job("tr", namespace, core, *options))
+    create(custom, namespace, torchrun_job("tr", namespace, core, *options, procs=procs))
     wait_condition(custom, namespace, "tr", "Succeeded", timeout=180)
     world = 2 * per_pod
     seen: dict[int, int] = {}

@@ -5,6 +5,7 @@ shards' ports take stray connections, which the shards drop and log."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -42,8 +43,12 @@ while True:
 """
 
 
-def trainer_job(name: str, **spec: Any) -> dict[str, Any]:
+DONE = re.compile(r'"index": (\d+), "event": "done"')
+
+
+def trainer_job(name: str, procs: int = 1, **spec: Any) -> dict[str, Any]:
     body = training_job(name, "", **spec)
+    body["spec"]["workers"]["procsPerPod"] = procs
     for role in ("workers", "parameterServers"):
         if role in body["spec"]:
             body["spec"][role]["template"]["spec"]["containers"][0]["command"] = ["python", "-u", *TRAINER]
@@ -51,18 +56,21 @@ def trainer_job(name: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "spec",
+    ("spec", "procs"),
     [
-        {},
-        {"strategy": "parameter-server", "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2}},
-        {"strategy": "local-sgd", "localSGD": {"period": 4}},
+        ({}, 1),
+        ({"strategy": "parameter-server", "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2}}, 1),
+        ({"strategy": "local-sgd", "localSGD": {"period": 4}}, 1),
+        ({"strategy": "sharded", "sharded": {"stage": 3}}, 1),
+        ({"strategy": "pipeline", "pipeline": {"microBatches": 4}}, 1),  # two stages
+        ({}, 2),  # two pods of two ranks
     ],
-    ids=["allreduce", "parameter-server", "local-sgd"],
+    ids=["allreduce", "parameter-server", "local-sgd", "sharded-zero3", "pipeline", "allreduce-2x2"],
 )
 def test_each_strategy_trains_to_succeeded_with_rising_progress(
-    custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any]
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any], procs: int
 ) -> None:
-    create(custom, namespace, trainer_job("digits", **spec))
+    create(custom, namespace, trainer_job("digits", procs, **spec))
     steps: list[int] = []
 
     def finished() -> dict[str, Any] | None:
@@ -76,6 +84,10 @@ def test_each_strategy_trains_to_succeeded_with_rising_progress(
     job = wait_for("the digits job to finish", finished, timeout=300)
     assert condition(job, "Succeeded"), (condition(job, "Failed"), (job.get("status") or {}).get("ranks"))
     assert len(steps) >= 2 and steps == sorted(steps) and steps[0] < steps[-1], steps
+    assert job["status"]["worldSize"] == 2 * procs + (2 if "parameterServers" in job["spec"] else 0)
+    for pod in range(2):  # each worker pod ran its ranks to the end: pod 1 of 2x2 holds ranks 2 and 3
+        done = DONE.findall(logs(core, namespace, f"digits-worker-{pod}", container="trainer"))
+        assert sorted(int(i) for i in done) == list(range(pod * procs, (pod + 1) * procs)), done
 
 
 class Strays:

@@ -105,6 +105,8 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "RANK", "value": "0"},
                         {"name": "LOCAL_RANK", "value": "0"},
                         {"name": "LOCAL_WORLD_SIZE", "value": "1"},
+                        {"name": "GROUP_RANK", "value": "0"},
+                        {"name": "RINGLEADER_PROCS_PER_POD", "value": "1"},
                         {"name": "PET_NNODES", "value": "2"},
                         {"name": "PET_NPROC_PER_NODE", "value": "1"},
                         {"name": "PET_NODE_RANK", "value": "0"},

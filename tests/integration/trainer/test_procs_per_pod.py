@@ -1,0 +1,64 @@
+"""Several ranks per pod (spec.workers.procsPerPod) as plain processes: each "pod" is one supervisor process
+(`python -m ringleader_trainer` with the operator's environment for that pod), which starts a training process
+per rank. The ranks train as the same number of one-rank pods do; a process lost takes its pod with it, and the
+other pod's ranks recover in place."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from ringleader_trainer import checkpoint as ckpt
+
+from tests.support.launch import LocalJob, job_spec, launch
+
+ARGS = ["--example", "digits-mlp", "--steps", "60", "--log-every", "10", "--timeout", "30"]
+
+
+def start(tmp_path: Path, name: str, pods: int, procs: int, **spec: Any) -> tuple[LocalJob, Path]:
+    final = tmp_path / name / "final.pt"
+    job = job_spec("multi", "allreduce", pods, **spec)
+    job.spec.workers.procs_per_pod = procs
+    return launch(job, [*ARGS, "--save-final", str(final)], tmp_path / name / "logs"), final
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_two_pods_of_two_ranks_train_as_four_pods_of_one(tmp_path: Path) -> None:
+    four, four_final = start(tmp_path, "four", 4, 1)
+    assert four.wait(300) == [0] * 4, four.logs()
+    multi, multi_final = start(tmp_path, "two-by-two", 2, 2)
+    assert multi.wait(300) == [0, 0], multi.logs()
+    done = [e for pod in multi.workers for e in pod.events("done")]
+    assert sorted(e["index"] for e in done) == [0, 1, 2, 3]  # each pod ran two ranks
+    assert {e["step"] for e in done} == {60}
+    a, b = torch.load(four_final, weights_only=True), torch.load(multi_final, weights_only=True)
+    for name in a:  # the same world of four ranks, the same data shards
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=f"{name} differs")
+
+
+def test_a_lost_process_takes_its_pod_and_the_other_pods_ranks_recover_in_place(tmp_path: Path) -> None:
+    checkpoint = {"checkpoint": {"directory": str(tmp_path / "ckpt"), "intervalSteps": 20}}
+    job, final = start(tmp_path, "chaos", 2, 2, **checkpoint)
+    deadline = time.monotonic() + 300
+    while 20 not in ckpt.complete_steps(tmp_path / "ckpt", ckpt.expected_files(4, 0)):
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
+        time.sleep(0.02)
+    pod0, pod1 = job.workers
+    survivors = set(children(pod0.proc.pid))
+    assert len(survivors) == 2 and len(children(pod1.proc.pid)) == 2
+    victim = children(pod1.proc.pid)[1]
+    os.kill(victim, signal.SIGKILL)
+    assert pod1.proc.wait(60) == -signal.SIGKILL  # its sibling killed too: the pod ends as the process did
+    pod1.restart()  # the operator's part: a new pod for the same two ranks
+    assert job.wait(300) == [0, 0], job.logs()
+    assert len(pod0.events("recover")) == 2, job.logs()  # each of pod 0's ranks recovered once, in place
+    resumed = {e["step"] for e in job.ranks[0].events("resume") + job.ranks[1].events("resume")}
+    assert resumed and min(resumed) >= 20
+    assert final.exists()
