@@ -99,12 +99,14 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.image_rebuild_bench
 	@$(PY) -m bench.report
 
-bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop and stall-export costs (no cluster)
+bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
 	@$(PY) -m bench.checkpoint_bench
 	@$(PY) -m bench.stop_bench
 	@$(PY) -m bench.stall_bench export
+	@$(PY) -m bench.sharded_bench
+	@$(PY) -m bench.pipeline_bench
 	@$(PY) -m bench.report
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed

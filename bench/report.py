@@ -319,6 +319,43 @@ def gpu(result: Result) -> list[str]:
     return out
 
 
+def _ratio(d: dict[str, float] | None) -> str:
+    return f"{d['median']:.2f}x ({d['lo']:.2f}-{d['hi']:.2f})" if d else "-"
+
+
+def sharded(result: Result) -> list[str]:
+    """Memory per worker and step time of each ZeRO stage against allreduce, at each worker count."""
+    s = result["settings"]
+    rows = [
+        [str(r["workers"]), r["subject"], f"{r['memory_mib']:.0f}", _ratio(r["memory_vs_allreduce"]),
+         f"<= {r['memory_goal']:.2f}x: **{r['memory_verdict']}**" if r["memory_goal"] else "",
+         f"{r['median_step_s'] * 1000:.0f}", _ratio(r["step_vs_allreduce"]), r["step_verdict"]]
+        for r in result["rows"]
+    ]  # fmt: skip
+    reps = (f"{s['repeats']} repetitions of every subject, interleaved in an order that rotates; {s['example']}, "
+            f"{s['optimizer']}, batch {s['batch_per_worker']} per worker, {s['steps']} steps; intervals are 95 % "
+            "bootstrap intervals of the ratio of medians")  # fmt: skip
+    head = ["workers", "subject", "memory / worker (MiB)", "vs allreduce", "goal (stage 3: 1/N + 15 %)",
+            "step (ms)", "vs allreduce", "step time"]  # fmt: skip
+    return [provenance(result, reps), "", *table(head, rows)]
+
+
+def pipeline(result: Result) -> list[str]:
+    """The measured bubble against GPipe's formula for each stage and micro-batch count."""
+    s = result["settings"]
+    rows = [
+        [str(r["stages"]), str(r["micro_batches"]), f"{r['median_step_s'] * 1000:.0f}",
+         f"{r['bubble']:.3f} ({r['bubble_range'][0]:.3f}-{r['bubble_range'][1]:.3f})", f"{r['formula']:.3f}",
+         f"{r['excess']:+.3f}"]
+        for r in result["rows"]
+    ]  # fmt: skip
+    reps = (f"{s['steps'] - s['warmup_steps']} steps per configuration after {s['warmup_steps']} of warm-up, "
+            f"layers of {s['forward_ms']:g} ms forward and {s['backward_ms']:g} ms backward per micro-batch "
+            "(sleeps), gloo between stage processes; the bubble's range is over steps")  # fmt: skip
+    head = ["stages S", "micro-batches M", "step (ms)", "bubble measured", "(S-1)/(M+S-1)", "measured - formula"]
+    return [provenance(result, reps), "", *table(head, rows)]
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
@@ -353,6 +390,13 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         image_rebuild,
     ),
     ("gpu", "One GPU: step time per strategy, and our ring on CUDA tensors", "python -m bench.gpu_bench", gpu),
+    (
+        "sharded",
+        "Sharding: memory per worker and step time, ZeRO stages 1-3 vs allreduce",
+        "make bench-trainer",
+        sharded,
+    ),
+    ("pipeline", "Pipeline: GPipe's bubble against micro-batches", "make bench-trainer", pipeline),
 ]
 
 
