@@ -111,6 +111,29 @@ def test_several_workers_on_the_gpu_end_where_the_cpu_does(
     assert_same_model(gpu, cpu, f"{strategy} on cuda vs cpu")
 
 
+@pytest.mark.parametrize(
+    ("strategy", "spec"),
+    [
+        ("sharded", {"sharded": {"stage": 3}}),
+        ("sharded", {"sharded": {"stage": 1}}),
+        ("pipeline", {"pipeline": {"stages": 1, "microBatches": 4}}),
+    ],
+    ids=["sharded-zero3", "sharded-zero1", "pipeline-one-stage"],
+)
+def test_one_worker_of_sharded_and_pipeline_ends_on_the_gpu_where_the_cpu_does(
+    tmp_path: Path, strategy: str, spec: dict[str, Any]
+) -> None:
+    """FSDP2 and ZeroRedundancyOptimizer over NCCL, GPipe's schedule on CUDA tensors: one worker (two ranks
+    cannot share the one GPU under NCCL); the CPU tiers run them with several."""
+    args = ["--example", "digits-mlp", "--steps", "24", "--log-every", "8", *PLAIN_SGD]
+    gpu_job, gpu = run(tmp_path, "gpu", strategy, 1, args, **spec)
+    cpu_job, cpu = run(tmp_path, "cpu", strategy, 1, args, env=CPU, **spec)
+    assert on_device(gpu_job) == {"cuda:0"} and on_device(cpu_job) == {"cpu"}
+    assert_same_model(gpu, cpu, f"{strategy} on cuda vs cpu")
+    peak = gpu_job.workers[0].events("done")[0]["memory_peak_bytes"]
+    assert 0 < peak < 1 << 30  # the CUDA allocator's peak, reported in the done line
+
+
 def test_a_checkpoint_moves_between_gpu_and_cpu_ranks(tmp_path: Path) -> None:
     """Written on the GPU, resumed on a CPU-only rank, written there, resumed on the GPU: ends where an
     uninterrupted GPU run does."""
