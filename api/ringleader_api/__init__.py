@@ -233,13 +233,13 @@ class ReplicaSpec(Model):
         None,
         ge=1,
         le=MAX_REPLICAS,
-        description="Workers only, allreduce and local-sgd: the fewest workers `replicas` may be scaled to.",
+        description="Workers only, allreduce, local-sgd and sharded: the fewest workers `replicas` may be scaled to.",
     )
     max_replicas: int | None = Field(
         None,
         ge=1,
         le=MAX_REPLICAS,
-        description="Workers only, allreduce and local-sgd: the most workers `replicas` may be scaled to.",
+        description="Workers only, allreduce, local-sgd and sharded: the most workers `replicas` may be scaled to.",
     )
     gpus: int = Field(
         0, ge=0, le=MAX_GPUS, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container."
