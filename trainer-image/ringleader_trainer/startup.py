@@ -17,6 +17,7 @@ from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.checkpointing import agree_on_resume
 from ringleader_trainer.env import StrategyName
 from ringleader_trainer.env import from_env as read_env
+from ringleader_trainer.logs import emit
 from ringleader_trainer.rendezvous import rendezvous
 from ringleader_trainer.strategies import STRATEGIES
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Options, Strategy
@@ -48,10 +49,10 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     if strategy.checkpoints is not None:  # SIGTERM now stops at an agreed step, with a checkpoint there
         strategy.enable_stop()
     strategy._log_window = (time.perf_counter(), strategy.steps_done)
-    # Every rank serves its page (one training process per pod): worker 0's holds the job's progress, each
+    # Every rank serves its page (on its pod's port plus its local rank): worker 0's holds the job's progress, each
     # rank's says where it is (the operator reads them all when the job stalls).
     strategy.metrics.serve(env.metrics_port)
     device = f", on {strategy.device}" if strategy.is_worker else ""  # shards serve from host memory
-    print(f"[ringleader] {env.role} {env.index}: {strategy.name}, rank {env.global_rank} of {env.global_world_size}"
-          f"{device}, starting at step {strategy.steps_done}", file=sys.stderr, flush=True)  # fmt: skip
+    emit(f"[ringleader] {env.role} {env.index}: {strategy.name}, rank {env.global_rank} of {env.global_world_size}"
+          f"{device}, starting at step {strategy.steps_done}", sys.stderr)  # fmt: skip
     return strategy

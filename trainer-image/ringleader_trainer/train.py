@@ -23,7 +23,7 @@ from torch import nn
 from ringleader_trainer import data, memory, models, recovery
 from ringleader_trainer.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
-from ringleader_trainer.logs import log_json
+from ringleader_trainer.logs import emit, log_json
 from ringleader_trainer.startup import from_env
 from ringleader_trainer.stopping import Stopped
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Strategy
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A peer's stop (its pod goes, this one stays): resume from that checkpoint with its replacement.
             recovery.reexec(message, max_recoveries)  # returns only when the recoveries are used up
         kind = "stopped" if code == ExitCode.STOPPED else "error"
-        print(f"ringleader-trainer: {kind}: {message} (exit {int(code)} {code.name})", file=sys.stderr, flush=True)
+        emit(f"ringleader-trainer: {kind}: {message} (exit {int(code)} {code.name})", sys.stderr)
         if code == ExitCode.CRASH:
             raise  # an unexpected error: keep the traceback
         return code
