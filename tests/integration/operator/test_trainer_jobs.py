@@ -61,11 +61,10 @@ def trainer_job(name: str, procs: int = 1, **spec: Any) -> dict[str, Any]:
         ({}, 1),
         ({"strategy": "parameter-server", "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2}}, 1),
         ({"strategy": "local-sgd", "localSGD": {"period": 4}}, 1),
-        ({"strategy": "sharded", "sharded": {"stage": 3}}, 1),
+        ({"strategy": "sharded", "sharded": {"stage": 3}}, 2),  # two pods of two ranks
         ({"strategy": "pipeline", "pipeline": {"microBatches": 4}}, 1),  # two stages
-        ({}, 2),  # two pods of two ranks
     ],
-    ids=["allreduce", "parameter-server", "local-sgd", "sharded-zero3", "pipeline", "allreduce-2x2"],
+    ids=["allreduce", "parameter-server", "local-sgd", "sharded-zero3-2x2", "pipeline"],
 )
 def test_each_strategy_trains_to_succeeded_with_rising_progress(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any], procs: int

@@ -87,12 +87,11 @@ def test_gpipe_gives_the_unsplit_models_gradients_on_the_same_batch(
     assert out.read_text() == "compared"  # rank 0 reached the comparison
 
 
-def test_pipelines_train_as_allreduce_does_with_as_many_data_shards(tmp_path: Path) -> None:
-    """3 stages of one pipeline step as one allreduce worker; 2 stages x 2 replicas as two."""
+def test_two_pipelines_train_as_two_allreduce_workers_do(tmp_path: Path) -> None:
+    """2 stages x 2 pipelines step as two allreduce workers (one pipeline's gradients against the unsplit
+    model's, 2 and 3 stages: above)."""
     args = ["--example", "digits-mlp", "--steps", "25", "--log-every", "5"]
     runs: dict[str, tuple[str, int, dict[str, Any]]] = {
-        "one-worker": ("allreduce", 1, {}),
-        "3-stages": ("pipeline", 3, {"pipeline": {"microBatches": 4}}),
         "two-workers": ("allreduce", 2, {}),
         "2-stages-x-2": ("pipeline", 4, {"pipeline": {"stages": 2, "microBatches": 8}}),
     }
@@ -102,7 +101,7 @@ def test_pipelines_train_as_allreduce_does_with_as_many_data_shards(tmp_path: Pa
                      tmp_path / name)  # fmt: skip
         assert job.wait(300) == [0] * workers, job.logs()
         final[name] = torch.load(tmp_path / f"{name}.pt", weights_only=True)
-    for single, piped in (("one-worker", "3-stages"), ("two-workers", "2-stages-x-2")):
+    for single, piped in (("two-workers", "2-stages-x-2"),):
         assert final[single].keys() == final[piped].keys()
         for name in final[single]:
             torch.testing.assert_close(final[piped][name], final[single][name], rtol=1e-5, atol=1e-6,

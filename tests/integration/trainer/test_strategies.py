@@ -138,8 +138,10 @@ def test_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_
         assert torch.equal(a[name], b[name]), f"{name} differs after resuming"
 
 
-@pytest.mark.parametrize(("stage", "old", "new"), [(3, 2, 3), (1, 3, 2)], ids=["zero3-2to3", "zero1-3to2"])
-def test_a_sharded_checkpoint_resumes_at_another_world_size(tmp_path: Path, stage: int, old: int, new: int) -> None:
+def test_a_sharded_checkpoint_resumes_at_another_world_size(tmp_path: Path) -> None:
+    # Stage 3 through the trainer; each stage's model and optimizer state read back at another world size
+    # exactly: test_sharded_checkpoint.py.
+    stage, old, new = 3, 2, 3
     directory = tmp_path / "ckpt"
 
     def start(name: str, workers: int, steps: int) -> LocalJob:
