@@ -87,6 +87,9 @@ class Strategy:
         self.resumed: dict[str, Any] | None = None
         self.stop = StopSignal()  # installed by `enable_stop`
         self._vote: StopVote | None = None
+        # Each parameter's name, by its id, as distributed_model() received it: rebuild_optimizer() finds the
+        # parameters a strategy replaced (sharding, a pipeline stage) by them. None until distributed_model().
+        self._names: dict[int, str] | None = None
         self._log_window = (time.perf_counter(), 0)  # (time, step) at the last report; reset at resume
 
     # ---- identity -----------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ class Strategy:
     def final_model(self, model: nn.Module) -> nn.Module:
         """The trained model to evaluate, as `distributed_model` returned it or unwrapped (under sharded, a
         collective: every worker calls it and runs its forward pass)."""
-        return model.module if isinstance(model, DistributedDataParallel) else model
+        return unwrap(model)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's state_dict on worker 0 (under sharded, a collective: every worker calls it, and
@@ -265,6 +268,17 @@ def patch_step(
     return optimizer
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model itself, out of DistributedDataParallel's wrapper if it is in one."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def own_stream(index: int) -> int:
+    """A seed of its own for the `index`-th part of a model (a shard, a stage), derived from the seed the
+    script set, so the parts' initial values are not copies of one another."""
+    return torch.initial_seed() + 1_000_003 * (index + 1)
+
+
 def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
     """Allocate a module built on the meta device (or what a strategy kept of it) on `device`, initialized as
     its modules' reset_parameters() do, drawing from `seed` (the caller's random state is left as it was)."""
@@ -285,7 +299,7 @@ def rebuild_optimizer(
     longer has are left out (another stage's); otherwise they are an error."""
     if names is None:
         raise StrategyUsageError("call distributed_model(model) before distributed_optimizer()")
-    current = dict((model.module if isinstance(model, DistributedDataParallel) else model).named_parameters())
+    current = dict(unwrap(model).named_parameters())
     groups = []
     for group in optimizer.param_groups:
         try:

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from ringleader_trainer import sharded_checkpoint
 from ringleader_trainer.checkpoint import CheckpointError
 from ringleader_trainer.strategies.sharded import FLAT_OPTIMIZER, local_optimizer, shard_units
+from ringleader_trainer.strategy import unwrap
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -40,7 +41,7 @@ def build(stage: int, world: int) -> tuple[nn.Module, torch.optim.Optimizer]:
 
 def whole(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     """The whole model and optimizer state on rank 0 (a collective)."""
-    module = model.module if isinstance(model, DistributedDataParallel) else model
+    module = unwrap(model)
     if isinstance(optimizer, ZeroRedundancyOptimizer):
         optimizer.consolidate_state_dict(0)
         names = [n for n, _ in module.named_parameters()]
@@ -54,7 +55,7 @@ def whole(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch
 
 
 def state_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    module = model.module if isinstance(model, DistributedDataParallel) else model
+    module = unwrap(model)
     model_state, optimizer_state = get_state_dict(module, local_optimizer(optimizer), options=FLAT_OPTIMIZER)
     return {"model": model_state, "optimizer": optimizer_state}
 
@@ -76,7 +77,7 @@ def load_and_compare(rank: int, world: int, stage: int, step_path: str) -> None:
     model, optimizer = build(stage, world)
     state = state_of(model, optimizer)
     sharded_checkpoint.load(Path(step_path), state)
-    module = model.module if isinstance(model, DistributedDataParallel) else model
+    module = unwrap(model)
     set_state_dict(module, local_optimizer(optimizer), model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"], options=FLAT_OPTIMIZER)  # fmt: skip
     loaded = whole(model, optimizer)

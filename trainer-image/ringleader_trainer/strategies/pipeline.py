@@ -25,7 +25,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-from ringleader_trainer.strategy import Strategy, StrategyUsageError, materialize, patch_step, rebuild_optimizer
+from ringleader_trainer.strategy import (
+    Strategy,
+    StrategyUsageError,
+    materialize,
+    own_stream,
+    patch_step,
+    rebuild_optimizer,
+)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -108,7 +115,7 @@ class PipelineStrategy(Strategy):
         # The stage keeps the whole model's module names, so its state_dict and checkpoints use the model's.
         mine = nn.Sequential(OrderedDict((names[i], model[i]) for i in parts[self.stage]))
         if any(p.is_meta for p in mine.parameters()):  # allocate this stage only; the stage's replicas agree
-            materialize(mine, self.device, torch.initial_seed() + 1_000_003 * (self.stage + 1))
+            materialize(mine, self.device, own_stream(self.stage))
         mine = mine.to(self.device)
         self._pipe = PipelineStage(mine, self.stage, self.stages, self.device, group=self.pipeline_group)
         return mine
@@ -116,7 +123,7 @@ class PipelineStrategy(Strategy):
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         """The optimizer over this stage's parameters only (the others are not this worker's to step), its
         step() first averaging the stage's gradients over the replicas."""
-        stage_optimizer = rebuild_optimizer(optimizer, getattr(self, "_names", None), model, keep_missing=False)
+        stage_optimizer = rebuild_optimizer(optimizer, self._names, model, keep_missing=False)
         params = [p for p in model.parameters() if p.requires_grad]
 
         def exchange() -> None:

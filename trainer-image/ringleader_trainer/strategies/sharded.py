@@ -51,9 +51,11 @@ from ringleader_trainer.strategy import (
     Strategy,
     StrategyUsageError,
     materialize,
+    own_stream,
     patch_step,
     rebuild_optimizer,
     unpatched,
+    unwrap,
 )
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -106,7 +108,7 @@ class ShardedStrategy(Strategy):
             fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         if on_meta:  # each worker draws its own shard's values, from its own stream
-            materialize(model, self.device, torch.initial_seed() + 1_000_003 * (self.rank + 1))
+            materialize(model, self.device, own_stream(self.rank))
         # The first exchange of a step is the first unit's all-gather, as the forward pass starts.
         model.register_forward_pre_hook(lambda *_: self.metrics.entered_exchange())
         return model
@@ -114,13 +116,12 @@ class ShardedStrategy(Strategy):
     def distributed_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         """A new optimizer of the same class and settings over the sharded parameters (fully_shard replaces
         every parameter by its shard; stage 1's ZeroRedundancyOptimizer keeps state only for its share)."""
-        groups = rebuild_optimizer(optimizer, getattr(self, "_names", None), model).param_groups
-        if self.stage == 1:
-            sharded: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-                groups, optimizer_class=type(optimizer), process_group=self.workers_group, **optimizer.defaults
-            )
-        else:
-            sharded = rebuild_optimizer(optimizer, self._names, model)
+        sharded = rebuild_optimizer(optimizer, self._names, model)
+        if self.stage == 1:  # the same groups, each worker stepping its share of them
+            sharded = ZeroRedundancyOptimizer(
+                sharded.param_groups, optimizer_class=type(optimizer), process_group=self.workers_group,
+                **optimizer.defaults,
+            )  # fmt: skip
 
         def exchange() -> None:  # the gradients were averaged (stage 1) or reduce-scattered in backward
             self.metrics.left_exchange()
@@ -131,20 +132,11 @@ class ShardedStrategy(Strategy):
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return ShardedCheckpointer(self, model, optimizer)
 
-    def final_model(self, model: nn.Module) -> nn.Module:
-        """Stage 1's whole model (every worker holds it); at stages 2-3 the sharded model itself, whose
-        forward pass is a collective: every worker runs it."""
-        return _unwrap(model)
-
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's parameters on worker 0, in CPU memory (a collective; the others get {})."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(_unwrap(model), options=options)
+        state = get_model_state_dict(unwrap(model), options=options)
         return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 class ShardedCheckpointer(TrainingCheckpointer):
