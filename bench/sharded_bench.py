@@ -75,7 +75,7 @@ def faster_or_slower(interval: Interval | None) -> str:
 
 def summarize(workers: int, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """A row per subject: memory (the fullest worker) and step time, each against allreduce's."""
-    memory = {s: [max(r["memory_bytes"]) for r in rs if "memory_bytes" in r and r["memory"]] for s, rs in runs.items()}
+    memory = {s: [max(r["memory_bytes"]) for r in rs if r["memory"]] for s, rs in runs.items()}
     times = {s: [r["median_step_s"] for r in rs if not r["memory"]] for s, rs in runs.items()}
     goal = 1 / workers + GOAL_MARGIN
     rows = []
