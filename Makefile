@@ -52,8 +52,8 @@ binaries: ## build the Kubernetes binaries, helm and the CNI tools into the cach
 	@bash devcluster/check-system.sh
 	@bash devcluster/build-binaries.sh
 
-dev-cluster: venv binaries ## start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes [FAKE_NODES=N]
-	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES))
+dev-cluster: venv binaries ## start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes [FAKE_NODES=N] [KUEUE=1]
+	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES)) $(if $(filter-out 0,$(KUEUE)),--kueue)
 
 dev-cluster-down: venv ## stop all of it and remove .dev/
 	@$(PY) -m ringleader_devcluster down

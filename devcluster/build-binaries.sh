@@ -4,6 +4,7 @@
 #   $RINGLEADER_CACHE/realnode-<v>/{kubelet,kube-proxy,cri-sweep,pause}   $RINGLEADER_CACHE/coredns-<v>/coredns
 #   $RINGLEADER_CACHE/registry-<v>/registry
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
+#   $RINGLEADER_CACHE/kueue-<v>/{kueue,crds/,webhook.yaml} (the manager; its CRDs and webhooks from its module)
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
 
@@ -122,6 +123,30 @@ if ! have "$kwok_dir" kwok kwokctl; then
     "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION" \
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
   say "built kwok in $(took)"
+fi
+
+# Kueue's manager, run outside the cluster like the control plane (ringleader_devcluster/kueue.py), and its CRDs,
+# copied from the same module so the binary and the schemas cannot disagree.
+kueue_dir="$cache/kueue-$KUEUE_VERSION"
+if ! have "$kueue_dir" kueue; then
+  say "building kueue $KUEUE_VERSION (about 5 minutes on 2 cores with empty Go caches)"
+  start_timer
+  install_tools "$kueue_dir" "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  say "built kueue in $(took)"
+fi
+if [ ! -d "$kueue_dir/crds" ] || [ ! -f "$kueue_dir/webhook.yaml" ]; then
+  mod=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod/config/components/crd/bases" ] || die "kueue $KUEUE_VERSION's module has no config/components/crd/bases"
+  tmp=$(mktemp -d "$cache/.kueue-manifests.XXXXXX")
+  mkdir "$tmp/crds"
+  cp "$mod"/config/components/crd/bases/*.yaml "$tmp/crds/"
+  cp "$mod/config/components/webhook/manifests.yaml" "$tmp/webhook.yaml"
+  chmod -R u+w "$tmp"
+  rm -rf "$kueue_dir/crds"
+  mv "$tmp/crds" "$kueue_dir/crds"
+  mv "$tmp/webhook.yaml" "$kueue_dir/webhook.yaml"
+  rmdir "$tmp"
 fi
 
 helm_dir="$cache/helm-$HELM_VERSION"

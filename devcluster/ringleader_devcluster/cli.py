@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import cluster, images, operatorprocess, realnode
+from . import cluster, images, kueue, operatorprocess, realnode
 from .layout import Layout
 
 
@@ -31,7 +31,14 @@ def main(argv: list[str] | None = None) -> None:
         default=cluster.real_node_wanted(),
         help="also run the real node (kubelet, containerd, runc, CNI); RINGLEADER_REAL_NODE=0 leaves it out",
     )
+    u.add_argument(
+        "--kueue",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("KUEUE", "0") not in ("", "0"),
+        help="also start Kueue's manager with its CRDs and webhooks (KUEUE=1 does too)",
+    )
     sub.add_parser("down", help="stop everything the dev cluster started and remove its state")
+    sub.add_parser("kueue-up", help="start Kueue's manager in the running dev cluster (CRDs, webhooks)")
     sub.add_parser("status", help="say what runs")
     sub.add_parser("operator-up", help="install the CRD and run the operator from this checkout")
     sub.add_parser("operator-down", help="stop the operator started by operator-up")
@@ -43,6 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "up":
             cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build, real_node=args.real_node)
+            if args.kueue:
+                kueue.start(Layout.from_env())
+        elif args.command == "kueue-up":
+            kueue.start(Layout.from_env())
         elif args.command == "down":
             cluster.down()
         elif args.command == "operator-up":

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 
-from . import realnode, realnode_teardown, registry
+from . import kueue, realnode, realnode_teardown, registry
 from .commands import ClusterError, api_ready, build_binaries, kubectl, preflight, say
 from .controlplane import API_PORT, FAKE_POD_NETWORK, delete_control_plane, scale_fake_nodes, start_control_plane
 from .layout import Layout
@@ -93,6 +93,7 @@ def down() -> None:
         realnode_teardown.stop(layout)
         if left := realnode_teardown.leftovers(layout):
             say(f"the real node left behind: {', '.join(left)}")
+    kueue.stop(layout)
     registry.stop(layout)  # also when the real node's start failed before its folder existed
     delete_control_plane(layout)
     shutil.rmtree(layout.state, ignore_errors=True)
@@ -107,6 +108,8 @@ def status() -> int:
     print(f"process node:  {f'running (pid {node})' if node else 'not running'}")
     kubelet = pid_from(realnode.Paths.of(layout).pidfile("kubelet"))
     print(f"real node:     {f'running (kubelet pid {kubelet})' if kubelet else 'not running'}")
+    manager = pid_from(kueue.pidfile(layout))
+    print(f"kueue:         {f'running (pid {manager})' if manager else 'not running'}")
     if api:
         print(kubectl(layout, "get", "nodes", check=False).stdout, end="")
         print(f"KUBECONFIG={layout.kubeconfig}")

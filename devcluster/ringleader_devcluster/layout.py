@@ -54,6 +54,7 @@ class Layout:
             "helm": f"helm-{v['HELM_VERSION']}",
             "coredns": f"coredns-{v['COREDNS_VERSION']}",
             "registry": f"registry-{v['REGISTRY_VERSION']}",
+            "kueue": f"kueue-{v['KUEUE_VERSION']}",
         }[name]
         return self.cache / folder / name
 
