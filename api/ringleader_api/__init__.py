@@ -30,6 +30,11 @@ LABEL_ROLE = "ringleader.dev/replica-type"
 LABEL_INDEX = "ringleader.dev/replica-index"
 ANNOTATION_ATTEMPT = "ringleader.dev/attempt"
 
+# spec.managedBy: the controller that acts on a job. Ringleader's operator acts only on jobs without the field or
+# with its own name; any other (MultiKueue's, on a manager cluster) is left alone.
+MANAGED_BY_RINGLEADER = "ringleader.dev/operator"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
 # Longest name a pod, its hostname (a DNS label) and the job's Service may have.
 DNS_LABEL_MAX = 63
 
@@ -383,6 +388,14 @@ class TrainingJobSpec(Model):
     parameter_servers: ReplicaSpec | None = Field(None, description="Parameter-server shards (parameter-server only).")
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints and resume.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart budget, deadlines, cleanup.")
+    managed_by: str | None = Field(
+        None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$",
+        description=f"The controller that acts on the job: unset or {MANAGED_BY_RINGLEADER} for Ringleader's "
+        f"operator; another (e.g. {MANAGED_BY_MULTIKUEUE}) and the operator leaves the job alone, its pods and "
+        "status to that controller. A domain-prefixed path. Immutable.",
+    )
 
 
 class ConditionType(StrEnum):
@@ -432,6 +445,11 @@ class Reason(StrEnum):
     NO_STRAGGLERS = "NoStragglers"
     RANK_STRAGGLED = "RankStraggled"  # a straggler replaced (stragglerPolicy Replace; not counted)
     RANK_OUTPUT = "RankOutput"  # the last lines a failed rank wrote (its termination message), kept past its pod
+    # Kueue (label kueue.x-k8s.io/queue-name): Suspended=True while the job's Workload waits for admission, and
+    # after Kueue evicted it (preemption, a stopped queue) until it is admitted again.
+    QUEUED = "Queued"
+    QUEUE_ADMITTED = "QueueAdmitted"
+    QUEUE_EVICTED = "QueueEvicted"
 
 
 class Condition(Model):
@@ -513,6 +531,8 @@ class JobPhase(StrEnum):
                   |  Restarting   (a rank failed and waits out its back-off; or the world was resized)
                   |
         any of the above, not yet ended <-> Suspended    (runPolicy.suspend; resuming goes back to Pending)
+        new, or any of the above, not ended <-> Queued   (a Kueue queue's job whose Workload is not admitted:
+                                                          waiting, or evicted by Kueue; admitted goes to Pending)
         any of the above, not yet ended  -> Failed       (a rank failed for good, backoffLimit, the deadline,
                                                           an invalid spec, no room within the scheduling timeout)
 
@@ -524,10 +544,13 @@ class JobPhase(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    QUEUED = "Queued"
 
 
 class TrainingJobStatus(Model):
-    phase: JobPhase | None = Field(None, description="Pending, Running, Restarting, Succeeded, Failed or Suspended.")
+    phase: JobPhase | None = Field(
+        None, description="Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued."
+    )
 
     @field_validator("phase", mode="before")
     @classmethod

@@ -14,6 +14,10 @@ from ringleader_api import Condition, ConditionType
 TERMINAL = (ConditionType.SUCCEEDED, ConditionType.FAILED)
 
 
+def condition(conditions: list[Condition], kind: ConditionType) -> Condition | None:
+    return next((c for c in conditions if c.type == kind), None)
+
+
 def is_true(conditions: list[Condition], kind: ConditionType) -> bool:
     return any(c.type == kind and c.status == "True" for c in conditions)
 

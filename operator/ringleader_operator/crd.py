@@ -148,6 +148,13 @@ SPEC_RULES += [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "has(self.managedBy) == has(oldSelf.managedBy) && "
+        "(!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+        "message": "spec.managedBy is immutable",
+        "fieldPath": ".managedBy",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "!has(self.parameterServers) || !has(oldSelf.parameterServers) || "
         "self.parameterServers.replicas == oldSelf.parameterServers.replicas",
         "message": "spec.parameterServers.replicas is immutable",

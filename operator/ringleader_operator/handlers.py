@@ -19,6 +19,7 @@ from typing import Any, cast
 import kopf
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
+from . import kueue
 from .admission import node_digest
 from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
@@ -35,9 +36,9 @@ PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.prog
 WORKER_IDLE_SECONDS = 1.0
 PEERING_NAME = "ringleader"
 PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
-# TrainingJobs, pods, the peering object and the Nodes (one cluster-wide watch; counted per namespace, so
-# there is room to spare when several namespaces are watched). The cluster counts as one namespace.
-WATCHES_PER_NAMESPACE = 4
+# TrainingJobs, pods, Kueue's Workloads, the peering object and the Nodes (one cluster-wide watch; counted per
+# namespace, so there is room to spare when several namespaces are watched). The cluster counts as one namespace.
+WATCHES_PER_NAMESPACE = 5
 # Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
 # gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
 # outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
@@ -164,6 +165,26 @@ async def progress(namespace: str | None, name: str | None, body: kopf.Body, mem
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await memo.reconciler.close()
+
+
+@kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels={LABEL_JOB: kopf.PRESENT})
+async def workload_event(
+    type: str | None,
+    labels: Mapping[str, str],
+    namespace: str | None,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    **kwargs: Any,
+) -> None:
+    """A Kueue Workload of a job changed (Kueue admitted or evicted it, or the operator's own write): the job
+    keeps it and gets a round. kopf watches Workloads only where Kueue's CRD is installed."""
+    job = labels.get(LABEL_JOB)
+    if not namespace or not job:
+        return
+    _attach(memo, kwargs)
+    reconciler: Reconciler = memo.reconciler
+    reconciler.workload_seen(namespace, job, None if type == "DELETED" else dict(body))
+    await _reconcile(memo, kwargs, namespace, job)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})

@@ -42,6 +42,24 @@ class JobMemory:
     slow_read_at: float = 0.0
     slow_named: tuple[Slow, ...] | None = None
     stragglers: Stragglers | None = None
+    # Kueue: the job's Workload as its watch events and this process's writes last showed it (`workload_known`
+    # False: not seen yet, read it from the API server), and its placement, read once per version of it.
+    workload: dict[str, Any] | None = None
+    workload_known: bool = False
+    placed: tuple[str, Any] | None = None  # (the Workload's resourceVersion, its kueue.QueueState)
+
+    def saw_workload(self, obj: Mapping[str, Any] | None) -> None:
+        """Keep the job's Workload (None: deleted) unless the one kept is a newer version of the same one."""
+        kept = self.workload
+        if (
+            obj is not None
+            and kept is not None
+            and (kept.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid")
+            and resource_version(kept) > resource_version(obj)
+        ):
+            return
+        self.workload = None if obj is None else dict(obj)
+        self.workload_known = True
 
     def saw(self, obj: Mapping[str, Any]) -> None:
         """Keep `obj` as the job's body unless the one kept is newer (an event can arrive after the answer to

@@ -20,6 +20,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiException
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
+from . import kueue
 from .admission import GATE, Cluster
 from .ratelimit import ClientBudget
 
@@ -51,6 +52,10 @@ class Conflict(KubeError):
 
 class RejectedObject(KubeError):
     """The API server refused an object as invalid or forbidden; retrying the same object cannot help."""
+
+
+class KueueMissing(KubeError):
+    """A job asks for a Kueue queue, and the cluster does not serve Kueue's API."""
 
 
 def _message(e: ApiException) -> str:
@@ -324,6 +329,78 @@ class Kube:
             ),
             absent=404,
         )
+
+    async def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Kueue Workload, None when it does not exist (or Kueue is not installed)."""
+        obj = await self._call(
+            f"reading Workload {namespace}/{name}",
+            self.custom.get_namespaced_custom_object(
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, _request_timeout=API_TIMEOUT
+            ),
+            absent=404,
+        )
+        return None if obj is None else dict(obj)
+
+    async def create_workload(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a job's Workload; None when one of that name exists already. KueueMissing when the cluster does
+        not serve Kueue's Workload API."""
+        meta = body["metadata"]
+        try:
+            made = await self._call(
+                f"creating Workload {meta['name']}",
+                self.custom.create_namespaced_custom_object(
+                    kueue.GROUP, kueue.VERSION, meta["namespace"], kueue.WORKLOADS, body, _request_timeout=API_TIMEOUT
+                ),
+                absent=409,
+            )
+        except ApiUnavailable as e:
+            if e.status == 404:
+                raise KueueMissing(
+                    f"the cluster does not serve Kueue's Workload API ({kueue.API_VERSION}): install Kueue, or "
+                    f"remove the job's label {kueue.QUEUE_LABEL}"
+                ) from e
+            raise
+        return None if made is None else dict(made)
+
+    async def delete_workload(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the Workload with this uid (gone already is fine)."""
+        await self._call(
+            f"deleting Workload {namespace}/{name}",
+            self.custom.delete_namespaced_custom_object(
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _request_timeout=API_TIMEOUT,
+            ),
+            absent=404,
+        )  # fmt: skip
+
+    async def patch_workload(
+        self, namespace: str, name: str, body: dict[str, Any], resource_version: str, status: bool = False
+    ) -> dict[str, Any] | None:
+        """Merge `body` into the Workload (its status subresource with `status`) if it has not changed since
+        `resource_version` (else Conflict); the Workload as written, None when it is gone."""
+        patch = {**body, "metadata": {"resourceVersion": resource_version}}
+        call = (
+            self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
+        )
+        written = await self._call(
+            f"updating Workload {namespace}/{name}",
+            call(
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, patch,
+                _request_timeout=API_TIMEOUT, _content_type="application/merge-patch+json",
+            ),
+            absent=404,
+        )  # fmt: skip
+        return dict(written) if isinstance(written, dict) else None
+
+    async def get_cluster_object(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
+        """A cluster-scoped object (a ResourceFlavor, a priority class); None when it does not exist."""
+        obj = await self._call(
+            f"reading {plural}/{name}",
+            self.custom.get_cluster_custom_object(group, version, plural, name, _request_timeout=API_TIMEOUT),
+            absent=404,
+        )
+        return None if obj is None else dict(obj)
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None

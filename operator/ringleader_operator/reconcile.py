@@ -12,10 +12,23 @@ from typing import Any
 
 from ringleader_api import Reason, TrainingJob
 
-from . import admission
+from . import admission, kueue
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
 from .conditions import finished
-from .policies import cleanup, deadline, gang, goodput, outcome, resize, restarts, stall, straggler, suspend, ttl
+from .policies import (
+    cleanup,
+    deadline,
+    gang,
+    goodput,
+    outcome,
+    queue,
+    resize,
+    restarts,
+    stall,
+    straggler,
+    suspend,
+    ttl,
+)  # fmt: skip
 from .round_state import Plan, Round
 from .stalls import Stall
 from .stragglers import Stragglers
@@ -31,12 +44,14 @@ def plan(
     gone: list[dict[str, Any]] | None = None,
     stalled: Stall | None = None,
     slow: Stragglers | None = None,
+    queued: kueue.QueueState | None = None,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `pods` are those carrying the job's
     labels (its ranks are picked from them). `cluster` (every Node and pod) is needed only while some of the
     job's pods carry the gang gate; without it they stay gated. A job with more than `max_ranks` pods fails
     as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended). `stalled`: a stall
-    the progress scraper found, to act on; `slow`: the stragglers its last reading found."""
+    the progress scraper found, to act on; `slow`: the stragglers its last reading found. `queued`: what Kueue
+    says of the job's Workload (None: Kueue does not queue the job)."""
     r = Round.open(job, pods, now, gone)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
@@ -47,7 +62,7 @@ def plan(
         r.fail(Reason.INVALID_SPEC, str(e))
         return _close(r)
     outcome.note_created(r)
-    if suspend.suspend(r):
+    if suspend.suspend(r) or queue.hold(r, queued):
         return _close(r)
     suspend.resume(r)
     deadline.start_clock(r)
@@ -61,6 +76,7 @@ def plan(
     if not r.failed:
         stall.act_on_stall(r, stalled)
     straggler.report_stragglers(r, slow)
+    queue.place(r, queued)
     if not r.failed:
         gang.admit_gang(r, cluster)
     if r.failed:

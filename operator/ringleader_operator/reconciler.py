@@ -31,10 +31,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from ringleader_api import ConditionType, Goodput, JobPhase, Reason, TrainingJob, TrainingJobStatus
+from ringleader_api import (
+    MANAGED_BY_RINGLEADER,
+    ConditionType,
+    Goodput,
+    JobPhase,
+    Reason,
+    TrainingJob,
+    TrainingJobStatus,
+)  # fmt: skip
 
-from . import admission, metrics
-from .builders import DEFAULT_MAX_RANKS, delete_grace_seconds
+from . import admission, kueue, metrics
+from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, delete_grace_seconds, validate
 from .claims import Claims
 from .conditions import set_condition
 from .job_objects import build_network_policy, build_service, build_token_secret
@@ -49,6 +57,7 @@ from .round_state import Plan
 from .scraper import ProgressScraper
 from .stalls import Stall
 from .stragglers import Stragglers
+from .workloads import Workloads
 from .workqueue import WorkQueue
 
 log = logging.getLogger("ringleader.reconciler")
@@ -101,6 +110,13 @@ def status_json(status: TrainingJobStatus, with_progress: bool = False) -> dict[
     )
 
 
+def managed_elsewhere(obj: Mapping[str, Any]) -> bool:
+    """Whether the job's spec.managedBy names another controller (read from the raw object: such a job's spec is
+    that controller's to check)."""
+    managed_by = (obj.get("spec") or {}).get("managedBy")
+    return managed_by not in (None, "", MANAGED_BY_RINGLEADER)
+
+
 def _invalid_spec(status: TrainingJobStatus, generation: int, message: str) -> dict[str, Any]:
     """`status` turned Failed with reason InvalidSpec, as the JSON a reconcile round writes."""
     failed = status.model_copy(deep=True)
@@ -144,6 +160,7 @@ class Reconciler:
         self.admission_lock = asyncio.Lock()
         self.claims = Claims()
         self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
+        self.workloads = Workloads(kube)
         self.scraper = ProgressScraper(
             kube, emit, self.jobs.get, lambda namespace, job: self._pods(namespace, job, False), self._wake_now
         )
@@ -284,6 +301,9 @@ class Reconciler:
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
             return  # deleted: garbage collection removes what it owned
+        if managed_elsewhere(obj):
+            self._forget(key)
+            return  # spec.managedBy names another controller (MultiKueue): its pods and status are not ours
         try:
             job = TrainingJob.model_validate(obj)
         except ValidationError as e:
@@ -324,8 +344,9 @@ class Reconciler:
         now = utcnow()
         gone = cache.job_gone(namespace, name, time.monotonic()) if (cache := self._cached()) is not None else []
         stalled, slow = record.stall, record.stragglers
+        queued = await self.workloads.sync(job, record, pods, now) if self._queued(job) else None
         if not any(admission.gated(x) for x in pods):
-            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow)
+            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow, queued)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
                 self._handled(key, stalled, slow)
@@ -336,10 +357,25 @@ class Reconciler:
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
             cluster = await self._cluster(exclude=key)
-            p = plan(job, pods, service_exists, now, cluster, self.max_ranks, gone, stalled, slow)
+            p = plan(job, pods, service_exists, now, cluster, self.max_ranks, gone, stalled, slow, queued)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
         self._handled(key, stalled, slow)
+
+    def _queued(self, job: TrainingJob) -> bool:
+        """Whether the job waits on Kueue: it names a queue and its spec can make pods (an invalid one fails in
+        `plan`, with no Workload made for it)."""
+        if kueue.queue_name(job) is None:
+            return False
+        try:
+            validate(job, self.max_ranks)
+        except InvalidTemplate:
+            return False
+        return True
+
+    def workload_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> None:
+        """A watch event brought the job's Workload (None: it was deleted)."""
+        self.memory((namespace, job)).saw_workload(obj)
 
     def _handled(self, key: Key, stalled: Stall | None, slow: Stragglers | None) -> None:
         """A round that carried out its plan has acted on the stall and the stragglers it was given (or dropped

@@ -3,7 +3,7 @@
 The time since `accountedAt` belongs to the phase the job has been in since; the round that changes the phase
 (or ends the job) counts it into that phase's part and moves `accountedAt` to now, so rounds that change
 nothing write nothing, and the parts add up to the time from creation to `accountedAt` (to completionTime,
-once ended; status times are whole seconds, so exactly). Pending counts as queued, Restarting as restarting,
+once ended; status times are whole seconds, so exactly). Pending and Queued count as queued, Restarting as restarting,
 Suspended as suspended. Running time is split: first the seconds of a stall found in it (the deadline it went
 without progress), then the seconds owed to recomputation (the steps lost when ranks were replaced, at the
 last measured step time), the rest productive.
@@ -58,7 +58,7 @@ def account(r: Round) -> None:
         g.restarting_seconds += seconds
     elif before == JobPhase.SUSPENDED:
         g.suspended_seconds += seconds
-    else:  # new, Pending
+    else:  # new, Pending, Queued (waiting for room, for the scheduler or for Kueue)
         g.queued_seconds += seconds
     if r.lost_steps:  # owed by the Running time from now on (the steps are trained again after the recovery)
         g.steps_lost += r.lost_steps

@@ -1,4 +1,4 @@
-"""Run policies on the dev cluster: suspend and resume (the contract Kueue drives) continue from the checkpoint,
+"""Run policies on the dev cluster: suspend and resume continue from the checkpoint,
 activeDeadlineSeconds fails a running job and stops its pods, ttlSecondsAfterFinished deletes a finished job,
 cleanPodPolicy on failure."""
 
@@ -62,11 +62,10 @@ def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspend
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
 ) -> None:
     directory = tmp_path / "ckpt"
-    # What Kueue does with a job of its queue: it is created suspended and waits until admitted.
+    # A job created suspended waits, with no pods, until something (a person, a queue) resumes it.
     body = digits_job("susp", 2, 160, directory, runPolicy={"suspend": True})
     body["spec"]["checkpoint"]["intervalSteps"] = 100  # a suspend before step 100 has no interval's checkpoint
     del body["spec"]["workers"]["template"]["spec"]["terminationGracePeriodSeconds"]  # the operator's, then
-    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
     create(custom, namespace, body)
     job = wait_for("phase Suspended", lambda: suspended(custom, namespace, "susp"), timeout=30)
     assert (condition(job, "Suspended") or {}).get("status") == "True" and "startTime" not in job["status"]

@@ -99,6 +99,27 @@ class FakeKube:
     async def cluster(self) -> Cluster:
         return Cluster(self.node_list, [])
 
+    async def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("get_workload")
+        return None
+
+    async def create_workload(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        self.calls.append("create_workload")
+        return body
+
+    async def delete_workload(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append("delete_workload")
+
+    async def patch_workload(
+        self, namespace: str, name: str, body: dict[str, Any], resource_version: str, status: bool = False
+    ) -> dict[str, Any] | None:
+        self.calls.append("patch_workload")
+        return None
+
+    async def get_cluster_object(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(f"get_{plural}")
+        return None
+
     async def close(self) -> None:
         self.calls.append("close")
 
@@ -354,3 +375,29 @@ def test_the_jobs_by_phase_gauge_moves_by_each_jobs_change() -> None:
     r.job_gone("ns", "b")
     r.job_gone("ns", "b")  # gone twice (an event and a round): counted once
     assert gauge() == {"Pending": 0, "Running": 1}
+
+
+class ManagedElsewhere(FakeKube):
+    """A job whose spec.managedBy names `managed_by`."""
+
+    def __init__(self, managed_by: str) -> None:
+        super().__init__(service_exists=False)
+        self.managed_by = managed_by
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        job = await super().get_job(namespace, name)
+        job["spec"]["managedBy"] = self.managed_by
+        return job
+
+
+@pytest.mark.parametrize(
+    ("managed_by", "acted"),
+    [("kueue.x-k8s.io/multikueue", False), ("example.com/other", False), ("ringleader.dev/operator", True)],
+)
+def test_a_job_managed_by_another_controller_is_left_alone(managed_by: str, acted: bool) -> None:
+    kube = ManagedElsewhere(managed_by)
+    r = Reconciler(kube, emit=lambda *_: None)
+    asyncio.run(r.round("ns", "j", False))
+    writes = [c for c in kube.calls if c.startswith(("create", "patch", "delete"))]
+    assert bool(writes) is acted, kube.calls
+    assert (("ns", "j") in r.jobs) is acted  # nothing kept of a job that is not ours
