@@ -36,6 +36,11 @@ FAKE_POD_NETWORK = "198.19.0.0/16"  # the other half of RFC 2544's benchmarking 
 # runs each operator it compares under one of them and counts its requests in the audit log.
 AUDITED_NAMESPACE = "bench-operators"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# Kubernetes' own gang scheduling (alpha in 1.36): the Workload and PodGroup API (scheduling.k8s.io/v1alpha2), the
+# scheduler placing a PodGroup all or nothing, and keeping it in one topology domain when asked. The operator uses
+# it where it is served (--gang-backend auto).
+FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
 
 
 def _kwokctl_config(layout: Layout) -> Path:
@@ -70,6 +75,8 @@ def _kwokctl_config(layout: Layout) -> Path:
                 "kubernetes.default.svc.cluster.local",
             ],
             "kubectlBinary": str(layout.binary("kubectl")),
+            "kubeFeatureGates": FEATURE_GATES,
+            "kubeRuntimeConfig": RUNTIME_CONFIG,
         },
         "componentsPatches": [
             {"name": "kwok-controller", "extraArgs": override},

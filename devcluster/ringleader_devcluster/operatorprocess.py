@@ -18,9 +18,11 @@ CHART_RELEASE, CHART_NAMESPACE = "ringleader", "ringleader-system"  # where `mak
 OPERATOR_HEALTH_PORT = 18081
 
 
-def operator_up() -> None:
+def operator_up(gang_backend: str = "gates") -> None:
     """Install the CRD and run the operator from this checkout against the dev cluster, in the background
-    (log: .dev/operator/operator.log). Idempotent."""
+    (log: .dev/operator/operator.log). Idempotent; one running with another `gang_backend` is restarted. The dev
+    cluster serves Kubernetes' Workload API, which the operator would use for gangs on its own (--gang-backend
+    auto): its tests ask for the operator's own gate unless they test the Workload API."""
     layout = Layout.from_env()
     if not api_ready(layout):
         raise ClusterError("the dev cluster is not running: run 'make dev-cluster' first")
@@ -32,9 +34,12 @@ def operator_up() -> None:
     )  # fmt: skip
     kubectl(layout, "apply", "-f", str(PACKAGE_DIR / "peering.yaml"))
     pidfile = _operator_pidfile(layout)
+    backend_file = layout.operator_dir / "gang-backend"
     if pid_from(pidfile):
-        say("operator already running")
-        return
+        if (backend_file.read_text() if backend_file.exists() else "gates") == gang_backend:
+            say("operator already running")
+            return
+        operator_down()
     if helm(layout, "status", CHART_RELEASE, "--namespace", CHART_NAMESPACE, check=False).returncode == 0:
         say(f"uninstalling the helm release {CHART_RELEASE} ('make demo'): one operator acts on the jobs at a time")
         helm(layout, "uninstall", CHART_RELEASE, "--namespace", CHART_NAMESPACE, "--wait", timeout=180)
@@ -50,9 +55,12 @@ def operator_up() -> None:
         str(OPERATOR_METRICS_PORT),
         "--health-port",
         str(OPERATOR_HEALTH_PORT),
+        "--gang-backend",
+        gang_backend,
     ]
     env = {**os.environ, "KUBECONFIG": str(layout.kubeconfig)}
     pid = spawn(argv, pidfile, log, env)
+    backend_file.write_text(gang_backend)
     wait_ready("the operator", lambda: _listening(OPERATOR_HEALTH_PORT), pid, log, 30, ClusterError)
     say(f"operator running (pid {pid}, log {log})")
 

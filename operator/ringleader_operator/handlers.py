@@ -13,13 +13,13 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
-from . import kueue
+from . import kueue, workload_api
 from .admission import node_digest
 from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
@@ -35,10 +35,15 @@ PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.prog
 # pods' bodies alive at a time, at 1 s about 150. A later event starts a new worker: a task, not a request.
 WORKER_IDLE_SECONDS = 1.0
 PEERING_NAME = "ringleader"
+GANG_BACKENDS = {
+    "gates": "the operator's own gate (pods released together once they fit)",
+    "workload-api": "kube-scheduler's gang scheduling (scheduling.k8s.io/v1alpha2 Workloads and PodGroups)",
+}
 PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
-# TrainingJobs, pods, Kueue's Workloads, the peering object and the Nodes (one cluster-wide watch; counted per
-# namespace, so there is room to spare when several namespaces are watched). The cluster counts as one namespace.
-WATCHES_PER_NAMESPACE = 5
+# TrainingJobs, pods, Kueue's Workloads, the Workload API's PodGroups, the peering object and the Nodes (one
+# cluster-wide watch; counted per namespace, so there is room to spare when several namespaces are watched). The
+# cluster counts as one namespace.
+WATCHES_PER_NAMESPACE = 6
 # Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
 # gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
 # outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
@@ -72,6 +77,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         max_ranks=int(memo.get("max_ranks", DEFAULT_MAX_RANKS)),
         operator_pods=memo.get("operator_pods"),
     )
+    try:
+        chosen = await memo.reconciler.use_backend(str(memo.get("gang_backend", "auto")))
+    except ValueError as e:  # the operator stops, saying why
+        raise kopf.PermanentError(str(e)) from e
+    logging.getLogger("ringleader").info("gangs are admitted by %s", GANG_BACKENDS[chosen])
 
 
 @kopf.index("", "v1", "pods")
@@ -169,22 +179,39 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels={LABEL_JOB: kopf.PRESENT})
 async def workload_event(
+    type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any
+) -> None:
+    """A Kueue Workload of a job changed (Kueue admitted or evicted it, or the operator's own write): the job
+    keeps it and gets a round. kopf watches Workloads only where Kueue's CRD is installed."""
+    await _job_object_event(Reconciler.workload_seen, type, labels, namespace, body, memo, kw)
+
+
+@kopf.on.event(workload_api.GROUP, workload_api.VERSION, "podgroups", labels={LABEL_JOB: kopf.PRESENT})
+async def pod_group_event(
+    type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any
+) -> None:
+    """A job's PodGroup (the Workload API's gang) changed: when kube-scheduler said something new of it, the job
+    gets a round, whose Admitted condition repeats it. kopf watches PodGroups only where the cluster serves them."""
+    await _job_object_event(Reconciler.pod_group_seen, type, labels, namespace, body, memo, kw)
+
+
+async def _job_object_event(
+    seen: Callable[[Reconciler, str, str, Mapping[str, Any] | None], bool],
     type: str | None,
     labels: Mapping[str, str],
     namespace: str | None,
     body: kopf.Body,
     memo: kopf.Memo,
-    **kwargs: Any,
+    kwargs: Mapping[str, Any],
 ) -> None:
-    """A Kueue Workload of a job changed (Kueue admitted or evicted it, or the operator's own write): the job
-    keeps it and gets a round. kopf watches Workloads only where Kueue's CRD is installed."""
+    """An object of a job's (labelled with it) changed: the reconciler keeps it (`seen`), and the job gets a round
+    when `seen` says one is due."""
     job = labels.get(LABEL_JOB)
     if not namespace or not job:
         return
     _attach(memo, kwargs)
-    reconciler: Reconciler = memo.reconciler
-    reconciler.workload_seen(namespace, job, None if type == "DELETED" else dict(body))
-    await _reconcile(memo, kwargs, namespace, job)
+    if seen(memo.reconciler, namespace, job, None if type == "DELETED" else dict(body)):
+        await _reconcile(memo, kwargs, namespace, job)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})

@@ -47,6 +47,8 @@ class JobMemory:
     workload: dict[str, Any] | None = None
     workload_known: bool = False
     placed: tuple[str, Any] | None = None  # (the Workload's resourceVersion, its kueue.QueueState)
+    # The Workload API (workload_api.py): the job's PodGroup as its watch events last showed it.
+    pod_group: dict[str, Any] | None = None
 
     def saw_workload(self, obj: Mapping[str, Any] | None) -> None:
         """Keep the job's Workload (None: deleted) unless the one kept is a newer version of the same one."""

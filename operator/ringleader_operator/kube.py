@@ -290,24 +290,24 @@ class Kube:
             if pod is not None:
                 self._wrote(pod)
 
-    async def create_pod_group(self, body: dict[str, Any]) -> None:
-        """Create a gang scheduler's PodGroup (there already is fine). RejectedObject when the cluster does
-        not serve that API (the scheduler is not installed)."""
-        meta = body["metadata"]
+    async def create_scheduling_object(self, body: dict[str, Any]) -> None:
+        """Create a gang scheduler's PodGroup, or the Workload API's Workload or PodGroup (there already is fine).
+        RejectedObject when the cluster does not serve that API (the scheduler is not installed)."""
+        meta, kind = body["metadata"], body["kind"]
         group, version = body["apiVersion"].split("/")
         try:
             await self._call(
-                f"creating PodGroup {meta['name']}",
+                f"creating {kind} {meta['name']}",
                 self.custom.create_namespaced_custom_object(
-                    group, version, meta["namespace"], "podgroups", body, _request_timeout=API_TIMEOUT
+                    group, version, meta["namespace"], f"{kind.lower()}s", body, _request_timeout=API_TIMEOUT
                 ),
                 absent=409,
             )
         except ApiUnavailable as e:
             if e.status == 404:
                 raise RejectedObject(
-                    f"the pods' schedulerName needs PodGroups ({body['apiVersion']}), which this cluster does not "
-                    "serve: install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
+                    f"the job's gang needs {kind}s ({body['apiVersion']}), which this cluster does not serve: "
+                    "install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
                 ) from e
             raise
 
@@ -329,6 +329,16 @@ class Kube:
             ),
             absent=404,
         )
+
+    async def serves(self, group: str, version: str, *plurals: str) -> bool:
+        """Whether the API server serves every one of `plurals` in group/version (API discovery)."""
+        found = await self._call(
+            f"discovering {group}/{version}",
+            self.custom.get_api_resources(group, version, _request_timeout=API_TIMEOUT),
+            absent=404,
+        )
+        served = {r.name for r in (found.resources or [])} if found is not None else set()
+        return set(plurals) <= served
 
     async def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Kueue Workload, None when it does not exist (or Kueue is not installed)."""

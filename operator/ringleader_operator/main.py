@@ -60,6 +60,14 @@ def main(argv: list[str] | None = None) -> None:
         help="requests a second to the API server, the operator's own and kopf's together (0: no limit)",
     )
     p.add_argument("--kube-api-burst", type=positive, default=DEFAULT_BURST, help="requests sent at once above qps")
+    p.add_argument(
+        "--gang-backend",
+        choices=("auto", "gates", "workload-api"),
+        default="auto",
+        help="how a job's pods are placed all or none: the operator's own gate, kube-scheduler's gang scheduling "
+        "through the Workload API (scheduling.k8s.io/v1alpha2, Kubernetes 1.36), or auto: the Workload API where "
+        "the cluster serves it",
+    )
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -85,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             max_ranks=args.max_replicas_per_job,
             operator_pods=args.network_policies,
             budget=budget,
+            gang_backend=args.gang_backend,
         ),
     )
 

@@ -27,7 +27,7 @@ Pod = dict[str, Any]
 # What of a pod the operator reads (reconcile.ObservedPod, reconcile.earlier_job_leftovers, admission, progress).
 META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "ownerReferences")
 OWN_ANNOTATIONS = f"{GROUP}/"
-SPEC_KEYS = ("nodeName", "schedulingGates", "nodeSelector", "tolerations", "overhead")
+SPEC_KEYS = ("nodeName", "schedulingGates", "schedulingGroup", "nodeSelector", "tolerations", "overhead")
 STATUS_KEYS = ("phase", "reason", "podIP")
 
 

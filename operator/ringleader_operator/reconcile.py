@@ -12,7 +12,7 @@ from typing import Any
 
 from ringleader_api import Reason, TrainingJob
 
-from . import admission, kueue
+from . import admission, kueue, workload_api
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
 from .conditions import finished
 from .policies import (
@@ -45,13 +45,15 @@ def plan(
     stalled: Stall | None = None,
     slow: Stragglers | None = None,
     queued: kueue.QueueState | None = None,
+    workload_gang: workload_api.Gang | None = None,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `pods` are those carrying the job's
     labels (its ranks are picked from them). `cluster` (every Node and pod) is needed only while some of the
     job's pods carry the gang gate; without it they stay gated. A job with more than `max_ranks` pods fails
     as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended). `stalled`: a stall
     the progress scraper found, to act on; `slow`: the stragglers its last reading found. `queued`: what Kueue
-    says of the job's Workload (None: Kueue does not queue the job)."""
+    says of the job's Workload (None: Kueue does not queue the job). `workload_gang`: gangs go to kube-scheduler
+    through the Workload API (workload_api.py) instead of the operator's own gate; what it said of this job's."""
     r = Round.open(job, pods, now, gone)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
@@ -78,7 +80,7 @@ def plan(
     straggler.report_stragglers(r, slow)
     queue.place(r, queued)
     if not r.failed:
-        gang.admit_gang(r, cluster)
+        gang.admit_gang(r, cluster, workload_gang)
     if r.failed:
         cleanup.clean_pods(r)
     else:

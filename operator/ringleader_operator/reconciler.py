@@ -41,7 +41,7 @@ from ringleader_api import (
     TrainingJobStatus,
 )  # fmt: skip
 
-from . import admission, kueue, metrics
+from . import admission, kueue, metrics, workload_api
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, delete_grace_seconds, validate
 from .claims import Claims
 from .conditions import set_condition
@@ -161,6 +161,8 @@ class Reconciler:
         self.claims = Claims()
         self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
         self.workloads = Workloads(kube)
+        # Gangs through the cluster's Workload API instead of the operator's gate (decided at start: `use_backend`).
+        self.workload_api = False
         self.scraper = ProgressScraper(
             kube, emit, self.jobs.get, lambda namespace, job: self._pods(namespace, job, False), self._wake_now
         )
@@ -304,20 +306,8 @@ class Reconciler:
         if managed_elsewhere(obj):
             self._forget(key)
             return  # spec.managedBy names another controller (MultiKueue): its pods and status are not ours
-        try:
-            job = TrainingJob.model_validate(obj)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            message = f"{where}: {first['msg']}"
-            # The spec cannot even be parsed; keep what of the old status still parses.
-            try:
-                old = TrainingJobStatus.model_validate(obj.get("status") or {})
-            except ValidationError:
-                old = TrainingJobStatus()
-            generation = int((obj.get("metadata") or {}).get("generation", 0))
-            await self.kube.patch_status(namespace, name, _invalid_spec(old, generation, message))
-            self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
+        job = await self._parse(obj)
+        if job is None:
             return
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         pods = await self._pods(namespace, name, fresh)
@@ -345,8 +335,9 @@ class Reconciler:
         gone = cache.job_gone(namespace, name, time.monotonic()) if (cache := self._cached()) is not None else []
         stalled, slow = record.stall, record.stragglers
         queued = await self.workloads.sync(job, record, pods, now) if self._queued(job) else None
+        gang = self._workload_gang(job, record)
         if not any(admission.gated(x) for x in pods):
-            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow, queued)
+            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow, queued, gang)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
                 self._handled(key, stalled, slow)
@@ -357,10 +348,42 @@ class Reconciler:
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
             cluster = await self._cluster(exclude=key)
-            p = plan(job, pods, service_exists, now, cluster, self.max_ranks, gone, stalled, slow, queued)
+            p = plan(job, pods, service_exists, now, cluster, self.max_ranks, gone, stalled, slow, queued, gang)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
         self._handled(key, stalled, slow)
+
+    async def use_backend(self, backend: str) -> str:
+        """Choose how gangs are admitted: "gates" (the operator's own), "workload-api" (kube-scheduler's gang
+        scheduling through scheduling.k8s.io/v1alpha2; refused where the cluster does not serve it) or "auto" (the
+        Workload API where it is served). Returns the one chosen."""
+        served = backend != "gates" and await self.kube.serves(
+            workload_api.GROUP, workload_api.VERSION, "workloads", "podgroups"
+        )
+        if backend == "workload-api" and not served:
+            raise ValueError(
+                f"--gang-backend workload-api: the cluster does not serve {workload_api.API_VERSION} Workloads and "
+                "PodGroups (Kubernetes 1.36 with the GenericWorkload feature gate and that API enabled)"
+            )
+        self.workload_api = served
+        return "workload-api" if served else "gates"
+
+    def _workload_gang(self, job: TrainingJob, record: JobMemory) -> workload_api.Gang | None:
+        """The job's gang under the Workload API: what kube-scheduler said of its current PodGroup (None: the
+        operator's own gate admits gangs)."""
+        if not self.workload_api:
+            return None
+        group = record.pod_group
+        current = group is not None and (group.get("metadata") or {}).get("name") == workload_api.group_name(job)
+        return workload_api.Gang(workload_api.reading(group) if current else None)
+
+    def pod_group_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
+        """A watch event brought a PodGroup of the job (None: deleted); True when what kube-scheduler says of it
+        changed (a round is due)."""
+        record = self.memory((namespace, job))
+        before = workload_api.reading(record.pod_group)
+        record.pod_group = None if obj is None else dict(obj)
+        return workload_api.reading(record.pod_group) != before
 
     def _queued(self, job: TrainingJob) -> bool:
         """Whether the job waits on Kueue: it names a queue and its spec can make pods (an invalid one fails in
@@ -373,9 +396,29 @@ class Reconciler:
             return False
         return True
 
-    def workload_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> None:
-        """A watch event brought the job's Workload (None: it was deleted)."""
+    def workload_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
+        """A watch event brought the job's Kueue Workload (None: it was deleted); a round is due."""
         self.memory((namespace, job)).saw_workload(obj)
+        return True
+
+    async def _parse(self, obj: dict[str, Any]) -> TrainingJob | None:
+        """The job as the models read it; None (and the job failed with InvalidSpec) when they cannot."""
+        try:
+            return TrainingJob.model_validate(obj)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            message = f"{where}: {first['msg']}"
+            # The spec cannot even be parsed; keep what of the old status still parses.
+            try:
+                old = TrainingJobStatus.model_validate(obj.get("status") or {})
+            except ValidationError:
+                old = TrainingJobStatus()
+            meta = obj.get("metadata") or {}
+            generation = int(meta.get("generation", 0))
+            await self.kube.patch_status(meta["namespace"], meta["name"], _invalid_spec(old, generation, message))
+            self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
+            return None
 
     def _handled(self, key: Key, stalled: Stall | None, slow: Stragglers | None) -> None:
         """A round that carried out its plan has acted on the stall and the stragglers it was given (or dropped
@@ -463,8 +506,8 @@ class Reconciler:
         if not p.create_pods:
             return
         try:
-            if p.pod_group is not None:
-                await self.kube.create_pod_group(p.pod_group)
+            for scheduling_object in p.scheduling_objects:
+                await self.kube.create_scheduling_object(scheduling_object)
             created = await self.kube.create_pods(p.create_pods)
         except RejectedObject as e:
             await self._reject(job, obj, str(e))

@@ -48,7 +48,8 @@ class Plan:
     delete_job: bool = False  # ttlSecondsAfterFinished has run out: delete the job (its pods go with it)
     ungate_pods: list[str] = field(default_factory=list)  # gang admitted: lift the gate from these pods
     waiting_for_room: bool = False  # gated pods wait for room; a round is due when others free some
-    pod_group: dict[str, Any] | None = None  # the gang scheduler's PodGroup, created before the pods
+    # The gang scheduler's PodGroup, or the Workload API's Workload and PodGroup: created, in order, before the pods.
+    scheduling_objects: list[dict[str, Any]] = field(default_factory=list)
     foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
     final_progress: bool = False  # status.progress is the round's to write (the job finished: its last step)
     kill_pods: list[str] = field(default_factory=list)  # stopped first in a stall: deleted with a short grace

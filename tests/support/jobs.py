@@ -66,16 +66,17 @@ def finished(job: dict[str, Any]) -> bool:
 
 
 def wait_condition(
-    custom: client.CustomObjectsApi, ns: str, name: str, kind: str, timeout: float = 90
+    custom: client.CustomObjectsApi, ns: str, name: str, kind: str, timeout: float = 90, status: str = "True"
 ) -> dict[str, Any]:
-    """Wait until condition `kind` is True; returns the job."""
+    """Wait until condition `kind` has `status`; returns the job."""
 
     def check() -> dict[str, Any] | None:
         job = get(custom, ns, name)
         c = condition(job, kind)
-        return job if c and c["status"] == "True" else None
+        return job if c and c["status"] == status else None
 
-    return wait_for(f"TrainingJob {ns}/{name} condition {kind}", check, timeout)
+    suffix = "" if status == "True" else f" {status}"
+    return wait_for(f"TrainingJob {ns}/{name} condition {kind}{suffix}", check, timeout)
 
 
 def trainer_events(core: client.CoreV1Api, ns: str, pod: str, event: str) -> list[dict[str, Any]]:

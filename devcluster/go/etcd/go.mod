@@ -1,5 +1,5 @@
 // Wrapper module that builds etcd from the Go module proxy (Debian's etcd 3.4 lacks RequestWatchProgress,
-// which kube-apiserver 1.33 needs).
+// which kube-apiserver needs since 1.33).
 module ringleader.dev/devcluster/etcd
 
 go 1.26.0

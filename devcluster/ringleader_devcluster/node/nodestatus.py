@@ -6,7 +6,7 @@ import platform
 from datetime import UTC, datetime
 from typing import Any
 
-KUBELET_VERSION = "v1.33.13-ringleader"
+KUBELET_VERSION = "v1.36.3-ringleader"  # the version of the control plane it joins (versions.env)
 
 
 def utcnow() -> datetime:

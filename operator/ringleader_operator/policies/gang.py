@@ -9,25 +9,30 @@ from typing import Any
 
 from ringleader_api import ConditionType, Reason
 
-from .. import admission, gangs
+from .. import admission, gangs, workload_api
 from ..builders import rank_of
 from ..job_objects import build_pod_group
 from ..observed import parse_time
 from ..round_state import Event, Round
+from ..workload_api import Gang
 
 # Gated pods that do not fit are looked at again this often (and at once when a job of this operator frees room).
 ADMISSION_RETRY_SECONDS = 5.0
 
 
-def admit_gang(r: Round, cluster: admission.Cluster | None) -> None:
+def admit_gang(r: Round, cluster: admission.Cluster | None, workload_gang: Gang | None = None) -> None:
     """Release the job's gated pods if they fit together, else record that they wait (failing the job past
     runPolicy.schedulingTimeoutSeconds). The gang is the gated pods that exist and the gated pods this round
     creates: when it fits, those being created go out without the gate (created straight into the scheduler's
     queue, overlapping creation with scheduling, with no release patch per pod) and the existing ones are
     released. `cluster` (every Node and pod) is needed only then; without it everything stays gated. A gang
-    scheduler's PodGroup goes with the pods being created."""
+    scheduler's PodGroup goes with the pods being created; with `workload_gang` (the cluster's own gang
+    scheduling, workload_api.py) so do the job's Workload and PodGroup, the pods join that group instead of being
+    gated, and the job's Admitted condition says what kube-scheduler said of the group."""
     if r.plan.create_pods and gangs.gang_scheduler(r.job) is not None:
-        r.plan.pod_group = build_pod_group(r.job)
+        r.plan.scheduling_objects = [group] if (group := build_pod_group(r.job)) is not None else []
+    elif workload_gang is not None:
+        _hand_to_kube_scheduler(r, workload_gang)
     gated = _gated_staying(r)
     creating = [x for x in r.plan.create_pods if admission.gated(x)]
     if not (gated or creating) or cluster is None or not _every_rank_has_a_pod(r):
@@ -41,6 +46,22 @@ def admit_gang(r: Round, cluster: admission.Cluster | None) -> None:
         admission.lift_gate(pod)
     message = f"{len(gated) + len(creating)} pods fit the cluster's free room together: released to the scheduler"
     r.set_condition(ConditionType.ADMITTED, True, Reason.ADMITTED, message)
+
+
+def _hand_to_kube_scheduler(r: Round, gang: Gang) -> None:
+    if r.plan.create_pods:
+        r.plan.scheduling_objects = workload_api.objects(r.job)
+    for pod in r.plan.create_pods:
+        workload_api.join(pod, r.job)
+    if gang.reading is None or not any(workload_api.member(x) for x in r.pods):
+        return
+    scheduled, said = gang.reading
+    group = workload_api.group_name(r.job)
+    if scheduled:
+        message = f"kube-scheduler placed the gang (PodGroup {group})"
+        r.set_condition(ConditionType.ADMITTED, True, Reason.ADMITTED, message)
+    elif any(not (x.get("spec") or {}).get("nodeName") for x in r.pods if workload_api.member(x)):
+        _wait(r, Reason.WAITING_FOR_CAPACITY, f"kube-scheduler: {said} (PodGroup {group})")
 
 
 def _gated_staying(r: Round) -> list[dict[str, Any]]:
@@ -57,14 +78,18 @@ def _every_rank_has_a_pod(r: Round) -> bool:
 
 
 def _wait_for_room(r: Round, verdict: admission.Verdict) -> None:
-    """The gated pods wait for room: say why (once per reason), and fail the job once
-    runPolicy.schedulingTimeoutSeconds has run out since they began waiting."""
-    reason = Reason.UNSCHEDULABLE if verdict.never else Reason.WAITING_FOR_CAPACITY
-    before = next((c for c in r.status.conditions if c.type == ConditionType.ADMITTED), None)
-    r.set_condition(ConditionType.ADMITTED, False, reason, verdict.message)
-    if before is None or (before.status, before.reason) != ("False", reason):
-        r.plan.events.append(Event("Warning", reason, verdict.message))
+    """The gated pods wait for room."""
+    _wait(r, Reason.UNSCHEDULABLE if verdict.never else Reason.WAITING_FOR_CAPACITY, verdict.message)
     r.plan.waiting_for_room = True
+
+
+def _wait(r: Round, reason: str, message: str) -> None:
+    """The gang waits to be placed: say why (once per reason), and fail the job once
+    runPolicy.schedulingTimeoutSeconds has run out since it began waiting."""
+    before = next((c for c in r.status.conditions if c.type == ConditionType.ADMITTED), None)
+    r.set_condition(ConditionType.ADMITTED, False, reason, message)
+    if before is None or (before.status, before.reason) != ("False", reason):
+        r.plan.events.append(Event("Warning", reason, message))
     admitted = next(c for c in r.status.conditions if c.type == ConditionType.ADMITTED)
     since = parse_time(admitted.last_transition_time or r.now)
     timeout = r.job.spec.run_policy.scheduling_timeout_seconds
@@ -72,7 +97,7 @@ def _wait_for_room(r: Round, verdict: admission.Verdict) -> None:
         r.fail(
             reason,
             f"the pods found no room to run together within runPolicy.schedulingTimeoutSeconds ({timeout} s): "
-            + verdict.message,
+            + message,
         )
         return
     retry = r.after(ADMISSION_RETRY_SECONDS)

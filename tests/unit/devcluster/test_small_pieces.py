@@ -14,7 +14,7 @@ from ringleader_devcluster import cluster, commands, controlplane
 from ringleader_devcluster.layout import Layout, read_versions
 from ringleader_devcluster.node.kubeletapi import tail_bytes
 from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
-from ringleader_devcluster.node.nodestatus import node_status
+from ringleader_devcluster.node.nodestatus import KUBELET_VERSION, node_status
 from ringleader_devcluster.node.pod_prepare import _referenced
 from ringleader_devcluster.node.podworker import GPUPool
 from ringleader_devcluster.node.shim import hides
@@ -98,7 +98,7 @@ def test_referenced_config_maps_and_secrets_everywhere_in_a_pod() -> None:
 
 def test_versions_and_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     v = read_versions()
-    assert v["KUBE_VERSION"].startswith("v1.33.") and set(v) >= {"ETCD_VERSION", "KWOK_VERSION", "HELM_VERSION"}
+    assert v["KUBE_VERSION"].startswith("v1.36.") and set(v) >= {"ETCD_VERSION", "KWOK_VERSION", "HELM_VERSION"}
     monkeypatch.setenv("RINGLEADER_CACHE", str(tmp_path / "c"))
     monkeypatch.setenv("RINGLEADER_DEV_DIR", str(tmp_path / "s"))
     layout = Layout.from_env()
@@ -116,6 +116,7 @@ def test_wrapper_modules_pin_the_versions_in_versions_env() -> None:
     staging = v["KUBE_VERSION"].replace("v1.", "v0.")
     assert f"k8s.io/client-go => k8s.io/client-go {staging}" in kube_mod
     assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in etcd_mod
+    assert KUBELET_VERSION.startswith(f"{v['KUBE_VERSION']}-")  # the process node reports the cluster's version
 
 
 def test_dev_requirements_pin_the_packages_runtime_dependencies() -> None:

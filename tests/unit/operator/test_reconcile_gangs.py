@@ -81,7 +81,8 @@ def test_scheduling_timeout_fails_a_job_that_keeps_waiting() -> None:
 def test_a_gang_scheduler_gets_its_pod_group_and_ungated_pods() -> None:
     volcano = {"spec": {**TEMPLATE["spec"], "schedulerName": "volcano"}}
     p = plan(job(workers={"replicas": 2, "template": volcano}), [], True, NOW)
-    assert p.pod_group is not None and p.pod_group["spec"]["minMember"] == 2
+    (group,) = p.scheduling_objects
+    assert group["spec"]["minMember"] == 2
     assert all("schedulingGates" not in x["spec"] for x in p.create_pods)
     assert all(x["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "j" for x in p.create_pods)
 

@@ -87,8 +87,8 @@ class FakeKube:
     async def ungate_pods(self, namespace: str, names: list[str]) -> None:
         self.calls.append("ungate_pods")
 
-    async def create_pod_group(self, body: dict[str, Any]) -> None:
-        self.calls.append("create_pod_group")
+    async def create_scheduling_object(self, body: dict[str, Any]) -> None:
+        self.calls.append(f"create_{body['kind']}")
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append("delete_job")
@@ -98,6 +98,10 @@ class FakeKube:
 
     async def cluster(self) -> Cluster:
         return Cluster(self.node_list, [])
+
+    async def serves(self, group: str, version: str, *plurals: str) -> bool:
+        self.calls.append("serves")
+        return False
 
     async def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append("get_workload")

@@ -77,7 +77,8 @@ def test_a_gang_scheduler_gets_a_pod_group_with_the_pods_it_creates() -> None:
     volcano = {"spec": {"containers": [{"name": "t", "image": "t"}], "schedulerName": "volcano"}}
     r = round_of(job(workers={"replicas": 2, "template": volcano}))
     admit_gang(r, None)
-    assert r.plan.pod_group is None  # nothing is being created
+    assert r.plan.scheduling_objects == []  # nothing is being created
     r.plan.create_pods.append({"metadata": {"name": "j-worker-0"}})
     admit_gang(r, None)
-    assert r.plan.pod_group is not None and r.plan.pod_group["spec"]["minMember"] == 2
+    (group,) = r.plan.scheduling_objects
+    assert group["spec"]["minMember"] == 2
