@@ -276,6 +276,29 @@ class ReplicaSpec(Model):
     )
 
 
+class PlacementMode(StrEnum):
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"
+
+
+# A node label key: an optional DNS-subdomain prefix and a name (Kubernetes' qualified names).
+LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+class Placement(Model):
+    topology_key: str = Field(
+        max_length=316,
+        pattern=LABEL_KEY_PATTERN,
+        description="The node label whose values are the topology domains (a rack, a block, an NVLink domain), "
+        "e.g. topology.kubernetes.io/rack. Nodes without it take none of the job's pods.",
+    )
+    mode: PlacementMode = Field(
+        PlacementMode.REQUIRED,
+        description="Required: every pod in one domain (a gang that fits no single domain waits, saying what each "
+        "domain is short of). Preferred: the fewest domains the gang fits in.",
+    )
+
+
 class CheckpointSpec(Model):
     interval_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps between checkpoints (and one at the end).")
     claim_name: str | None = Field(None, description="PersistentVolumeClaim holding checkpoints, mounted in every pod.")
@@ -388,6 +411,9 @@ class TrainingJobSpec(Model):
     parameter_servers: ReplicaSpec | None = Field(None, description="Parameter-server shards (parameter-server only).")
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints and resume.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart budget, deadlines, cleanup.")
+    placement: Placement | None = Field(
+        None, description="Topology-aware placement of the gang: one domain, or as few as it fits in."
+    )
     managed_by: str | None = Field(
         None,
         max_length=63,

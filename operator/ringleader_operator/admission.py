@@ -9,6 +9,12 @@ nodes, taints the pod does not tolerate, a nodeSelector that does not match. The
 real placement; a release is only ever granted when room exists for the whole gang, and the operator grants
 one job at a time, so two jobs that fit alone but not together never both hold half their pods.
 
+With a topology (`spec.placement`), the gang is placed within the nodes of one domain of the topology label
+(required), or of as few domains as it fits in (preferred), and the verdict names the domain of each pod, which
+the pod is then pinned to (a nodeSelector on the label): the scheduler places the pods inside the domains the
+simulation chose. Domains are tried tightest first (the least free room that still fits: big domains stay free for
+big gangs); a rank replaced in a running job goes where its peers run.
+
 Quantities are parsed here (kubernetes_asyncio has no parser; the synchronous client's would add 126 MB to
 the operator image for one function).
 """
@@ -194,6 +200,21 @@ class Verdict:
     fits: bool
     never: bool = False  # it could not fit even on empty nodes
     message: str = ""
+    domains: tuple[str, ...] = ()  # with a topology: the domain of each gang pod, in the gang's order
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where a gang may go: the nodes' label `key` names their domain; `required`: all in one domain, else as few
+    as it fits in; `anchor`: nodes the job's running pods are on (their domains come first, and under `required`
+    are the only choice)."""
+
+    key: str
+    required: bool
+    anchor: frozenset[str] = frozenset()
+
+
+DOMAINS_NAMED = 8  # a waiting gang's message names what this many domains are short of, and counts the rest
 
 
 def _nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
@@ -217,24 +238,29 @@ def _sort_key(req: Resources) -> tuple[Decimal, ...]:
     return tuple(-req.get(k, Decimal(0)) for k in ORDER)
 
 
-def _place(specs: Sequence[Mapping[str, Any]], nodes: list[Node]) -> bool:
-    """First-fit, biggest first; takes the room on `nodes`. True when every pod found a node."""
-    ok = True
-    for spec in sorted(specs, key=lambda s: _sort_key(pod_requests(s))):
-        req = pod_requests(spec)
+def _assign(specs: Sequence[Mapping[str, Any]], nodes: list[Node]) -> list[Node | None]:
+    """First-fit, biggest first; takes the room on `nodes`. The node of each pod (None: none had room), in the
+    order of `specs`."""
+    out: list[Node | None] = [None] * len(specs)
+    for i in sorted(range(len(specs)), key=lambda i: _sort_key(pod_requests(specs[i]))):
+        req = pod_requests(specs[i])
         node = next(
             (
                 n
                 for n in nodes
-                if _fits_node(spec, n) and all(n.free.get(k, Decimal(0)) >= v for k, v in req.items() if v)
+                if _fits_node(specs[i], n) and all(n.free.get(k, Decimal(0)) >= v for k, v in req.items() if v)
             ),
             None,
         )
-        if node is None:
-            ok = False
-            continue
-        add(node.free, req, -1)
-    return ok
+        if node is not None:
+            add(node.free, req, -1)
+            out[i] = node
+    return out
+
+
+def _place(specs: Sequence[Mapping[str, Any]], nodes: list[Node]) -> bool:
+    """First-fit, biggest first; takes the room on `nodes`. True when every pod found a node."""
+    return all(n is not None for n in _assign(specs, nodes))
 
 
 def _amount(value: Decimal, resource: str) -> str:
@@ -265,15 +291,30 @@ def _shortage(specs: Sequence[Mapping[str, Any]], nodes: list[Node], room: str) 
 
 
 def admit(
-    gang: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
+    gang: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    topology: Topology | None = None,
 ) -> Verdict:
     """May the pods `gang` (their specs) be released together, given every Node and every pod in the cluster?
     `pods` may include the gang's own pods: gated ones are ignored, as are finished ones and unbound ones being
-    deleted; bound ones take their node's room until they are gone (terminating too)."""
+    deleted; bound ones take their node's room until they are gone (terminating too). `topology`: within which
+    domains (the verdict then names each pod's)."""
     usable = _nodes(nodes)
+    if topology is not None:
+        return _admit_in_domains(list(gang), usable, _taken(usable, pods), topology)
     empty = _copy(usable)
     if not _place(list(gang), empty):
         return Verdict(False, never=True, message=_shortage(list(gang), _copy(usable), "allocatable"))
+    before = _taken(usable, pods)
+    if _place(list(gang), _copy(before)):
+        return Verdict(True)
+    return Verdict(False, message=_shortage(list(gang), before, "free"))
+
+
+def _taken(usable: list[Node], pods: Sequence[Mapping[str, Any]]) -> list[Node]:
+    """The nodes' free room once the cluster's pods have theirs: bound pods on their nodes, released ones not yet
+    bound wherever they would go."""
     room = _copy(usable)
     by_name = {n.name: n for n in room}
     waiting = []
@@ -290,7 +331,53 @@ def admit(
         else:
             waiting.append(spec)  # released, not yet bound: its room is spoken for
     _place(waiting, room)
-    before = _copy(room)
-    if _place(list(gang), room):
-        return Verdict(True)
-    return Verdict(False, message=_shortage(list(gang), before, "free"))
+    return room
+
+
+def _by_domain(nodes: list[Node], key: str) -> dict[str, list[Node]]:
+    out: dict[str, list[Node]] = {}
+    for n in nodes:
+        if key in n.labels:
+            out.setdefault(n.labels[key], []).append(n)
+    return out
+
+
+def _free(nodes: list[Node]) -> tuple[Decimal, ...]:
+    """A domain's free room, scarce resources first (for ordering domains)."""
+    return tuple(sum((n.free.get(k, Decimal(0)) for n in nodes), Decimal(0)) for k in ORDER)
+
+
+def _candidates(room: dict[str, list[Node]], topology: Topology) -> list[list[str]]:
+    """The sets of domains to try, in order: the running pods' domains first; then single domains, tightest
+    first; under `preferred`, then the k roomiest domains for k = 2, 3, ..."""
+    anchor = sorted({d for d, nodes in room.items() if any(n.name in topology.anchor for n in nodes)})
+    if topology.required and anchor:
+        return [anchor] if len(anchor) == 1 else []
+    tightest = sorted(room, key=lambda d: (_free(room[d]), d))
+    out = ([anchor] if anchor else []) + [[d] for d in tightest]
+    if not topology.required:
+        roomiest = sorted(room, key=lambda d: (tuple(-x for x in _free(room[d])), d))
+        out += [sorted({*anchor, *roomiest[:k]}) for k in range(2, len(room) + 1)]
+    return out
+
+
+def _admit_in_domains(gang: list[Mapping[str, Any]], usable: list[Node], room: list[Node], t: Topology) -> Verdict:
+    empty, free = _by_domain(usable, t.key), _by_domain(room, t.key)
+    if not empty:
+        return Verdict(False, never=True, message=f"no Ready, schedulable node has the label {t.key}")
+    for domains in _candidates(free, t):
+        nodes = _copy([n for d in domains for n in free[d]])
+        placed = _assign(gang, nodes)
+        if all(n is not None for n in placed):
+            return Verdict(True, domains=tuple(n.labels[t.key] for n in placed if n is not None))
+    if not t.required:
+        never = not _place(gang, _copy(usable))
+        shown = _copy(usable) if never else _copy(room)
+        return Verdict(False, never=never, message=_shortage(gang, shown, "allocatable" if never else "free"))
+    never = not any(_place(gang, _copy(nodes)) for nodes in empty.values())
+    rooms = empty if never else free
+    allowed = sorted(rooms) if not t.anchor else sorted({n.labels[t.key] for n in usable if n.name in t.anchor})
+    parts = [f"{t.key}={d}: {_shortage(gang, rooms.get(d, []), 'allocatable' if never else 'free')}" for d in allowed]
+    more = f"; and {len(parts) - DOMAINS_NAMED} more domains" if len(parts) > DOMAINS_NAMED else ""
+    where = "where its running pods are" if t.anchor else "in any one domain"
+    return Verdict(False, never=never, message=f"does not fit {where}: " + "; ".join(parts[:DOMAINS_NAMED]) + more)

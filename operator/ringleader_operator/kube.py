@@ -267,9 +267,19 @@ class Kube:
         )
         return Cluster(nodes, [self.api.sanitize_for_serialization(p) for p in pods.items] if pods else [])
 
-    async def ungate_pods(self, namespace: str, names: list[str]) -> None:
-        """Remove the gang gate from the pods (other gates stay); a pod gone meanwhile is fine."""
-        body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
+    async def ungate_pods(
+        self, namespace: str, names: list[str], pins: dict[str, dict[str, str]] | None = None
+    ) -> None:
+        """Remove the gang gate from the pods (other gates stay); a pod gone meanwhile is fine. `pins`: labels
+        added to a pod's nodeSelector in the same write (allowed while a pod is gated: a topology domain)."""
+        pins = pins or {}
+
+        def body(name: str) -> dict[str, Any]:
+            spec: dict[str, Any] = {"schedulingGates": [{"$patch": "delete", "name": GATE}]}
+            if name in pins:
+                spec["nodeSelector"] = pins[name]
+            return {"spec": spec}
+
         released = await asyncio.gather(
             *(
                 self._call(
@@ -277,7 +287,7 @@ class Kube:
                     self.core.patch_namespaced_pod(
                         name,
                         namespace,
-                        body,
+                        body(name),
                         _request_timeout=API_TIMEOUT,
                         _content_type="application/strategic-merge-patch+json",
                     ),

@@ -79,9 +79,11 @@ def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     and those it lifts the gate from (digests)."""
     out = [digest(x) for x in p.create_pods if not admission.gated(x)]
     for pod in pods:
-        if (pod.get("metadata") or {}).get("name") in p.ungate_pods:
+        if (name := (pod.get("metadata") or {}).get("name")) in p.ungate_pods:
             ungated = {**pod, "spec": dict(pod.get("spec") or {})}
             admission.lift_gate(ungated)
+            if name in p.pin_pods:
+                ungated["spec"]["nodeSelector"] = {**(ungated["spec"].get("nodeSelector") or {}), **p.pin_pods[name]}
             out.append(ungated)
     return out
 
@@ -499,7 +501,7 @@ class Reconciler:
             )
             await self.kube.delete_pods(namespace, p.force_delete_pods, grace_seconds=0)
         if p.ungate_pods:
-            await self.kube.ungate_pods(namespace, p.ungate_pods)
+            await self.kube.ungate_pods(namespace, p.ungate_pods, p.pin_pods)
             log.info(
                 "[%s/%s] gang admitted: %d gated pods released to the scheduler", namespace, name, len(p.ungate_pods)
             )

@@ -47,6 +47,7 @@ class Plan:
     requeue_after: float | None = None  # seconds until the next timed decision (a back-off, deadline, TTL)
     delete_job: bool = False  # ttlSecondsAfterFinished has run out: delete the job (its pods go with it)
     ungate_pods: list[str] = field(default_factory=list)  # gang admitted: lift the gate from these pods
+    pin_pods: dict[str, dict[str, str]] = field(default_factory=dict)  # and add these to their nodeSelector
     waiting_for_room: bool = False  # gated pods wait for room; a round is due when others free some
     # The gang scheduler's PodGroup, or the Workload API's Workload and PodGroup: created, in order, before the pods.
     scheduling_objects: list[dict[str, Any]] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ringleader_api import ConditionType, Reason
+from ringleader_api import ConditionType, PlacementMode, Reason
 
 from .. import admission, gangs, workload_api
 from ..builders import rank_of
@@ -37,20 +37,47 @@ def admit_gang(r: Round, cluster: admission.Cluster | None, workload_gang: Gang 
     creating = [x for x in r.plan.create_pods if admission.gated(x)]
     if not (gated or creating) or cluster is None or not _every_rank_has_a_pod(r):
         return
-    verdict = admission.admit([x["spec"] for x in [*gated, *creating]], cluster.nodes, cluster.pods)
+    topology = _topology(r)
+    gang = [*gated, *creating]
+    verdict = admission.admit([x["spec"] for x in gang], cluster.nodes, cluster.pods, topology)
     if not verdict.fits:
         _wait_for_room(r, verdict)
         return
     r.plan.ungate_pods = sorted(x["metadata"]["name"] for x in gated)
     for pod in creating:
         admission.lift_gate(pod)
-    message = f"{len(gated) + len(creating)} pods fit the cluster's free room together: released to the scheduler"
+    where = ""
+    if topology is not None:  # each pod pinned to the domain the simulation found room in
+        for pod, domain in zip(gang, verdict.domains, strict=True):
+            if pod in creating:
+                pod["spec"].setdefault("nodeSelector", {})[topology.key] = domain
+            else:
+                r.plan.pin_pods[pod["metadata"]["name"]] = {topology.key: domain}
+        domains = sorted(set(verdict.domains))
+        where = f" in {len(domains)} {topology.key} domain{'s' if len(domains) > 1 else ''} ({', '.join(domains)})"
+    message = f"{len(gang)} pods fit the cluster's free room together{where}: released to the scheduler"
     r.set_condition(ConditionType.ADMITTED, True, Reason.ADMITTED, message)
+
+
+def _topology(r: Round) -> admission.Topology | None:
+    """spec.placement as admission weighs it, the nodes the job's running pods are on as its anchor."""
+    placement = r.job.spec.placement
+    if placement is None:
+        return None
+    live = {p.name for p in r.observed if r.live(p)}
+    anchor = frozenset(
+        str(x["spec"]["nodeName"])
+        for x in r.pods
+        if (x.get("metadata") or {}).get("name") in live and (x.get("spec") or {}).get("nodeName")
+    )
+    return admission.Topology(placement.topology_key, placement.mode == PlacementMode.REQUIRED, anchor)
 
 
 def _hand_to_kube_scheduler(r: Round, gang: Gang) -> None:
     if r.plan.create_pods:
-        r.plan.scheduling_objects = workload_api.objects(r.job)
+        placement = r.job.spec.placement
+        required = placement if placement is not None and placement.mode == PlacementMode.REQUIRED else None
+        r.plan.scheduling_objects = workload_api.objects(r.job, required.topology_key if required else None)
     for pod in r.plan.create_pods:
         workload_api.join(pod, r.job)
     if gang.reading is None or not any(workload_api.member(x) for x in r.pods):

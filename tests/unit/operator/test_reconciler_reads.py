@@ -84,7 +84,9 @@ class FakeKube:
     async def delete_pods(self, namespace: str, names: list[str], grace_seconds: int | None = None) -> None:
         self.calls.append("delete_pods")
 
-    async def ungate_pods(self, namespace: str, names: list[str]) -> None:
+    async def ungate_pods(
+        self, namespace: str, names: list[str], pins: dict[str, dict[str, str]] | None = None
+    ) -> None:
         self.calls.append("ungate_pods")
 
     async def create_scheduling_object(self, body: dict[str, Any]) -> None:

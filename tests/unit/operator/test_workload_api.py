@@ -160,3 +160,12 @@ def test_a_round_is_due_only_when_what_kube_scheduler_says_changes() -> None:
     r.workload_api = True
     assert r._workload_gang(job(), r.memory(("ns", "j"))) == workload_api.Gang((False, ""))
     assert r._workload_gang(job(workers={"replicas": 3}), r.memory(("ns", "j"))) == workload_api.Gang(None)
+
+
+@pytest.mark.parametrize(("mode", "constrained"), [("Required", True), ("Preferred", False)])
+def test_a_required_placement_becomes_the_groups_topology_constraint(mode: str, constrained: bool) -> None:
+    placement = {"topologyKey": "topology.kubernetes.io/rack", "mode": mode}
+    p = plan(job(placement=placement), [], True, NOW, workload_gang=workload_api.Gang())
+    wl, group = p.scheduling_objects
+    assert ("schedulingConstraints" in group["spec"]) is constrained
+    assert ("schedulingConstraints" in wl["spec"]["podGroupTemplates"][0]) is constrained

@@ -10,7 +10,7 @@ from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
 from ringleader_operator.policies.gang import admit_gang
 
-from ..builders import NOW, after, gated, gpu_node, job, pod, round_of
+from ..builders import NOW, TEMPLATE, after, gated, gpu_node, job, pod, round_of
 
 PAIR = [gated(pod(Role.WORKER, 0, "Pending")), gated(pod(Role.WORKER, 1, "Pending"))]
 WAITING_SINCE_NOW = {"conditions": [{"type": "Admitted", "status": "False", "reason": "Unschedulable",
@@ -82,3 +82,46 @@ def test_a_gang_scheduler_gets_a_pod_group_with_the_pods_it_creates() -> None:
     admit_gang(r, None)
     (group,) = r.plan.scheduling_objects
     assert group["spec"]["minMember"] == 2
+
+
+def rack_node(name: str, rack: str, gpus: int) -> dict[str, Any]:
+    n = gpu_node(gpus)
+    n["metadata"] = {"name": name, "labels": {"topology.kubernetes.io/rack": rack}}
+    return n
+
+
+RACKS = Cluster([rack_node("a1", "a", 3), rack_node("b1", "b", 4), rack_node("b2", "b", 4)], [])
+
+
+@pytest.mark.parametrize(
+    ("mode", "pins", "where"),
+    [
+        ("Required", {"j-worker-0": "b", "j-worker-1": "b"}, "in 1 topology.kubernetes.io/rack domain (b)"),
+        ("Preferred", {"j-worker-0": "b", "j-worker-1": "b"}, "in 1 topology.kubernetes.io/rack domain (b)"),
+    ],
+)
+def test_a_placed_gang_is_pinned_to_its_domains(mode: str, pins: dict[str, str], where: str) -> None:
+    placement = {"topologyKey": "topology.kubernetes.io/rack", "mode": mode}
+    r = round_of(job(placement=placement), PAIR[:1])  # worker 0 gated already, worker 1 created now
+    r.plan.create_pods = [planned(1)]
+    admit_gang(r, RACKS)
+    assert r.plan.ungate_pods == ["j-worker-0"]
+    assert r.plan.pin_pods == {"j-worker-0": {"topology.kubernetes.io/rack": pins["j-worker-0"]}}
+    (created,) = r.plan.create_pods
+    assert created["spec"]["nodeSelector"]["topology.kubernetes.io/rack"] == pins["j-worker-1"]
+    assert not admission.gated(created)
+    assert where in next(c.message for c in r.status.conditions if c.type.value == "Admitted")
+
+
+def test_a_gang_too_big_for_any_one_domain_waits_under_required_and_spreads_under_preferred() -> None:
+    four = [gated(pod(Role.WORKER, i, "Pending")) for i in range(3)]
+    spec = {"workers": {"replicas": 3, "template": TEMPLATE}}
+    required = round_of(job(placement={"topologyKey": "topology.kubernetes.io/rack"}, **spec), four)
+    admit_gang(required, RACKS)
+    assert required.plan.ungate_pods == [] and required.plan.waiting_for_room
+    assert "does not fit in any one domain" in next(c.message for c in required.status.conditions)
+    preferred = round_of(job(placement={"topologyKey": "topology.kubernetes.io/rack", "mode": "Preferred"}, **spec),
+                         four)  # fmt: skip
+    admit_gang(preferred, RACKS)
+    assert len(preferred.plan.ungate_pods) == 3
+    assert {v["topology.kubernetes.io/rack"] for v in preferred.plan.pin_pods.values()} == {"a", "b"}
