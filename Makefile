@@ -97,6 +97,8 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.launcher_bench
 	@$(PY) -m bench.stall_bench hang
 	@$(PY) -m bench.image_rebuild_bench
+	@$(PY) -m bench.topology_bench
+	@$(PY) -m bench.gang_backends_bench
 	@$(PY) -m bench.report
 
 bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble

@@ -356,6 +356,41 @@ def pipeline(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows)]
 
 
+def gang_backends(result: Result) -> list[str]:
+    """Capacity freed -> the next gang Running, per way of admitting gangs."""
+    s = result["settings"]
+    rows = []
+    for name, label in (("gates", "operator's own gate"), ("kueue", "Kueue v0.17 (+ the gate)"),
+                        ("workload-api", "Workload API (kube-scheduler)")):  # fmt: skip
+        b = result["backends"].get(name)
+        if b is None:
+            continue
+        sec, vs = b["seconds"], b.get("vs_gates")
+        ratio = f"{vs['median']:.2f}x ({vs['lo']:.2f}-{vs['hi']:.2f}x)" if vs else ""
+        rows.append([label, str(sec["n"]), f"{sec['median']:.2f} ({sec['lo']:.2f}-{sec['hi']:.2f})", ratio,
+                     b.get("verdict", "")])  # fmt: skip
+    reps = (f"{s['jobs']} jobs of {s['workers_per_job']} workers x 1 GPU queued on 4 kwok nodes of 4 GPUs "
+            f"({s['jobs_at_once']} run at once), {s['frees_per_round']} frees per backend in each of {s['rounds']} "
+            "rounds, backends in rotating order")  # fmt: skip
+    head = ["backend", "frees", "freed -> next gang Running, s (range)", "vs own gate", "verdict"]
+    return [provenance(result, reps), "", *table(head, rows)]
+
+
+def topology(result: Result) -> list[str]:
+    """Racks per gang with no placement, Preferred and Required."""
+    s = result["settings"]
+    rows = []
+    for mode, m in result["modes"].items():
+        share = m["multi_pod_one_domain_share"]
+        rows.append([mode, str(m["gangs"]), f"{m['domains_median']:g}", f"{m['domains_mean']:.2f}",
+                     f"{share * 100:.0f} %" if share is not None else "", str(m["waited"])])  # fmt: skip
+    reps = (f"{s['racks']} racks x {s['nodes_per_rack']} kwok nodes x {s['gpus_per_node']} GPUs; the gang sequence "
+            f"{s['gangs']} (pods of {s['gpus_per_pod']} GPUs) per mode, {s['reps']} repetitions, modes in rotating "
+            "order")  # fmt: skip
+    head = ["placement", "gangs", "racks per gang (median)", "mean", "multi-pod gangs in one rack", "waited"]
+    return [provenance(result, reps), "", *table(head, rows)]
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
@@ -397,6 +432,13 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         sharded,
     ),
     ("pipeline", "Pipeline: GPipe's bubble against micro-batches", "make bench-trainer", pipeline),
+    (
+        "gang_backends",
+        "Gang admission backends: capacity freed to the next gang Running",
+        "make bench-cluster",
+        gang_backends,
+    ),
+    ("topology", "Topology-aware placement: racks per gang", "make bench-cluster", topology),
 ]
 
 

@@ -4,8 +4,10 @@ container and replaced, `kubectl logs` and `kubectl exec` on a rank."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -23,6 +25,17 @@ from .helpers import KILL_TRAINING_PROCESS, diagnosis, is_true, trainer_job, wai
 pytestmark = pytest.mark.usefixtures("operator")
 
 
+def said_event(core: client.CoreV1Api, ns: str, job: str, match: Callable[[Any], bool]) -> None:
+    """Wait for an Event about the job that `match`es: the operator posts its events in the background, a moment
+    after the status write that a test saw."""
+
+    def found() -> bool:
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={job}").items
+        return any(match(e) for e in events)
+
+    wait_for(f"the event about {job}", found, timeout=20)
+
+
 def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_once(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str, kubeconfig: Path
 ) -> None:
@@ -38,10 +51,7 @@ def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_
     assert is_true(job, "Failed") and failed.get("reason") == "FailureRule", diagnosis(core, ns, job)
     assert "exit code 137 (OOMKilled); spec.workers.failureRules[0] (FailJob) matched" in failed["message"], failed
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
-    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=oom").items
-    assert any("(OOMKilled)" in (e.message or "") and e.reason == "FailureRule" for e in events), [
-        (e.reason, e.message) for e in events
-    ]
+    said_event(core, ns, "oom", lambda e: "(OOMKilled)" in (e.message or "") and e.reason == "FailureRule")
     said = diagnose_job(kubeconfig, ns, "oom", record_as="oom-killed")  # `ringleader diagnose oom`
     oom = next((f for f in said.findings if f.rule == "oom-killed"), None)
     assert oom is not None and oom.what.startswith("worker-0 was killed for using more memory"), said.text()
@@ -81,10 +91,7 @@ def test_a_rank_killed_inside_its_container_is_replaced_and_logs_and_exec_work(
     assert sum(restarts.values()) == 1, restarts
     assert '"event": "recover"' in logs(core, ns, "kill-worker-0", "trainer")
     # the supervisor, the container's PID 1, ended as its SIGKILLed training process did: 137, retried
-    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=kill").items
-    assert any(e.reason == "RankRestarting" and "exit code 137" in (e.message or "") for e in events), [
-        (e.reason, e.message) for e in events
-    ]
+    said_event(core, ns, "kill", lambda e: e.reason == "RankRestarting" and "exit code 137" in (e.message or ""))
     # `ringleader logs kill`: the kubelet stamps every line, so the ranks' lines interleave by time (not rank after
     # rank); worker 1's killed attempt left its last lines (RankOutput) and a marker before its second attempt.
     merged = list(Client(ns, str(kubeconfig)).logs("kill"))

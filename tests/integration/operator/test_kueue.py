@@ -128,7 +128,7 @@ def saved_step(core: client.CoreV1Api, ns: str, pod: str) -> int:
 def test_two_jobs_over_quota_run_one_after_the_other(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, queue: str
 ) -> None:
-    create(custom, namespace, queued(training_job("first", "import time; time.sleep(12)"), queue))
+    create(custom, namespace, queued(training_job("first", "import time; time.sleep(8)"), queue))
     wait_for("first running", lambda: phase(custom, namespace, "first") == "Running", timeout=60)
     create(custom, namespace, queued(training_job("second", "import time; time.sleep(2)"), queue))
 
@@ -160,7 +160,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, queue: str, tmp_path: Path
 ) -> None:
     directory = tmp_path / "ckpt"
-    create(custom, namespace, queued(digits_job("low", 2, 300, directory), queue, "low"))
+    create(custom, namespace, queued(digits_job("low", 2, 160, directory), queue, "low"))
     wait_for("low checkpointed past step 60", lambda: saved_step(core, namespace, "low-worker-0") >= 60, timeout=180)
     create(custom, namespace, queued(training_job("high", "import time; time.sleep(3)"), queue, "high"))
 
@@ -179,7 +179,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     (resumed,) = trainer_events(core, namespace, "low-worker-0", "resume")
     assert resumed["step"] >= 60  # from the checkpoint it saved, not from the start
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # a preemption is no failure
-    assert job["status"]["progress"]["step"] == 300
+    assert job["status"]["progress"]["step"] == 160
 
 
 def test_the_kueue_examples_run(

@@ -250,3 +250,27 @@ def test_stall_sections_report_the_exports_cost_and_the_time_to_stalled() -> Non
             "stalled": {"median": 32.8, "lo": 32.7, "hi": 32.8, "n": 3}}  # fmt: skip
     text = "\n".join(report.stall_hang(hang))
     assert "| 30 | 32.8 (32.7-32.8) | 52 | 40 | **met** |" in text and "no progress for 30 s at step 50" in text
+
+
+def test_gang_backend_and_topology_sections_report_their_figures() -> None:
+    interval = {"median": 1.5, "lo": 1.0, "hi": 2.0, "n": 15}
+    backends = {
+        "settings": {"jobs": 100, "workers_per_job": 4, "jobs_at_once": 4, "frees_per_round": 5, "rounds": 3},
+        "backends": {
+            "gates": {"seconds": interval},
+            "kueue": {"seconds": {**interval, "median": 2.5}, "vs_gates": {"median": 1.67, "lo": 1.2, "hi": 2.1},
+                      "verdict": "slower"},
+        },
+    }  # fmt: skip
+    text = "\n".join(report.gang_backends(backends))
+    assert "| operator's own gate | 15 | 1.50 (1.00-2.00) |  |  |" in text
+    assert "| Kueue v0.17 (+ the gate) | 15 | 2.50 (1.00-2.00) | 1.67x (1.20-2.10x) | slower |" in text
+    assert "Workload API" not in text  # not measured: no row
+    modes = {
+        "none": {"gangs": 27, "domains_median": 2, "domains_mean": 1.8, "multi_pod_one_domain_share": 0.1, "waited": 0},
+        "Required": {"gangs": 27, "domains_median": 1, "domains_mean": 1.0, "multi_pod_one_domain_share": 1.0,
+                     "waited": 3},
+    }  # fmt: skip
+    settings = {"racks": 4, "nodes_per_rack": 2, "gpus_per_node": 8, "gangs": [2, 1], "gpus_per_pod": 4, "reps": 3}
+    text = "\n".join(report.topology({"settings": settings, "modes": modes}))
+    assert "| none | 27 | 2 | 1.80 | 10 % | 0 |" in text and "| Required | 27 | 1 | 1.00 | 100 % | 3 |" in text
