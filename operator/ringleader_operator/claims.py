@@ -5,8 +5,9 @@ holds its lock only while it decides: the pods a decision releases (created with
 it lifted) are recorded here as claims, and the writes go out after the lock is released, so a burst of new
 jobs is not serialized on their API round trips. A claim stands in for its pod in every later admission of other
 jobs until the view of the cluster shows a newer version of that pod (the created pod, or the released one) or
-CLAIM_SECONDS have passed (a write that failed: its room comes back then). A job's own claims are left out of
-its own decisions: a round that runs again after a failed write weighs those pods again as part of its gang.
+CLAIM_SECONDS have passed (a write that failed: its room comes back then), or its job is gone. A job's own claims
+are left out of its own decisions: a round that runs again after a failed write weighs those pods again as part of
+its gang.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ class Claims:
         """Record `pods` (digests, as released) as taking room for `job` from `now`."""
         for pod in pods:
             self.by_pod[key(pod)] = Claim(now, job, dict(pod))
+
+    def release(self, job: Key) -> None:
+        """The job is gone: its claims go with it (its pods may have come and gone before any later admission saw
+        them, and their room would otherwise stay taken for CLAIM_SECONDS)."""
+        for k in [k for k, c in self.by_pod.items() if c.job == job]:
+            del self.by_pod[k]
 
     def overlay(self, pods: Iterable[Pod], now: float, exclude: Key | None = None) -> list[Pod]:
         """`pods` (every pod of the cluster as last seen) with the claims of jobs other than `exclude` in place

@@ -259,6 +259,7 @@ class Reconciler:
     def _forget(self, key: Key) -> None:
         """The job is gone (or going): drop what this process remembers of it, and its metrics' series."""
         self._record_phase(key, None)
+        self.claims.release(key)
         if self.jobs.pop(key, None) is not None:
             _export_goodput(*key, None)
 

@@ -44,3 +44,11 @@ def test_overlay(
     claims.claim(A, [claimed], 0.0)
     assert view(claims.overlay(seen, now, exclude)) == want
     assert bool(claims.by_pod) is kept
+
+
+def test_a_gone_jobs_claims_give_their_room_back_at_once() -> None:
+    claims = Claims()
+    claims.claim(A, [pod("a-0", None), pod("a-1", None)], 0.0)
+    claims.claim(B, [pod("b-0", None)], 0.0)
+    claims.release(A)  # its pods were created and deleted before any admission saw them
+    assert view(claims.overlay([], 1.0)) == {"b-0": (None, False)}
