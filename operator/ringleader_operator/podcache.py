@@ -129,9 +129,14 @@ class PodCache:
 
     def deleted(self, pod: Mapping[str, Any], now: float) -> None:
         """Keep the last state of a job's pod the watch saw deleted, for GONE_SECONDS: a pod's final status
-        (how its program ended) can arrive just before its deletion, after the round it woke had looked."""
+        (how its program ended) can arrive just before its deletion, after the round it woke had looked. What this
+        process wrote of it goes: a pod written and deleted before any read compared the two would otherwise
+        stand, a phantom taking room in every admission, until OVERLAY_SECONDS passed."""
         self._expire(now)
         (namespace, name), job = key(pod), ((pod.get("metadata") or {}).get("labels") or {}).get(self.label)
+        written = self.written.get((namespace, job))
+        if written is not None:
+            written.pop((namespace, name), None)
         if name and job:
             self.gone.setdefault((namespace, job), {})[name] = digest(pod)
             self._gone_order.append((now, (namespace, job), name))

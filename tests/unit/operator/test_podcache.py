@@ -87,6 +87,17 @@ def test_the_last_state_of_a_deleted_pod_is_kept_for_its_jobs_rounds_then_droppe
     assert cache.job_gone("ns", "b", GONE_SECONDS + 11) == [] and cache.gone == {}
 
 
+def test_a_pod_written_then_deleted_before_any_read_compared_them_is_no_phantom() -> None:
+    """Released (a write) and deleted (its job deleted a moment later) between two reads: the watch's deletion ends
+    the written version too, else it would take room in every admission for OVERLAY_SECONDS."""
+    cache = PodCache(LABEL)
+    cache.index = {("ns", "a"): []}  # the watch never delivered the released version before the deletion
+    cache.wrote(pod("a-0", 9), 0.0)
+    cache.wrote(pod("a-1", 9), 0.0)
+    cache.deleted(pod("a-0", 10), 0.5)
+    assert names_rv(cache.all_pods(1.0)) == {"a-1": 9}  # a-1 was not deleted: still counted
+
+
 def served(
     built: dict[str, Any],
     phase: str = "Pending",
