@@ -351,8 +351,8 @@ def _candidates(room: dict[str, list[Node]], topology: Topology) -> list[list[st
     """The sets of domains to try, in order: the running pods' domains first; then single domains, tightest
     first; under `preferred`, then the k roomiest domains for k = 2, 3, ..."""
     anchor = sorted({d for d, nodes in room.items() if any(n.name in topology.anchor for n in nodes)})
-    if topology.required and anchor:
-        return [anchor] if len(anchor) == 1 else []
+    if topology.required and anchor:  # its peers' domain (several only if the placement came after they ran)
+        return [[d] for d in anchor]
     tightest = sorted(room, key=lambda d: (_free(room[d]), d))
     out = ([anchor] if anchor else []) + [[d] for d in tightest]
     if not topology.required:

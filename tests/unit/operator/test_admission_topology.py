@@ -98,3 +98,11 @@ def test_many_domains_are_counted_not_all_named() -> None:
     verdict = admit([gang_pod(1)] * 2, many, [], REQUIRED)
     assert not verdict.fits and verdict.message.endswith("; and 12 more domains")
     assert verdict.message.count(f"{RACK}=") == 8
+
+
+def test_peers_already_in_two_domains_under_required_take_a_replacement_in_either() -> None:
+    """A placement added to a job whose pods were already spread: a replaced rank may go to any of their domains
+    (not wait for ever for one that holds them all)."""
+    peers = [running(4, "r1-n0"), running(4, "r1-n1"), running(4, "r2-n0")]
+    verdict = admit([gang_pod(4)], LAYOUT, peers, Topology(RACK, True, frozenset({"r1-n0", "r2-n0"})))
+    assert verdict.fits and verdict.domains == ("r2",)  # r1 is full
