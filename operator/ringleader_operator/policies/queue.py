@@ -8,6 +8,7 @@ from .. import kueue
 from ..builders import rank_of
 from ..conditions import condition, is_true
 from ..round_state import Event, Round
+from .suspend import stop_every_pod
 
 
 def hold(r: Round, state: kueue.QueueState | None) -> bool:
@@ -22,16 +23,12 @@ def hold(r: Round, state: kueue.QueueState | None) -> bool:
             r.set_condition(ConditionType.SUSPENDED, False, Reason.QUEUE_ADMITTED, state.message)
             r.plan.events.append(Event("Normal", Reason.QUEUE_ADMITTED, state.message))
         return False
-    running = [p for p in r.observed if not p.deleting]
-    r.plan.delete_pods = [p.name for p in running]
-    for rank in r.status.ranks.values():  # the operator deletes these pods: their going is no failure
-        rank.pod_seen = False
+    stop_every_pod(r)
     reason = Reason.QUEUE_EVICTED if state.evicted is not None else Reason.QUEUED
     r.set_condition(ConditionType.SUSPENDED, True, reason, state.message)  # an event when it changes
     if is_true(r.status.conditions, ConditionType.RUNNING):
         r.set_condition(ConditionType.RUNNING, False, reason, "the job is not admitted by Kueue")
     r.status.phase = JobPhase.QUEUED
-    r.status.start_time = None  # as for a suspended job: the deadline clock starts again when it runs
     return True
 
 

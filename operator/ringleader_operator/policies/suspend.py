@@ -12,15 +12,20 @@ def suspend(r: Round) -> bool:
     """Suspend the job if its spec says so (every pod deleted, the deadline clock stopped); True if it did."""
     if not r.job.spec.run_policy.suspend:
         return False
-    r.plan.delete_pods = [p.name for p in r.observed if not p.deleting]
-    for rank in r.status.ranks.values():  # the operator deletes these pods: their going is no failure
-        rank.pod_seen = False
+    stop_every_pod(r)
     r.set_condition(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "the job is suspended; its pods are deleted")
     r.set_condition(ConditionType.RUNNING, False, Reason.SUSPENDED, "the job is suspended")
     r.status.phase = JobPhase.SUSPENDED
-    # As for a batch Job: the start time (and with it the activeDeadlineSeconds clock) begins again on resume.
-    r.status.start_time = None
     return True
+
+
+def stop_every_pod(r: Round) -> None:
+    """Delete every pod of the job as a stop, not a failure (each rank saves where it stops), and stop the clock:
+    as for a batch Job, the start time (and with it activeDeadlineSeconds) begins again when it runs again."""
+    r.plan.delete_pods = [p.name for p in r.observed if not p.deleting]
+    for rank in r.status.ranks.values():  # the operator deletes these pods: their going is no failure
+        rank.pod_seen = False
+    r.status.start_time = None
 
 
 def resume(r: Round) -> None:
