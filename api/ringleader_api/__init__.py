@@ -301,6 +301,10 @@ class Placement(Model):
         "domain is short of). Preferred: the fewest domains the gang fits in.",
     )
 
+    @property
+    def required(self) -> bool:
+        return self.mode == PlacementMode.REQUIRED
+
 
 class CheckpointSpec(Model):
     interval_steps: int = Field(100, ge=1, le=MAX_STEPS, description="Steps between checkpoints (and one at the end).")

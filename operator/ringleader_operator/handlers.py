@@ -35,11 +35,11 @@ PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.prog
 # pods' bodies alive at a time, at 1 s about 150. A later event starts a new worker: a task, not a request.
 WORKER_IDLE_SECONDS = 1.0
 PEERING_NAME = "ringleader"
+PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
 GANG_BACKENDS = {
     "gates": "the operator's own gate (pods released together once they fit)",
     "workload-api": "kube-scheduler's gang scheduling (scheduling.k8s.io/v1alpha2 Workloads and PodGroups)",
 }
-PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
 # TrainingJobs, pods, Kueue's Workloads, the Workload API's PodGroups, the peering object and the Nodes (one
 # cluster-wide watch; counted per namespace, so there is room to spare when several namespaces are watched). The
 # cluster counts as one namespace.

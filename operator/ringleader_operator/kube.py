@@ -300,13 +300,13 @@ class Kube:
             if pod is not None:
                 self._wrote(pod)
 
-    async def create_scheduling_object(self, body: dict[str, Any]) -> None:
-        """Create a gang scheduler's PodGroup, or the Workload API's Workload or PodGroup (there already is fine).
-        RejectedObject when the cluster does not serve that API (the scheduler is not installed)."""
+    async def _create_if_served(self, body: dict[str, Any], missing: KubeError) -> dict[str, Any] | None:
+        """Create a namespaced object of an API the cluster may not serve (its plural: the kind's, lower case, plus
+        "s"); None when one of that name exists already, `missing` raised when the API is not served (404)."""
         meta, kind = body["metadata"], body["kind"]
         group, version = body["apiVersion"].split("/")
         try:
-            await self._call(
+            made = await self._call(
                 f"creating {kind} {meta['name']}",
                 self.custom.create_namespaced_custom_object(
                     group, version, meta["namespace"], f"{kind.lower()}s", body, _request_timeout=API_TIMEOUT
@@ -315,11 +315,18 @@ class Kube:
             )
         except ApiUnavailable as e:
             if e.status == 404:
-                raise RejectedObject(
-                    f"the job's gang needs {kind}s ({body['apiVersion']}), which this cluster does not serve: "
-                    "install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
-                ) from e
+                raise missing from e
             raise
+        return None if made is None else dict(made)
+
+    async def create_scheduling_object(self, body: dict[str, Any]) -> None:
+        """Create a gang scheduler's PodGroup, or the Workload API's Workload or PodGroup (there already is fine).
+        RejectedObject when the cluster does not serve that API (the scheduler is not installed)."""
+        missing = RejectedObject(
+            f"the job's gang needs {body['kind']}s ({body['apiVersion']}), which this cluster does not serve: "
+            "install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
+        )
+        await self._create_if_served(body, missing)
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the TrainingJob with this uid (not a newer one of the same name); its pods and Service go
@@ -364,23 +371,11 @@ class Kube:
     async def create_workload(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """Create a job's Workload; None when one of that name exists already. KueueMissing when the cluster does
         not serve Kueue's Workload API."""
-        meta = body["metadata"]
-        try:
-            made = await self._call(
-                f"creating Workload {meta['name']}",
-                self.custom.create_namespaced_custom_object(
-                    kueue.GROUP, kueue.VERSION, meta["namespace"], kueue.WORKLOADS, body, _request_timeout=API_TIMEOUT
-                ),
-                absent=409,
-            )
-        except ApiUnavailable as e:
-            if e.status == 404:
-                raise KueueMissing(
-                    f"the cluster does not serve Kueue's Workload API ({kueue.API_VERSION}): install Kueue, or "
-                    f"remove the job's label {kueue.QUEUE_LABEL}"
-                ) from e
-            raise
-        return None if made is None else dict(made)
+        missing = KueueMissing(
+            f"the cluster does not serve Kueue's Workload API ({kueue.API_VERSION}): install Kueue, or remove the "
+            f"job's label {kueue.QUEUE_LABEL}"
+        )
+        return await self._create_if_served(body, missing)
 
     async def delete_workload(self, namespace: str, name: str, uid: str) -> None:
         """Delete the Workload with this uid (gone already is fine)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ringleader_api import ConditionType, PlacementMode, Reason
+from ringleader_api import ConditionType, Reason
 
 from .. import admission, gangs, workload_api
 from ..builders import rank_of
@@ -47,12 +47,11 @@ def admit_gang(r: Round, cluster: admission.Cluster | None, workload_gang: Gang 
     for pod in creating:
         admission.lift_gate(pod)
     where = ""
-    if topology is not None:  # each pod pinned to the domain the simulation found room in
-        for pod, domain in zip(gang, verdict.domains, strict=True):
-            if pod in creating:
-                pod["spec"].setdefault("nodeSelector", {})[topology.key] = domain
-            else:
-                r.plan.pin_pods[pod["metadata"]["name"]] = {topology.key: domain}
+    if topology is not None:  # each pod pinned to the domain the simulation found room in (in the gang's order)
+        for pod, domain in zip(gated, verdict.domains[: len(gated)], strict=True):
+            r.plan.pin_pods[pod["metadata"]["name"]] = {topology.key: domain}
+        for pod, domain in zip(creating, verdict.domains[len(gated) :], strict=True):
+            pod["spec"].setdefault("nodeSelector", {})[topology.key] = domain
         domains = sorted(set(verdict.domains))
         where = f" in {len(domains)} {topology.key} domain{'s' if len(domains) > 1 else ''} ({', '.join(domains)})"
     message = f"{len(gang)} pods fit the cluster's free room together{where}: released to the scheduler"
@@ -70,14 +69,14 @@ def _topology(r: Round) -> admission.Topology | None:
         for x in r.pods
         if (x.get("metadata") or {}).get("name") in live and (x.get("spec") or {}).get("nodeName")
     )
-    return admission.Topology(placement.topology_key, placement.mode == PlacementMode.REQUIRED, anchor)
+    return admission.Topology(placement.topology_key, placement.required, anchor)
 
 
 def _hand_to_kube_scheduler(r: Round, gang: Gang) -> None:
     if r.plan.create_pods:
         placement = r.job.spec.placement
-        required = placement if placement is not None and placement.mode == PlacementMode.REQUIRED else None
-        r.plan.scheduling_objects = workload_api.objects(r.job, required.topology_key if required else None)
+        key = placement.topology_key if placement is not None and placement.required else None
+        r.plan.scheduling_objects = workload_api.objects(r.job, key)
     for pod in r.plan.create_pods:
         workload_api.join(pod, r.job)
     if gang.reading is None or not any(workload_api.member(x) for x in r.pods):
