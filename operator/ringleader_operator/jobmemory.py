@@ -47,8 +47,9 @@ class JobMemory:
     workload: dict[str, Any] | None = None
     workload_known: bool = False
     placed: tuple[str, Any] | None = None  # (the Workload's resourceVersion, its kueue.QueueState)
-    # The Workload API (workload_api.py): the job's PodGroup as its watch events last showed it.
-    pod_group: dict[str, Any] | None = None
+    # The Workload API (workload_api.py): the name of the job's PodGroup its watch events last showed, and what
+    # kube-scheduler said of it (workload_api.reading).
+    pod_group: tuple[str, tuple[bool, str] | None] | None = None
 
     def saw_workload(self, obj: Mapping[str, Any] | None) -> None:
         """Keep the job's Workload (None: deleted) unless the one kept is a newer version of the same one."""
@@ -60,7 +61,7 @@ class JobMemory:
             and resource_version(kept) > resource_version(obj)
         ):
             return
-        self.workload = None if obj is None else dict(obj)
+        self.workload = None if obj is None else _without_managed_fields(obj)
         self.workload_known = True
 
     def saw(self, obj: Mapping[str, Any]) -> None:
@@ -68,5 +69,10 @@ class JobMemory:
         the write that made it, or after a later write's)."""
         if self.body is not None and resource_version(self.body) > resource_version(obj):
             return
-        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-        self.body = {**obj, "metadata": meta}
+        self.body = _without_managed_fields(obj)
+
+
+def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` without its field bookkeeping (managedFields), which nothing here reads and which is often most of it."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}

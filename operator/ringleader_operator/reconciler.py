@@ -377,16 +377,16 @@ class Reconciler:
         if not self.workload_api:
             return None
         group = record.pod_group
-        current = group is not None and (group.get("metadata") or {}).get("name") == workload_api.group_name(job)
-        return workload_api.Gang(workload_api.reading(group) if current else None)
+        return workload_api.Gang(group[1] if group is not None and group[0] == workload_api.group_name(job) else None)
 
     def pod_group_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
         """A watch event brought a PodGroup of the job (None: deleted); True when what kube-scheduler says of it
         changed (a round is due)."""
         record = self.memory((namespace, job))
-        before = workload_api.reading(record.pod_group)
-        record.pod_group = None if obj is None else dict(obj)
-        return workload_api.reading(record.pod_group) != before
+        before = record.pod_group[1] if record.pod_group is not None else None
+        said = workload_api.reading(obj)
+        record.pod_group = None if obj is None else (str((obj.get("metadata") or {}).get("name", "")), said)
+        return said != before
 
     def _queued(self, job: TrainingJob) -> bool:
         """Whether the job waits on Kueue: it names a queue and its spec can make pods (an invalid one fails in

@@ -18,6 +18,7 @@ runPolicy.schedulingTimeoutSeconds counts from).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +96,7 @@ def member(pod: dict[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("schedulingGroup"))
 
 
-def reading(group: dict[str, Any] | None) -> tuple[bool, str] | None:
+def reading(group: Mapping[str, Any] | None) -> tuple[bool, str] | None:
     """What the PodGroup's status says: (scheduled, message), None before kube-scheduler has looked at it."""
     conditions = ((group or {}).get("status") or {}).get("conditions") or []
     scheduled = next((c for c in conditions if c.get("type") == "PodGroupScheduled"), None)
