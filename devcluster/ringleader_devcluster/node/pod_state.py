@@ -93,6 +93,7 @@ class PodWorkerState:
     gone: bool
     gone_quiet: bool  # never publish status (the pod's status is final already)
     dirty: asyncio.Event
+    publishing: bool  # a status patch is on its way to the API server
     published: dict[str, Any] | None
 
     def container_dir(self, name: str) -> Path:

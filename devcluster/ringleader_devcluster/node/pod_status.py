@@ -12,6 +12,8 @@ from .pod_state import PodWorkerState, log
 from .podstatus import PodView, build_status, pod_phase
 from .runtime import now
 
+FLUSH_SECONDS = 10.0  # the longest a pod's removal waits for its final status to be published
+
 
 def _is_terminal(phase: str) -> bool:
     return phase in ("Succeeded", "Failed")
@@ -46,6 +48,7 @@ class StatusPublishing(PodWorkerState):
             if _same_status(status, self.published):
                 continue
             meta = self.pod["metadata"]
+            self.publishing = True
             try:
                 await self.node.api.patch_pod_status(meta["namespace"], meta["name"], {**_NULLABLE, **status})
                 self.published = status
@@ -56,8 +59,21 @@ class StatusPublishing(PodWorkerState):
                     self.gone = True
                     continue
                 log.warning("[%s] %s; retrying", self.key, e)
-                await asyncio.sleep(0.5)
                 self._mark()
+                await asyncio.sleep(0.5)
+            finally:
+                self.publishing = False
+
+    async def flush_status(self, within: float = FLUSH_SECONDS) -> None:
+        """Wait until the status as it is now has been published (or the pod is gone, or `within` seconds passed), as a
+        kubelet's status manager does before the object of a terminated pod is removed: whoever watches the pod
+        (its controller) sees how its containers ended in the final status, not a deletion without exit codes."""
+        deadline = asyncio.get_running_loop().time() + within
+        while (self.dirty.is_set() or self.publishing) and not (self.gone or self.gone_quiet):
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("[%s] final status not published within %.0f s; removing the pod", self.key, within)
+                return
+            await asyncio.sleep(0.02)
 
 
 # Keys we own in the merge patch: absent means "clear it", so each goes out as null unless set.

@@ -51,6 +51,7 @@ class PodWorker(Preparation, Supervision, StatusPublishing):
         self.gone = False
         self.gone_quiet = False  # never publish status (the pod's status is final already)
         self.dirty = asyncio.Event()
+        self.publishing = False
         self.published = None
         spec_containers = pod["spec"]["containers"]
         for c in pod["spec"].get("initContainers") or []:
@@ -136,7 +137,7 @@ class PodWorker(Preparation, Supervision, StatusPublishing):
         self.node.gpus.release(self.uid)
         self.sandbox_ready = False
         self._mark()
-        await asyncio.sleep(0)  # let the publisher see the final state before the object goes
+        await self.flush_status()  # the final state (exit codes) reaches the API server before the object goes
 
     async def _finish(self) -> None:
         """The pod is being deleted and nothing of it runs any more: remove the object (grace 0)."""

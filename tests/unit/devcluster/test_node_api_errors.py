@@ -64,6 +64,7 @@ def test_a_status_patch_is_retried_after_a_dropped_connection(error: Exception) 
     worker.node = type("Node", (), {"api": NodeApi(core=core, coord=None, discovery=None, api_client=None)})()
     worker.pod = {"metadata": {"name": "p", "namespace": "ns"}}
     worker.key, worker.gone, worker.gone_quiet, worker.published = "ns/p", False, False, None
+    worker.publishing = False
     worker.status = lambda at: {"phase": "Running", "conditions": []}  # type: ignore[method-assign]
 
     async def main() -> None:
@@ -138,3 +139,39 @@ def test_one_error_mapping_for_every_call(call: str, error: Exception, outcome: 
     assert raised.value.status == status
     assert text in str(raised.value)
     assert str(raised.value).startswith(f"{raised.value.call}: ") and raised.value.call
+
+
+def test_a_pod_is_removed_only_after_its_final_status_is_published() -> None:
+    """A kubelet removes a terminated pod's object once its final status (exit codes) is out: a status patch
+    still on its way when the pod stops must not lose to the removal, or the pod's controller sees a deletion
+    without exit codes (an eviction that saved and exited cleanly would be counted as a failure)."""
+    worker = PodWorker.__new__(PodWorker)
+    sent: list[str] = []
+
+    async def slow_patch(name: str, namespace: str, body: dict[str, Any], **_: Any) -> None:
+        await asyncio.sleep(0.2)  # a loaded API server
+        sent.append(body["status"]["phase"])
+
+    core = type("Core", (), {"patch_namespaced_pod_status": staticmethod(slow_patch)})()
+    worker.node = type("Node", (), {"api": NodeApi(core=core, coord=None, discovery=None, api_client=None)})()
+    worker.pod = {"metadata": {"name": "p", "namespace": "ns"}}
+    worker.key, worker.gone, worker.gone_quiet, worker.published = "ns/p", False, False, None
+    worker.publishing = False
+    phase = ["Running"]
+    worker.status = lambda at: {"phase": phase[0], "conditions": []}  # type: ignore[method-assign]
+
+    async def main() -> None:
+        worker.dirty = asyncio.Event()
+        worker.dirty.set()
+        task = asyncio.create_task(worker._publish_loop())
+        await asyncio.sleep(0.05)  # the Running patch is in flight
+        phase[0] = "Failed"
+        worker._mark()
+        await worker.flush_status(within=5)
+        sent.append("removed")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert sent == ["Running", "Failed", "removed"]
