@@ -238,7 +238,8 @@ class ReplicaSpec(Model):
         None,
         ge=1,
         le=MAX_REPLICAS,
-        description="Workers only, allreduce, local-sgd and sharded: the fewest workers `replicas` may be scaled to.",
+        description="Workers only, allreduce, local-sgd and sharded: the fewest workers `replicas` may be scaled to, "
+        "and the fewest the job runs with when `replicas` do not fit (auto-elastic admission: status.elastic).",
     )
     max_replicas: int | None = Field(
         None,
@@ -353,6 +354,14 @@ class RunPolicy(Model):
     )
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.RUNNING, description="Which pods to delete when the job finishes: None, Running or All."
+    )
+    elastic_grow_after_seconds: int = Field(
+        60,
+        ge=0,
+        le=MAX_SECONDS,
+        description="An elastic job (spec.workers.minReplicas) running with fewer workers than replicas grows to "
+        "the most that fit no sooner than this after its last resize (each resize restarts every worker from the "
+        "latest checkpoint); a scale-up by kubectl scale is tried at once.",
     )
     suspend: bool = Field(
         False,
@@ -580,6 +589,29 @@ class JobPhase(StrEnum):
     QUEUED = "Queued"
 
 
+class ElasticReason(StrEnum):
+    """Why an elastic job runs at the size status.elastic.workers says (auto-elastic admission)."""
+
+    REQUESTED = "Requested"  # spec.workers.replicas: it fits
+    STARTED_SMALLER = "StartedSmaller"  # replicas did not fit at the start: the most that fit, not below minReplicas
+    SHRUNK = "Shrunk"  # a rank's replacement found no room (a lost node): the most that fit, instead of waiting
+    GROWN = "Grown"  # room appeared: grown to the most that fit
+
+
+class ElasticStatus(Model):
+    """Auto-elastic admission (spec.workers.minReplicas set, the operator's own gang admission): the size of the
+    job's world and why."""
+
+    workers: int = Field(
+        description="Worker pods of the job's world now: spec.workers.replicas, or fewer (not below minReplicas) "
+        "while only that many fit."
+    )
+    requested: int = Field(description="spec.workers.replicas when this size was chosen.")
+    reason: ElasticReason
+    message: str = ""
+    last_resize_time: str | None = Field(None, description="When the size last changed.")
+
+
 class TrainingJobStatus(Model):
     phase: JobPhase | None = Field(
         None, description="Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued."
@@ -609,6 +641,9 @@ class TrainingJobStatus(Model):
         None, description="The job's step at its last stall: the Stalled condition turns False past it."
     )
     goodput: Goodput | None = Field(None, description="Where the job's wall time went.")
+    elastic: ElasticStatus | None = Field(
+        None, description="An elastic job's size and why (minReplicas set; fewer workers run while only that many fit)."
+    )
 
 
 class TrainingJob(Model):

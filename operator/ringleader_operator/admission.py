@@ -21,7 +21,7 @@ the operator image for one function).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -141,6 +141,19 @@ def node_digest(node: Mapping[str, Any]) -> dict[str, Any]:
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
         "status": {"allocatable": status.get("allocatable") or {}, "conditions": ready},
     }
+
+
+@dataclass(frozen=True)
+class NodeRoom:
+    """What a node offers gang admission: whether pods may go to it, and its allocatable resources."""
+
+    usable: bool
+    allocatable: tuple[tuple[str, str], ...]
+
+
+def node_room(node: Mapping[str, Any]) -> NodeRoom:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return NodeRoom(_usable(node), tuple(sorted((str(k), str(v)) for k, v in allocatable.items())))
 
 
 def _usable(node: Mapping[str, Any]) -> bool:
@@ -310,6 +323,37 @@ def admit(
     if _place(list(gang), _copy(before)):
         return Verdict(True)
     return Verdict(False, message=_shortage(list(gang), before, "free"))
+
+
+def largest_fitting(
+    gang_of: Callable[[int], Sequence[Mapping[str, Any]]],
+    sizes: range,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    topology: Topology | None = None,
+) -> int | None:
+    """The largest n in `sizes` (ascending, step 1) whose gang `gang_of(n)` fits the cluster's free room at once,
+    as `admit` weighs it; None when not even the smallest does. Found by bisection (a few simulations, not one per
+    size): a gang of n like pods that fits still fits with a pod fewer."""
+    usable = _nodes(nodes)
+    room = _taken(usable, pods)
+
+    def fits(n: int) -> bool:
+        gang = list(gang_of(n))
+        if topology is not None:
+            return _admit_in_domains(gang, usable, room, topology).fits
+        return _place(gang, _copy(room))
+
+    low, high = sizes.start, sizes.stop - 1
+    if high < low or not fits(low):
+        return None
+    while low < high:  # low fits; the answer is in [low, high]
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _taken(usable: list[Node], pods: Sequence[Mapping[str, Any]]) -> list[Node]:

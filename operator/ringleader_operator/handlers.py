@@ -101,6 +101,16 @@ async def nodes_by_name(name: str | None, body: kopf.Body, **_: Any) -> dict[Any
     return {name: node_digest(body)}
 
 
+@kopf.on.event("", "v1", "nodes")
+async def node_event(type: str | None, name: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A node that offers room it did not (it appeared, turned Ready or schedulable, grew): jobs waiting for room
+    (gangs, elastic jobs running smaller than they ask) look again at once rather than at their next retry."""
+    _attach(memo, kwargs)
+    reconciler: Reconciler = memo.reconciler
+    if name and reconciler.node_seen(name, None if type == "DELETED" else node_digest(body)):
+        reconciler.room_freed()
+
+
 def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
     """Hand the pod and node indexes (kopf passes them to every handler, by the index functions' names) to the
     reconciler."""

@@ -18,6 +18,7 @@ from .conditions import finished
 from .policies import (
     cleanup,
     deadline,
+    elastic,
     gang,
     goodput,
     outcome,
@@ -53,8 +54,10 @@ def plan(
     as an invalid spec. `gone`: the last states of its pods lately deleted (how each ended). `stalled`: a stall
     the progress scraper found, to act on; `slow`: the stragglers its last reading found. `queued`: what Kueue
     says of the job's Workload (None: Kueue does not queue the job). `workload_gang`: gangs go to kube-scheduler
-    through the Workload API (workload_api.py) instead of the operator's own gate; what it said of this job's."""
-    r = Round.open(job, pods, now, gone)
+    through the Workload API (workload_api.py) instead of the operator's own gate; what it said of this job's.
+    An elastic job's world may have fewer workers than it asks for (policies/elastic.py): from the size on, the
+    round's policies see the job at the size it runs at (`r.job`)."""
+    r = Round.open(elastic.at_current_size(job), pods, now, gone)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
         return _close(r)
@@ -71,8 +74,9 @@ def plan(
     if deadline.past_deadline(r):
         return _close(r)
     r.plan.create_service = not service_exists
+    elastic.size_world(r, job, cluster, own_gates=queued is None and workload_gang is None)  # r.job: at that size
     resize.reform_resized_world(r)
-    r.index_ranks(desired_ranks(job))  # after validate: a job over the cap is refused without listing its ranks
+    r.index_ranks(desired_ranks(r.job))  # after validate: a job over the cap is refused without listing its ranks
     resize.drop_unwanted_ranks(r)
     restarts.reconcile_ranks(r)
     if not r.failed:

@@ -51,6 +51,7 @@ from .kube import ApiUnavailable, Conflict, RejectedObject
 from .kubeapi import EventSink, KubeApi
 from .observed import earlier_job_leftovers, foreign_pods_message, utcnow
 from .podcache import PodCache, digest
+from .policies import elastic
 from .policies.stall import STALLED_POD_GRACE_SECONDS
 from .reconcile import plan
 from .round_state import Plan
@@ -162,6 +163,7 @@ class Reconciler:
         self.admission_lock = asyncio.Lock()
         self.claims = Claims()
         self.nodes: Mapping[Any, Iterable[dict[str, Any]]] | None = None  # kopf's node index, once attached
+        self.node_rooms: dict[str, admission.NodeRoom] = {}  # what each node offers, as its last event showed
         self.workloads = Workloads(kube)
         # Gangs through the cluster's Workload API instead of the operator's gate (decided at start: `use_backend`).
         self.workload_api = False
@@ -339,7 +341,9 @@ class Reconciler:
         stalled, slow = record.stall, record.stragglers
         queued = await self.workloads.sync(job, record, pods, now) if self._queued(job) else None
         gang = self._workload_gang(job, record)
-        if not any(admission.gated(x) for x in pods):
+        # A job running smaller than it asks for (policies/elastic.py) weighs the cluster in each round, to grow.
+        growing = queued is None and gang is None and elastic.below_replicas(job)
+        if not any(admission.gated(x) for x in pods) and not growing:
             p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow, queued, gang)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
@@ -529,6 +533,17 @@ class Reconciler:
         self.memory((job.namespace, job.name)).waiting_since = (
             str(job.metadata.get("creationTimestamp", "")) if waiting else None
         )
+
+    def node_seen(self, name: str, node: Mapping[str, Any] | None) -> bool:
+        """A watch event brought a Node (None: deleted); True when it offers room it did not before (it appeared,
+        turned Ready or schedulable, or its allocatable changed): jobs waiting for room look again. A heartbeat
+        changes nothing here."""
+        if node is None:
+            self.node_rooms.pop(name, None)
+            return False
+        room, before = admission.node_room(node), self.node_rooms.get(name)
+        self.node_rooms[name] = room
+        return room.usable and room != before
 
     def room_freed(self) -> None:
         """Room may have been freed: give every job waiting for admission a round now, oldest first (they

@@ -81,6 +81,7 @@ class Round:
     gone: dict[str, ObservedPod] = field(default_factory=dict)  # rank pods lately deleted, by name: last state
     lost_steps: int = 0  # steps trained and not checkpointed, lost to the replacements decided now (goodput)
     stalled_seconds: float = 0.0  # of the Running time counted now, those of a stall found in it (goodput)
+    resize_why: str = ""  # why the world's size changes in this round, when the operator chose it (elastic)
 
     @classmethod
     def open(
@@ -151,6 +152,8 @@ class Round:
             if self.job.replicas(role) is not None:
                 st.replica_statuses[role.value] = _counts(self.observed, role, self.restarts[role])
         st.workers = f"{st.replica_statuses.get(Role.WORKER.value, ReplicaStatus()).ready}/{workers}"
+        if st.elastic is not None and st.elastic.workers < st.elastic.requested:
+            st.workers += f" of {st.elastic.requested}"  # an elastic job running smaller than asked (elastic.py)
         st.replicas = sum(
             p.role == Role.WORKER and self.live(p) and p.workers in (None, workers) for p in self.observed
         )

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ringleader_api import ConditionType, JobPhase, RankStatus, Reason, Role
 
+from .. import admission
 from ..builders import rank_key
 from ..round_state import Event, Round
 
@@ -23,13 +24,18 @@ def reform_resized_world(r: Round) -> None:
     r.plan.delete_pods += [p.name for p in current]
     for p in current:
         r.status.ranks.setdefault(rank_key(p.role, p.index), RankStatus()).pod_seen = False
-    message = (
-        f"workers {old_world[-1]} -> {workers}: every worker restarts at the new world size and resumes from "
-        "the latest checkpoint"
-    )
-    r.set_condition(ConditionType.RESTARTING, True, Reason.RESIZED, message)
+    why = f" ({r.resize_why})" if r.resize_why else ""
+    gated = {str((x.get("metadata") or {}).get("name", "")) for x in r.pods if admission.gated(x)}
+    if all(p.name in gated for p in current):  # none of them was ever placed: nothing restarts
+        message = f"workers {old_world[-1]} -> {workers}{why}: the waiting pods are made again at the new size"
+    else:
+        message = (
+            f"workers {old_world[-1]} -> {workers}{why}: every worker restarts at the new world size and resumes "
+            "from the latest checkpoint"
+        )
+        r.set_condition(ConditionType.RESTARTING, True, Reason.RESIZED, message)
+        r.status.phase = JobPhase.RESTARTING
     r.plan.events.append(Event("Normal", Reason.RESIZED, message))
-    r.status.phase = JobPhase.RESTARTING
     r.observed = [replace(p, deletion_deadline=r.now) if p in current else p for p in r.observed]
 
 

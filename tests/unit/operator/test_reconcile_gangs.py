@@ -101,7 +101,9 @@ def test_a_resized_job_restarts_every_worker_at_the_new_size_without_counting_fa
     running = plan(job(workers={**ELASTIC, "replicas": old}), [world_pod(i, old) for i in range(old)], True, NOW)
     assert running.status.phase == "Running" and running.status.replicas == old
     pods = [world_pod(i, old) for i in range(old)]
-    p = again(running, pods, workers={**ELASTIC, "replicas": new})
+    # Growing is weighed against the cluster (auto-elastic admission: policies/elastic.py); there is room.
+    scaled = job(status=running.status.model_dump(by_alias=True), workers={**ELASTIC, "replicas": new})
+    p = plan(scaled, pods, True, NOW, Cluster([gpu_node(8)], []))
     assert sorted(p.delete_pods) == [f"j-worker-{i}" for i in range(old)]
     # Ranks the old world did not have are made at once (gated: they run only with the whole new world).
     assert [x["metadata"]["name"] for x in p.create_pods] == [f"j-worker-{i}" for i in range(old, new)]

@@ -144,3 +144,34 @@ def test_a_trigger_while_waiting_for_a_turn_is_served_by_that_run() -> None:
     finally:
         loop.close()
     assert runs == ["a", "b"]
+
+
+def _node(ready: bool = True, gpus: str = "8", unschedulable: bool = False, beat: str = "") -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": str(ready), "lastHeartbeatTime": beat}]
+    spec = {"unschedulable": True} if unschedulable else {}
+    status = {"allocatable": {"nvidia.com/gpu": gpus}, "conditions": conditions}
+    return {"metadata": {"name": "n"}, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("events", "wakes"),
+    [
+        ([_node()], [True]),  # a node appears
+        ([_node(), _node(beat="later")], [True, False]),  # a heartbeat frees nothing
+        ([_node(ready=False), _node()], [False, True]),  # it turns Ready
+        ([_node(unschedulable=True), _node()], [False, True]),  # uncordoned
+        ([_node(), _node(gpus="16")], [True, True]),  # its allocatable changed
+        ([_node(), None, _node()], [True, False, True]),  # deleted, and back
+    ],
+    ids=["appears", "heartbeat", "ready", "uncordoned", "grows", "deleted-and-back"],
+)
+def test_a_node_that_offers_new_room_wakes_the_jobs_waiting_for_room(
+    events: list[dict[str, Any] | None], wakes: list[bool]
+) -> None:
+    from ringleader_operator.admission import node_digest
+    from ringleader_operator.reconciler import Reconciler
+
+    reconciler = Reconciler.__new__(Reconciler)
+    reconciler.node_rooms = {}
+    got = [reconciler.node_seen("n", None if e is None else node_digest(e)) for e in events]
+    assert got == wakes
