@@ -145,7 +145,7 @@ def _start(job: TrainingJob, fit: _Fit, current: int) -> Resize | None:
         return None
     if best == asked:
         return Resize(best, ElasticReason.REQUESTED, _asked(best, asked))
-    why = f"{asked} do not fit the cluster's free room ({fit.shortage(asked)})"
+    why = f"{asked} do not fit ({fit.shortage(asked)})"
     return Resize(best, ElasticReason.STARTED_SMALLER, f"{best} of {asked} workers: {why}; grows when room appears")
 
 

@@ -112,7 +112,7 @@ def test_a_job_that_starts_smaller_says_why_and_looks_for_room() -> None:
     p = plan(elastic_job(), [], True, NOW, Cluster(TWO, [running(2, "n1")]))
     assert p.status.elastic is not None
     assert p.status.elastic.message == (
-        "3 of 4 workers: 4 do not fit the cluster's free room (needs 8 nvidia.com/gpu, 6 free); grows when room appears"
+        "3 of 4 workers: 4 do not fit (needs 8 nvidia.com/gpu, 6 free); grows when room appears"
     )
     assert p.status.elastic.last_resize_time == NOW
     assert names(p.create_pods) == ["j-worker-0", "j-worker-1", "j-worker-2"]
