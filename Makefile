@@ -99,6 +99,7 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.image_rebuild_bench
 	@$(PY) -m bench.topology_bench
 	@$(PY) -m bench.gang_backends_bench
+	@$(PY) -m bench.elastic_admission_bench
 	@$(PY) -m bench.report
 
 bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from kubernetes import client
+from kubernetes import client, config
+from ringleader_devcluster import cluster, operatorprocess
 from ringleader_devcluster.commands import kubectl
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.waiting import WaitTimeout, wait_until
@@ -28,6 +29,16 @@ def bench_wait(what: str, check: Callable[[], T | None], timeout: float, every: 
         return wait_until(what, check, timeout, every)
     except WaitTimeout as e:
         raise SystemExit(f"bench: {e}") from None
+
+
+def kwok_bench_cluster() -> tuple[client.CoreV1Api, client.CustomObjectsApi, str]:
+    """The dev cluster for a benchmark on kwok fake nodes (started if needed, no real node) with its operator on
+    its own gang gate: API clients, and a fresh pool name for the benchmark's nodes (label ringleader.dev/pool)."""
+    layout = Layout.from_env()
+    cluster.up(None, 8, 1, real_node=False)
+    operatorprocess.operator_up(gang_backend="gates")
+    config.load_kube_config(str(layout.kubeconfig))
+    return client.CoreV1Api(), client.CustomObjectsApi(), f"bench-{uuid.uuid4().hex[:6]}"
 
 
 def new_namespace(core: client.CoreV1Api, prefix: str = "bench") -> str:

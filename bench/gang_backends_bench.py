@@ -31,7 +31,7 @@ from ringleader_devcluster.layout import Layout
 
 from bench.common import bench_wait, delete_namespace, new_namespace
 from bench.record import write_result
-from bench.stats import ratio_interval, spread
+from bench.stats import ratio_interval, spread, time_verdict
 from tests.support.fakenodes import add_fake_nodes, fake_node, pool_job, remove_fake_nodes
 from tests.support.jobs import GROUP, PLURAL, VERSION
 
@@ -191,9 +191,7 @@ def main() -> None:
         ratio = ratio_interval(values, samples["gates"]) if backend != "gates" else None
         if ratio is not None:
             entry["vs_gates"] = ratio.as_dict()
-            entry["verdict"] = (
-                "not distinguishable" if ratio.lo <= 1 <= ratio.hi else ("slower" if ratio.lo > 1 else "faster")
-            )
+            entry["verdict"] = time_verdict(ratio)
         result["backends"][backend] = entry
         print(f"[gang-backends] {backend}: {entry['seconds']} {entry.get('verdict', '')}", flush=True)
     write_result("gang_backends", result)

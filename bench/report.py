@@ -391,6 +391,25 @@ def topology(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows)]
 
 
+def elastic_admission(result: Result) -> list[str]:
+    """An elastic job's start and its time to full size on a 3/4-full cluster, waiting for all vs auto-elastic."""
+    s = result["settings"]
+    rows = []
+    for mode, m in result["modes"].items():
+        cells = [mode, str(m["start_s"]["n"])]
+        for metric in ("start", "full_size"):
+            sec, vs = m[f"{metric}_s"], m.get(f"{metric}_vs_fixed")
+            cells += [f"{sec['median']:.2f} ({sec['lo']:.2f}-{sec['hi']:.2f})",
+                      f"{_ratio(vs)} {m.get(f'{metric}_verdict', '')}" if vs else ""]  # fmt: skip
+        rows.append(cells)
+    reps = (f"kwok nodes {s['fake_nodes']}; a filler of {s['filler']} ends {s['filler_ends_after_s']:g} s after the "
+            f"subject ({s['subject']}) is created; auto-elastic: {s['auto_elastic']}; {s['reps']} repetitions, modes "
+            "in rotating order; nothing trains on kwok nodes (the steps a growth re-does are not counted)")  # fmt: skip
+    head = ["mode", "runs", "created -> first worker Running, s", "vs fixed", "created -> full size Running, s",
+            "vs fixed"]  # fmt: skip
+    return [provenance(result, reps), "", *table(head, rows)]
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
@@ -439,6 +458,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         gang_backends,
     ),
     ("topology", "Topology-aware placement: racks per gang", "make bench-cluster", topology),
+    (
+        "elastic_admission",
+        "Auto-elastic admission: an elastic job's start on a 3/4-full cluster",
+        "make bench-cluster",
+        elastic_admission,
+    ),
 ]
 
 

@@ -123,3 +123,8 @@ def within(interval: Interval, low: float, high: float) -> Verdict:
     if interval.hi < low or interval.lo > high:
         return Verdict.MISSED
     return Verdict.NOISE
+
+
+def time_verdict(ratio: Interval) -> str:
+    """A time's ratio to a baseline's, in words: "faster" or "slower" only when the whole interval says so."""
+    return "not distinguishable" if ratio.lo <= 1 <= ratio.hi else ("slower" if ratio.lo > 1 else "faster")

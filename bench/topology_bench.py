@@ -17,14 +17,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import uuid
 from typing import Any
 
-from kubernetes import client, config
-from ringleader_devcluster import cluster, operatorprocess
-from ringleader_devcluster.layout import Layout
+from kubernetes import client
 
-from bench.common import bench_wait, delete_namespace, new_namespace
+from bench.common import bench_wait, delete_namespace, kwok_bench_cluster, new_namespace
 from bench.record import write_result
 from tests.support.fakenodes import add_fake_nodes, fake_node, pool_job, remove_fake_nodes
 from tests.support.jobs import GROUP, PLURAL, VERSION
@@ -97,12 +94,7 @@ def main() -> None:
     p.add_argument("--nodes-per-rack", type=int, default=2)
     p.add_argument("--gpus", type=int, default=8, help="GPUs per fake node")
     args = p.parse_args()
-    layout = Layout.from_env()
-    cluster.up(None, 8, 1, real_node=False)
-    operatorprocess.operator_up(gang_backend="gates")
-    config.load_kube_config(str(layout.kubeconfig))
-    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
-    pool = f"bench-{uuid.uuid4().hex[:6]}"
+    core, custom, pool = kwok_bench_cluster()
     nodes = [fake_node(f"{pool}-r{r}-n{i}", {RACK: f"r{r}", "ringleader.dev/pool": pool}, args.gpus)
              for r in range(RACKS) for i in range(args.nodes_per_rack)]  # fmt: skip
     racks = {n["metadata"]["name"]: n["metadata"]["labels"][RACK] for n in nodes}

@@ -98,10 +98,11 @@ def size_world(r: Round, job: TrainingJob, cluster: admission.Cluster | None, ow
             last_resize_time=r.now,
         )
         r.resize_why = resize.message if resize.reason != ElasticReason.REQUESTED else ""
-    elif before is not None and before.workers == current:
+    elif before is not None and before.workers == current and (current < asked or before.requested == asked):
         r.status.elastic = before.model_copy(update={"requested": asked if cluster is not None else before.requested})
-    else:  # its start, or kubectl scale took the size below what runs
-        at = None if before is None else r.now
+    else:  # its start, or kubectl scale made the size it runs at the size asked for
+        at = before.last_resize_time if before is not None and before.workers == current else None
+        at = r.now if before is not None and before.workers != current else at
         r.status.elastic = ElasticStatus(
             workers=current, requested=asked, reason=ElasticReason.REQUESTED, message=_asked(current, asked),
             last_resize_time=at,

@@ -162,6 +162,17 @@ def test_kubectl_scale_below_the_size_running_takes_effect_without_the_cluster()
     assert (p.status.elastic.workers, p.status.elastic.requested, p.status.elastic.reason.value) == (3, 3, "Requested")
 
 
+def test_kubectl_scale_down_to_the_size_running_makes_it_the_size_asked_for() -> None:
+    p = plan(elastic_job(sized(3), replicas=3), THREE_RUNNING, True, after(5))
+    assert p.status.elastic is not None and p.delete_pods == []
+    assert (p.status.elastic.workers, p.status.elastic.reason.value) == (3, "Requested")
+    assert (p.status.elastic.message, p.status.elastic.last_resize_time) == (
+        "3 workers, as spec.workers.replicas asks",
+        NOW,
+    )
+    assert p.status.workers == "3/3" and not p.waiting_for_room
+
+
 def test_without_a_cluster_the_size_stays() -> None:
     p = plan(elastic_job(sized(3)), THREE_RUNNING, True, after(600))
     assert p.status.elastic is not None and p.status.elastic.workers == 3 and p.delete_pods == []
