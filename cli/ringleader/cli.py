@@ -1,5 +1,5 @@
 """`ringleader` and `kubectl ringleader`: submit, watch, logs, describe, diagnose, list, delete, suspend, resume,
-scale. docs/cli.md shows each.
+scale, convert. docs/cli.md shows each.
 
 Exit status: 0 done (watch: the job Succeeded), 1 the job Failed, 2 bad input (a missing script, an invalid spec),
 3 the cluster could not be used (no kubeconfig, no TrainingJob API, an unknown job), 124 a wait timed out,
@@ -22,8 +22,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.text import Text
 from ringleader_api import JobPhase, PSMode, RestartPolicy, Strategy, TrainingJob
 
+from . import convert, logmerge, submission, views
 from . import diagnose as diagnosis
-from . import logmerge, submission, views
 from .errors import RingleaderError, UsageError
 from .jobstate import JobState
 
@@ -99,10 +99,17 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--save-state", metavar="FILE", help="also write the job state read (JSON)")
     d.add_argument("--from-state", metavar="FILE", help="diagnose a state written by --save-state")
     sub.add_parser("list", help="the namespace's jobs")
+    _scale_and_convert_parsers(sub)
+    return p
+
+
+def _scale_and_convert_parsers(sub: Any) -> None:
     sc = sub.add_parser("scale", help="set an elastic job's worker count")
     sc.add_argument("name")
     sc.add_argument("workers", type=_positive)
-    return p
+    cv = sub.add_parser("convert", help="a Kubeflow PyTorchJob manifest as a TrainingJob (printed; nothing created)")
+    cv.add_argument("file", help="the manifest (YAML, several documents allowed; - for standard input)")
+    cv.add_argument("-o", "--output", metavar="FILE", help="write the result here instead of standard output")
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -255,10 +262,46 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes an object used twice (a template the input gave by a YAML alias) in full each time."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def cmd_convert(args: argparse.Namespace, out: Console) -> int:
+    """Print (or write) the manifest with each PyTorchJob as a TrainingJob; each warning a line on stderr."""
+    if args.file == "-":
+        text, source = sys.stdin.read(), "standard input"
+    else:
+        path = Path(args.file)
+        try:
+            text, source = path.read_text(), str(path)
+        except OSError as e:
+            raise UsageError(f"{args.file}: {e.strerror or e}") from None
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise UsageError(f"{source}: not YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    converted = convert.convert_documents(documents)
+    err = Console(stderr=True, highlight=False)
+    for warning in converted.warnings:
+        err.print(f"{PROG}: warning: {warning}", markup=False, soft_wrap=True)
+    result = yaml.dump_all(converted.documents, Dumper=_PlainDumper, sort_keys=False)
+    if args.output:
+        Path(args.output).write_text(result)
+    else:
+        out.print(result, end="", markup=False, soft_wrap=True)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "submit": cmd_submit, "watch": cmd_watch, "logs": cmd_logs, "describe": cmd_describe,
     "diagnose": cmd_diagnose, "list": cmd_list, "delete": _simple("delete", "deleted"),
     "suspend": _simple("suspend", "suspended"), "resume": _simple("resume", "resumed"), "scale": cmd_scale,
+    "convert": cmd_convert,
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from ringleader_api import (
     ANNOTATION_ATTEMPT,
     API_VERSION,
+    CONTRACT_ENV,
     KIND,
     LABEL_INDEX,
     LABEL_JOB,
@@ -48,24 +49,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # stands still all that time, so ranks leave a lost node sooner (a template's own tolerations win).
 NODE_LOSS_TOLERATION_SECONDS = 30
 NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
-
-
-# The variables of the environment contract the operator writes into the trainer container
-# (docs/env-contract.md; a unit test holds this to rank_env and to what the trainer reads). A template that sets
-# one is refused: RANK=0 on every worker would hang the rendezvous. torchrun's PET_* have their own check
-# (launchers.split_world): a template may raise PET_NPROC_PER_NODE.
-CONTRACT_ENV = frozenset(
-    {
-        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-        "RINGLEADER_PROCS_PER_POD",
-        "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
-        "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
-        "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
-        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_PIPELINE_STAGES",
-        "RINGLEADER_PIPELINE_MICRO_BATCHES", "RINGLEADER_CHECKPOINT_DIR",
-        "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE", "RINGLEADER_ATTEMPT",
-    }
-)  # fmt: skip
 
 
 class InvalidTemplate(ValueError):

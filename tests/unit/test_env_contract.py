@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import ringleader_api as api
-from ringleader_api import Role, TrainingJob
-from ringleader_operator.builders import CONTRACT_ENV, desired_ranks, rank_env
+from ringleader_api import CONTRACT_ENV, Role, TrainingJob
+from ringleader_operator.builders import desired_ranks, rank_env
 from ringleader_operator.launchers import TORCHRUN_ENV
 from ringleader_trainer import env as trainer_env
 from ringleader_trainer.env import READS, EnvError, from_env
