@@ -162,6 +162,31 @@ class PipelineSettings(Model):
     )
 
 
+class Rendezvous(StrEnum):
+    STATIC = "static"
+    C10D = "c10d"
+
+
+class TorchrunSettings(Model):
+    """How workers started with `torchrun` (no options: the operator writes them as PET_* variables) meet."""
+
+    rendezvous: Rendezvous = Field(
+        Rendezvous.STATIC,
+        description="static: one world of exactly the job's worker pods, re-formed (every pod recreated) when its "
+        "size changes. c10d: torchrun's elastic rendezvous, hosted by worker 0's agent on port 29400, for "
+        "workers.minReplicas to maxReplicas pods: a lost pod's peers restart their processes and meet again "
+        "without it while the operator replaces it, and a resize adds or removes pods without recreating the "
+        "others (docs/env-contract.md). For torchrun scripts; Ringleader's own trainer resizes by re-forming.",
+    )
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        le=MAX_STEPS,
+        description="c10d: how often each pod's torchrun agent restarts its processes after a failure (a peer lost) "
+        "before the pod fails; restarts to admit a joining pod are not counted.",
+    )
+
+
 class FailureAction(StrEnum):
     FAIL_JOB = "FailJob"
     RESTART_RANK = "RestartRank"
@@ -441,6 +466,9 @@ class TrainingJobSpec(Model):
     sharded: ShardedSettings | None = Field(None, description="sharded settings.")
     pipeline: PipelineSettings | None = Field(None, description="pipeline settings.")
     workers: ReplicaSpec = Field(description="The worker ranks.")
+    torchrun: TorchrunSettings | None = Field(
+        None, description="Workers started with torchrun: its rendezvous (static, or c10d: elastic) and restarts."
+    )
     parameter_servers: ReplicaSpec | None = Field(None, description="Parameter-server shards (parameter-server only).")
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints and resume.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart budget, deadlines, cleanup.")
@@ -682,3 +710,9 @@ class TrainingJob(Model):
 
     def replicas(self, role: Role) -> ReplicaSpec | None:
         return self.spec.workers if role == Role.WORKER else self.spec.parameter_servers
+
+    @property
+    def resized_in_place(self) -> bool:
+        """Its workers meet through torchrun's c10d rendezvous: their pods do not depend on the world's size, so a
+        resize adds or removes pods and the others stay (a static world is re-formed instead)."""
+        return self.spec.torchrun is not None and self.spec.torchrun.rendezvous == Rendezvous.C10D

@@ -4,14 +4,15 @@ The Master and the Workers become the job's workers, the Master as worker 0 (ran
 Kubeflow); their pod template is kept as written (its container `pytorch` renamed `trainer`, the one the operator
 wires), so the same image and command run: `torchrun` with no options forms the whole world from the PET_*
 variables the operator writes, as the training-operator's did. Carried over: replicas, restartPolicy,
-nprocPerNode (procsPerPod), the GPUs of the template's limit, elasticPolicy's minReplicas/maxReplicas, runPolicy
+nprocPerNode (procsPerPod), the GPUs of the template's limit, elasticPolicy (its bounds, and torchrun's c10d
+rendezvous with its maxRestarts: spec.torchrun), runPolicy
 (cleanPodPolicy, with Kubeflow's default None made explicit; ttlSecondsAfterFinished, activeDeadlineSeconds,
 backoffLimit, suspend, schedulingPolicy's priorityClass and scheduleTimeoutSeconds), a managedBy other than
 the training-operator's, metadata's name, namespace, labels and annotations.
 
 Nothing is dropped silently: a field that changes what runs and has no equivalent (a Master template that differs
 from the Workers', `standalone`, nprocPerNode `cpu`) is a one-line error naming it; one that Ringleader does
-otherwise or needs no longer (the rendezvous settings, maxRestarts, HPA metrics, minResources, a contract variable
+otherwise or needs no longer (the rendezvous's host, port, id and conf, HPA metrics, minResources, a contract variable
 the template sets) is a warning naming it. Other documents of the file (a ConfigMap holding the script) pass
 through unchanged.
 """
@@ -93,6 +94,7 @@ class _Conversion:
         self.warnings: list[str] = []
         self.name = str((obj.get("metadata") or {}).get("name") or "")
         self.managed_by: Any = None
+        self.torchrun: dict[str, Any] | None = None  # spec.torchrun, from an elasticPolicy
 
     def warn(self, path: str, what: str) -> None:
         self.warnings.append(f"{self._where()}{path}: {what}")
@@ -111,6 +113,8 @@ class _Conversion:
             self.warn(key, "not a field of a TrainingJob; dropped")
         workers = self._workers(spec)
         out_spec: dict[str, Any] = {"workers": workers}
+        if self.torchrun is not None:
+            out_spec["torchrun"] = self.torchrun
         run_policy = self._run_policy(spec, workers, meta)
         if run_policy:
             out_spec["runPolicy"] = run_policy
@@ -239,22 +243,18 @@ class _Conversion:
         workers.update(bounds)
         if "nProcPerNode" in policy:
             spec.setdefault("nprocPerNode", str(policy.pop("nProcPerNode")))
+        # Kubeflow's elastic mode is torchrun's elastic rendezvous: so is Ringleader's spec.torchrun c10d.
+        self.torchrun = {"rendezvous": "c10d"}
         backend = policy.pop("rdzvBackend", None)
-        if backend is not None:
-            self.warn(
-                f"{where}.rdzvBackend",
-                f"{backend}: Ringleader resizes an elastic job by re-forming its world from the newest checkpoint; "
-                "torchrun runs a static rendezvous on worker 0 in each world (docs/env-contract.md)",
-            )
+        if backend not in (None, "c10d"):
+            self.warn(f"{where}.rdzvBackend", f"{backend}: Ringleader's elastic rendezvous is c10d, hosted by worker 0")
         for key in ("rdzvHost", "rdzvPort", "rdzvId", "rdzvConf"):
             if policy.pop(key, None) is not None:
-                self.warn(f"{where}.{key}", "the operator sets the rendezvous (worker 0); dropped")
+                self.warn(
+                    f"{where}.{key}", "the operator sets the rendezvous (worker 0's agent, the job's UID); dropped"
+                )
         if (restarts := policy.pop("maxRestarts", None)) is not None:
-            self.warn(
-                f"{where}.maxRestarts",
-                f"{restarts}: torchrun's restarts inside a pod; Ringleader restarts ranks' pods within "
-                "runPolicy.backoffLimit",
-            )
+            self.torchrun["maxRestarts"] = restarts
         if policy.pop("metrics", None):
             self.warn(
                 f"{where}.metrics",

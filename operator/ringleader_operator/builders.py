@@ -216,6 +216,15 @@ def worker_counts(job: TrainingJob) -> range:
     return range(low, high + 1)
 
 
+def _c10d(job: TrainingJob) -> launchers.C10d | None:
+    """torchrun's elastic rendezvous for the job, when spec.torchrun asks for it: as many pods as the job may have."""
+    if not job.resized_in_place or job.spec.torchrun is None:
+        return None
+    counts = worker_counts(job)
+    run_id = str(job.metadata.get("uid") or job.name)
+    return launchers.C10d(counts.start, counts.stop - 1, run_id, job.spec.torchrun.max_restarts)
+
+
 def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict[str, str]:
     """The environment contract for one rank, in a stable order (see docs/env-contract.md)."""
     spec = job.spec
@@ -246,7 +255,7 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
         env |= {"WORLD_SIZE": str(workers), "RANK": str(global_rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(procs),
                 "GROUP_RANK": str(index), "RINGLEADER_PROCS_PER_POD": str(procs)}  # fmt: skip
         # torchrun's own options: `torchrun script.py` with no options forms this same world.
-        env |= launchers.torchrun_env(spec.workers.replicas, index, env["MASTER_ADDR"], MASTER_PORT, procs)
+        env |= launchers.torchrun_env(spec.workers.replicas, index, env["MASTER_ADDR"], MASTER_PORT, procs, _c10d(job))
     if spec.strategy == Strategy.PARAMETER_SERVER:
         settings = spec.parameter_server
         env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"
@@ -319,7 +328,9 @@ def build_pod(
             "annotations": {
                 **(meta.get("annotations") or {}),
                 ANNOTATION_ATTEMPT: str(attempt),
-                ANNOTATION_WORKERS: str(job.spec.workers.replicas),
+                # The world the pod was made for: a pod of another size is re-formed (resize.py). A pod of a job
+                # whose torchrun agents meet by c10d serves any size, and has none.
+                **({} if job.resized_in_place else {ANNOTATION_WORKERS: str(job.spec.workers.replicas)}),
             },
             "ownerReferences": [owner_reference(job)],
         },

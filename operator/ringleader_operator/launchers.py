@@ -70,20 +70,49 @@ PYTHON_VALUE_OPTIONS = {"-X", "-W"}
 PREFIXES = {"exec", "env", "time", "nohup", "command"}
 
 
-def torchrun_env(workers: int, index: int, master_addr: str, master_port: int, procs: int = 1) -> dict[str, str]:
+RDZV_PORT = 29400  # torch's default port of the c10d rendezvous store (on worker 0)
+
+
+@dataclass(frozen=True)
+class C10d:
+    """torchrun's elastic rendezvous for a job (spec.torchrun.rendezvous c10d): between `low` and `high` pods, the
+    rendezvous `run_id` (the job's UID: a new job never meets an old one's agents), `max_restarts` per agent."""
+
+    low: int
+    high: int
+    run_id: str
+    max_restarts: int
+
+
+def torchrun_env(
+    workers: int, index: int, master_addr: str, master_port: int, procs: int = 1, c10d: C10d | None = None
+) -> dict[str, str]:
     """The `PET_*` variables of worker `index` of `workers` pods: torchrun with no options forms the whole job,
     one node per pod, `procs` processes per node (spec.workers.procsPerPod; `--nproc-per-node` on the command
-    line may raise it)."""
+    line may raise it). Static: a rendezvous of exactly `workers` nodes at `master_addr`, node ranks by pod index.
+    With `c10d`: torchrun's elastic rendezvous of `low:high` nodes whose store worker 0's agent hosts at
+    `master_addr`:RDZV_PORT (said outright, `is_host`, rather than guessed from host names), node ranks as the
+    rendezvous gives them."""
+    if c10d is None:
+        return {
+            "PET_NNODES": str(workers),
+            "PET_NPROC_PER_NODE": str(procs),
+            "PET_NODE_RANK": str(index),
+            "PET_MASTER_ADDR": master_addr,
+            "PET_MASTER_PORT": str(master_port),
+        }
     return {
-        "PET_NNODES": str(workers),
+        "PET_NNODES": f"{c10d.low}:{c10d.high}",
         "PET_NPROC_PER_NODE": str(procs),
-        "PET_NODE_RANK": str(index),
-        "PET_MASTER_ADDR": master_addr,
-        "PET_MASTER_PORT": str(master_port),
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": f"{master_addr}:{RDZV_PORT}",
+        "PET_RDZV_ID": c10d.run_id,
+        "PET_RDZV_CONF": f"is_host={'true' if index == 0 else 'false'}",
+        "PET_MAX_RESTARTS": str(c10d.max_restarts),
     }
 
 
-TORCHRUN_ENV = frozenset(torchrun_env(1, 0, "", 0))
+TORCHRUN_ENV = frozenset(torchrun_env(1, 0, "", 0)) | frozenset(torchrun_env(1, 0, "", 0, c10d=C10d(1, 1, "", 0)))
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,9 @@ def test_the_trainer_names_roles_strategies_and_modes_as_the_operator_does(
 
 
 def test_the_operator_writes_exactly_what_the_trainer_and_torchrun_read() -> None:
+    c10d = job(workers={"replicas": 2, "minReplicas": 1}, torchrun={"rendezvous": "c10d"})  # torchrun's elastic
     written = {key for name, role, i in RANKS for key in rank_env(JOBS[name], role, i)}
+    written |= {key for role, i in desired_ranks(c10d) for key in rank_env(c10d, role, i)}
     assert written == READS | TORCHRUN_ENV and not READS & TORCHRUN_ENV
     assert CONTRACT_ENV == READS  # what a template may not set
 

@@ -36,11 +36,7 @@ def load(name: str) -> dict[str, Any]:
         ("allreduce-nproc.yaml", {"replicas": 2, "restartPolicy": "OnFailure", "procsPerPod": 2},
          {"cleanPodPolicy": "None"}, [UNLIMITED]),
         ("elastic-echo.yaml", {"replicas": 2, "restartPolicy": "OnFailure", "minReplicas": 1, "maxReplicas": 3},
-         {"cleanPodPolicy": "None"},
-         ["spec.elasticPolicy.rdzvBackend: c10d: Ringleader resizes an elastic job by re-forming its world from the "
-          "newest checkpoint; torchrun runs a static rendezvous on worker 0 in each world (docs/env-contract.md)",
-          "spec.elasticPolicy.maxRestarts: 10: torchrun's restarts inside a pod; Ringleader restarts ranks' pods "
-          "within runPolicy.backoffLimit", UNLIMITED]),
+         {"cleanPodPolicy": "None"}, [UNLIMITED]),
         ("run-policy.yaml", {"replicas": 3, "restartPolicy": "ExitCode"},
          {"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": 3600, "backoffLimit": 2,
           "schedulingTimeoutSeconds": 120}, []),
@@ -58,6 +54,8 @@ def test_each_shape_becomes_the_training_job_that_runs_the_same_thing(
     got = {k: v for k, v in job["spec"]["workers"].items() if k != "template"}
     assert got == workers
     assert job["spec"]["runPolicy"] == run_policy
+    elastic = "elasticPolicy" in source["spec"]  # Kubeflow's elastic mode: torchrun's c10d rendezvous
+    assert job["spec"].get("torchrun") == ({"rendezvous": "c10d", "maxRestarts": 10} if elastic else None)
     assert said == [f"PyTorchJob {source['metadata']['name']}: {w}" for w in warnings]
     # The pod template as written (the Master's is the Workers'), its container renamed for the operator.
     specs = source["spec"]["pytorchReplicaSpecs"]
@@ -134,7 +132,9 @@ def test_what_would_change_what_runs_is_a_one_line_error_naming_the_field(source
         (base(elasticPolicy={"minReplicas": 1, "nProcPerNode": 3}), "workers", {"minReplicas": 1, "procsPerPod": 3},
          None),
         (base(elasticPolicy={"minReplicas": 1, "rdzvId": "x", "rdzvConf": [{"key": "k", "value": "v"}]}), "workers",
-         {"minReplicas": 1}, "spec.elasticPolicy.rdzvConf: the operator sets the rendezvous"),
+         {"minReplicas": 1}, "spec.elasticPolicy.rdzvConf: the operator sets the rendezvous (worker 0's agent"),
+        (base(elasticPolicy={"minReplicas": 1, "rdzvBackend": "etcd"}), "spec", {"torchrun": {"rendezvous": "c10d"}},
+         "spec.elasticPolicy.rdzvBackend: etcd: Ringleader's elastic rendezvous is c10d"),
         (base(elasticPolicy={"maxReplicas": 4, "metrics": [{"type": "Resource"}]}), "workers", {"maxReplicas": 4},
          "spec.elasticPolicy.metrics: no HorizontalPodAutoscaler is made"),
         (base(runPolicy={"schedulingPolicy": {"priorityClass": "high", "minAvailable": 1}}), "runPolicy",
@@ -153,8 +153,8 @@ def test_what_would_change_what_runs_is_a_one_line_error_naming_the_field(source
         ({**base(), "metadata": {"name": "p", "generateName": "p-"}}, "metadata", {"name": "p"},
          "metadata.generateName: not carried"),
     ],
-    ids=["nproc-gpu", "gpus-set-procs", "nproc-auto-cpu", "deprecated-nproc", "rendezvous-settings", "hpa-metrics",
-         "priority-and-min-available", "min-resources", "queue-not-volcano", "suspend-and-multikueue",
+    ids=["nproc-gpu", "gpus-set-procs", "nproc-auto-cpu", "deprecated-nproc", "rendezvous-settings", "etcd",
+         "hpa-metrics", "priority-and-min-available", "min-resources", "queue-not-volcano", "suspend-and-multikueue",
          "kubeflows-own-managed-by", "unknown-run-policy-field", "unknown-spec-field", "server-metadata",
          "other-metadata"],
 )  # fmt: skip
@@ -207,7 +207,8 @@ def test_the_command_prints_yaml_and_warnings_and_exits_2_on_an_error(
     out, err = capsys.readouterr()
     (job,) = yaml.safe_load_all(out)
     assert job["kind"] == "TrainingJob" and job["spec"]["workers"]["maxReplicas"] == 3
-    assert err.count("ringleader: warning: PyTorchJob kf-elastic-echo: ") == 3
+    assert err.count("ringleader: warning: PyTorchJob kf-elastic-echo: ") == 1  # backoffLimit: all else carried
+    assert job["spec"]["torchrun"] == {"rendezvous": "c10d", "maxRestarts": 10}
     target = tmp_path / "tj.yaml"
     assert main(["convert", str(KUBEFLOW / "run-policy.yaml"), "-o", str(target)]) == 0
     assert "&" not in target.read_text() and yaml.safe_load(target.read_text())["spec"]["workers"]["replicas"] == 3

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch.distributed.run as torchrun
 from ringleader_api import Role, TrainingJob
-from ringleader_operator.builders import InvalidTemplate, desired_ranks, rank_env, validate, worker_counts
+from ringleader_operator.builders import InvalidTemplate, build_pod, desired_ranks, rank_env, validate, worker_counts
 from ringleader_operator.launchers import OPTIONS, TORCHRUN_ENV, split_world
 
 from .builders import training_job
@@ -48,7 +48,7 @@ def test_pet_variables_per_rank(name: str, role: Role, index: int) -> None:
     if role == Role.PS:  # shards run Ringleader's server, never torchrun
         assert not TORCHRUN_ENV & set(env)
         return
-    assert {k: env[k] for k in sorted(TORCHRUN_ENV)} == {
+    assert {k: env[k] for k in sorted(TORCHRUN_ENV) if k in env} == {
         "PET_MASTER_ADDR": "mnist-worker-0.mnist",
         "PET_MASTER_PORT": "29500",
         "PET_NNODES": str(j.spec.workers.replicas),  # the current world; a resize re-forms it with new pods
@@ -67,6 +67,41 @@ def test_torchrun_with_no_options_forms_the_jobs_world(monkeypatch: pytest.Monke
     assert (config.rdzv_backend, config.rdzv_endpoint) == ("static", "mnist-worker-0.mnist:29500")
     assert config.rdzv_configs["rank"] == index
     assert args[-3:] == ["train.py", "--lr", "1"]  # the script and its own arguments, untouched
+
+
+C10D = job({"replicas": 2, "minReplicas": 1, "maxReplicas": 4}, torchrun={"rendezvous": "c10d", "maxRestarts": 5})
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_c10d_job_gets_torchruns_elastic_rendezvous_hosted_by_worker_0(index: int) -> None:
+    env = rank_env(C10D, Role.WORKER, index)
+    assert {k: env[k] for k in sorted(TORCHRUN_ENV) if k in env} == {
+        "PET_MAX_RESTARTS": "5",
+        "PET_NNODES": "1:4",  # every size the job may have: a resize adds or removes pods, the others stay
+        "PET_NPROC_PER_NODE": "1",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_CONF": f"is_host={'true' if index == 0 else 'false'}",
+        "PET_RDZV_ENDPOINT": "mnist-worker-0.mnist:29400",
+        "PET_RDZV_ID": "u1",  # the job's UID: a new job of the same name never meets an old one's agents
+    }
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_torchrun_with_no_options_joins_the_jobs_elastic_rendezvous(
+    monkeypatch: pytest.MonkeyPatch, index: int
+) -> None:
+    for key, value in rank_env(C10D, Role.WORKER, index).items():
+        monkeypatch.setenv(key, value)
+    config, _, _ = torchrun.config_from_args(torchrun.get_args_parser().parse_args(["train.py"]))
+    assert (config.min_nodes, config.max_nodes, config.max_restarts) == (1, 4, 5)
+    assert (config.rdzv_backend, config.rdzv_endpoint, config.run_id) == ("c10d", "mnist-worker-0.mnist:29400", "u1")
+    assert config.rdzv_configs["is_host"] == ("true" if index == 0 else "false")
+
+
+def test_the_pods_of_a_c10d_job_serve_any_size() -> None:
+    """No world is recorded on them: a resize keeps them (resize.py re-forms only pods of another world)."""
+    assert "ringleader.dev/workers" not in build_pod(C10D, Role.WORKER, 1)["metadata"]["annotations"]
+    assert build_pod(JOBS["plain-3"], Role.WORKER, 1)["metadata"]["annotations"]["ringleader.dev/workers"] == "3"
 
 
 def container(command: list[str], args: list[str] | None = None, **env: str) -> dict[str, Any]:
