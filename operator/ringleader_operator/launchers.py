@@ -109,6 +109,10 @@ def torchrun_env(
         "PET_RDZV_ID": c10d.run_id,
         "PET_RDZV_CONF": f"is_host={'true' if index == 0 else 'false'}",
         "PET_MAX_RESTARTS": str(c10d.max_restarts),
+        # torch shares the rendezvous's TCP store with the workers by default, set up at the first round: when a
+        # later round (after a lost pod) gives rank 0 to another node, the agents end up on different stores and
+        # time out after 60 s in rank assignment. A store per round, built from the rendezvous, avoids it.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
 
 

@@ -49,10 +49,12 @@ def torchrun_job(name: str, namespace: str, core: client.CoreV1Api, *options: st
     return body
 
 
+# torchrun with no options over one and over two processes a pod (procsPerPod) runs in the Kubeflow usage tier
+# (test_kubeflow_usage.py, converted PyTorchJobs); here its own --nproc-per-node.
 @pytest.mark.parametrize(
     ("options", "procs", "per_pod"),
-    [((), 1, 1), (("--nproc-per-node", "2"), 1, 2), ((), 2, 2)],
-    ids=["no-options", "2-per-pod", "procsPerPod-2"],
+    [(("--nproc-per-node", "2"), 1, 2)],
+    ids=["2-per-pod"],
 )
 def test_torchrun_forms_the_jobs_whole_world(
     core: client.CoreV1Api,

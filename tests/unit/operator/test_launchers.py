@@ -83,6 +83,7 @@ def test_a_c10d_job_gets_torchruns_elastic_rendezvous_hosted_by_worker_0(index: 
         "PET_RDZV_CONF": f"is_host={'true' if index == 0 else 'false'}",
         "PET_RDZV_ENDPOINT": "mnist-worker-0.mnist:29400",
         "PET_RDZV_ID": "u1",  # the job's UID: a new job of the same name never meets an old one's agents
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # a store per round: rank 0 may move to another pod
     }
 
 
