@@ -38,12 +38,12 @@ def apply_converted(
         *yaml.safe_load_all((KUBEFLOW / name).read_text()),
     ]
     converted = convert_documents(docs).documents
-    (job,) = [d for d in converted if d["kind"] == "TrainingJob"]
+    (job,) = [dict(d) for d in converted if d["kind"] == "TrainingJob"]
     job["spec"]["workers"] |= workers or {}
     container = job["spec"]["workers"]["template"]["spec"]["containers"][0]
     container["env"] = [*(container.get("env") or []), *({"name": k, "value": v} for k, v in env.items())]
     manifest = tmp_path / name
-    manifest.write_text(yaml.safe_dump_all(converted))
+    manifest.write_text(yaml.safe_dump_all([d for d in converted if d["kind"] != "TrainingJob"] + [job]))
     kubectl(layout, kubeconfig, "apply", "-n", namespace, "-f", str(manifest))
     return job
 
