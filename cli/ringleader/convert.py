@@ -148,7 +148,8 @@ class _Conversion:
         replicas = _mapping(spec.pop("pytorchReplicaSpecs", None), "spec.pytorchReplicaSpecs", self)
         master = replicas.pop("Master", None)
         worker = replicas.pop("Worker", None)
-        for kind in sorted(replicas):
+        if replicas:
+            kind = sorted(replicas)[0]
             raise self.fail(f"spec.pytorchReplicaSpecs.{kind}", "unknown replica type: only Master and Worker")
         if master is None and worker is None:
             raise self.fail("spec.pytorchReplicaSpecs", "needs a Master or a Worker replica spec")

@@ -186,6 +186,11 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
+def gated_names(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The names of the pods that still carry the gang gate."""
+    return {str((x.get("metadata") or {}).get("name", "")) for x in pods if gated(x)}
+
+
 def lift_gate(pod: dict[str, Any]) -> None:
     """Take the gang gate off a pod about to be created (other gates stay; an empty list goes)."""
     spec = pod["spec"]

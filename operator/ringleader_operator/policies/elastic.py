@@ -122,7 +122,7 @@ def _decide(r: Round, job: TrainingJob, cluster: admission.Cluster, current: int
     workers = [p for p in r.observed if p.role == Role.WORKER]
     if any(p.phase == "Succeeded" for p in workers):
         return None  # finishing: its world stays as it is
-    gated = {str((x.get("metadata") or {}).get("name", "")) for x in r.pods if admission.gated(x)}
+    gated = admission.gated_names(r.pods)
     placed = [p for p in workers if r.live(p) and p.workers in (None, current) and p.name not in gated]
     fit = _Fit(job, cluster.nodes, [x for x in cluster.pods if not _of_job(x, job)])
     if not placed:  # nothing of its world is placed: start (or re-form) at the most that fit

@@ -25,7 +25,7 @@ def reform_resized_world(r: Round) -> None:
     for p in current:
         r.status.ranks.setdefault(rank_key(p.role, p.index), RankStatus()).pod_seen = False
     why = f" ({r.resize_why})" if r.resize_why else ""
-    gated = {str((x.get("metadata") or {}).get("name", "")) for x in r.pods if admission.gated(x)}
+    gated = admission.gated_names(r.pods)
     if all(p.name in gated for p in current):  # none of them was ever placed: nothing restarts
         message = f"workers {old_world[-1]} -> {workers}{why}: the waiting pods are made again at the new size"
     else:
