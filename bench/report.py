@@ -19,6 +19,7 @@ from ringleader_devcluster.layout import REPO_ROOT
 from bench import control_plane_plan as cp
 from bench.record import range_verdict
 from bench.report_plots import PLOTTERS, Result
+from bench.stats import ratio_interval, time_verdict
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PLOTS = REPO_ROOT / "bench" / "plots"
@@ -264,7 +265,12 @@ def launchers(result: Result) -> list[str]:
         "",
     ]
     out += table(["launcher", "jobs", "median (s)", "min (s)", "max (s)"], rows)
-    return [*out, "", f"torchrun / trainer: {result['ratio_torchrun_over_trainer']:.2f}x; {result['verdict']}."]
+    line = f"torchrun / trainer: {result['ratio_torchrun_over_trainer']:.2f}x; {result['verdict']}."
+    torchrun, trainer = (runs.get(k, {}).get("runs") for k in ("torchrun", "trainer"))
+    if torchrun and trainer and (ratio := ratio_interval(torchrun, trainer)) is not None:
+        line += (f" The ratio's 95 % bootstrap interval: {ratio.lo:.2f}-{ratio.hi:.2f}x (torchrun "
+                 f"{time_verdict(ratio)}).")  # fmt: skip
+    return [*out, "", line]
 
 
 def devcluster(result: Result) -> list[str]:

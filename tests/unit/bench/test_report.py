@@ -274,3 +274,25 @@ def test_gang_backend_and_topology_sections_report_their_figures() -> None:
     settings = {"racks": 4, "nodes_per_rack": 2, "gpus_per_node": 8, "gangs": [2, 1], "gpus_per_pod": 4, "reps": 3}
     text = "\n".join(report.topology({"settings": settings, "modes": modes}))
     assert "| none | 27 | 2 | 1.80 | 10 % | 0 |" in text and "| Required | 27 | 1 | 1.00 | 100 % | 3 |" in text
+
+
+def test_the_launchers_ratio_carries_its_bootstrap_interval_when_the_runs_are_kept() -> None:
+    def launcher(runs: list[float]) -> dict[str, Any]:
+        return {"summary": {"n": len(runs), "median": sorted(runs)[len(runs) // 2], "min": min(runs),
+                            "max": max(runs)}, "runs": runs}  # fmt: skip
+
+    apart = {
+        "machine": MACHINE,
+        "settings": {"workers": 8, "reps": 5},
+        "create_to_all_initialized_s": {
+            "torchrun": launcher([20.0, 21.0, 19.0, 20.5, 22.0]),
+            "trainer": launcher([10.0, 11.0, 9.0, 10.5, 10.2]),
+        },
+        "ratio_torchrun_over_trainer": 2.0,
+        "verdict": "trainer is faster",
+    }
+    text = report.render({"launchers": apart})
+    assert "The ratio's 95 % bootstrap interval: " in text and "(torchrun slower)." in text
+    runs = {"torchrun": launcher([10.0, 11.0, 12.0]), "trainer": launcher([10.5, 11.5, 11.0])}
+    close = {**apart, "create_to_all_initialized_s": runs}
+    assert "(torchrun not distinguishable)." in report.render({"launchers": close})
