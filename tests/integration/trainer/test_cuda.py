@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT
 from ringleader_trainer.ring import ring_allreduce
 
 from tests.support.launch import LocalJob, job_spec, launch
-from tests.support.ranks import run_ranks
+from tests.support.ranks import free_port, run_ranks
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device visible: these check the trainer on CUDA tensors"
@@ -147,3 +148,26 @@ def test_a_checkpoint_moves_between_gpu_and_cpu_ranks(tmp_path: Path) -> None:
         assert [e["step"] for e in job.workers[0].events("resume")] == ([resumed] if resumed else []), job.logs()
     _, whole = run(tmp_path, "whole", "allreduce", 1, [*args, "--steps", "40"])
     assert_same_model(model, whole, "resumed across devices vs uninterrupted")
+
+
+@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
+def test_the_gpu_examples_trainer_under_torchrun_ends_where_python_m_does(tmp_path: Path, rendezvous: str) -> None:
+    """`torchrun -m ringleader_trainer ...` with no options: the PET_* variables the operator writes (static, or
+    c10d's elastic rendezvous hosted by worker 0) form the world, torchrun's child trains on the GPU over NCCL and
+    ends where `python -m ringleader_trainer` does (same seed, same device)."""
+    args = ["--example", "digits-mlp", "--steps", "24", "--log-every", "8", *PLAIN_SGD]
+    spec: dict[str, Any] = {"strategy": "allreduce", "workers": {"replicas": 1}}
+    if rendezvous == "c10d":
+        spec |= {"workers": {"replicas": 1, "minReplicas": 1, "maxReplicas": 2}, "torchrun": {"rendezvous": "c10d"}}
+    job = TrainingJob.model_validate({"metadata": {"name": "gpu", "namespace": "local"}, "spec": spec})
+    final = tmp_path / "torchrun.pt"
+    port = str(free_port())
+    env = {"PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port, "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}"}
+    launched = launch(job, ["-m", "ringleader_trainer", *args, "--save-final", str(final)], tmp_path / "torchrun",
+                      env_overrides=env, module="torch.distributed.run")  # fmt: skip
+    assert launched.wait(timeout=600) == [0], launched.logs()
+    env_seen = launched.workers[0].env
+    assert env_seen.get("PET_RDZV_BACKEND", "static") == ("c10d" if rendezvous == "c10d" else "static")
+    assert on_device(launched) == {"cuda:0"}, launched.logs()
+    _, plain = run(tmp_path, "plain", "allreduce", 1, args)
+    assert_same_model(dict(torch.load(final, weights_only=True)), plain, f"torchrun ({rendezvous}) vs python -m")
