@@ -12,8 +12,18 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FieldSerializationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+
+from . import ranges as ranges  # re-exported: status readers decode range strings
 
 GROUP = "ringleader.dev"
 VERSION = "v1alpha1"
@@ -117,6 +127,7 @@ MAX_SECONDS = 10**9  # about 31 years
 MAX_GRACE_SECONDS = 86400  # a pod's grace period: a day
 MAX_STEPS = 10**9  # step counts, intervals, restart budgets
 MAX_KEEP = 1000  # checkpoints kept
+MAX_RANK_ENTRIES = 64  # status.ranks keeps at most this many entries of ranks replaced and running again
 
 
 class ParameterServerSettings(Model):
@@ -572,11 +583,35 @@ class RankStatus(Model):
     last_message: str = ""
     last_exit_code: int | None = None
     restart_after: str | None = Field(None, description="The replacement pod is created no earlier than this.")
+    last_replaced: str | None = Field(None, description="When the operator last decided to replace the rank's pod.")
 
     @property
     def attempt(self) -> int:
         """The attempt number of the rank's current pod: every replacement, counted or not, is a new one."""
         return self.restarts + self.stops + self.stalls + self.straggles + self.uncounted
+
+
+_DEFAULT_RANK_FIELDS = tuple(RankStatus().__dict__.values())  # a rank the operator remembers nothing of
+ROLE_VALUES = frozenset(r.value for r in Role)
+
+
+def rank_entries(groups: dict[str, Any]) -> dict[str, Any]:
+    """status.ranks as written (`worker-0-2,5`: one entry for ranks alike) -> one entry per rank (`worker-0`,
+    `worker-1`, ...), each its own copy. An older operator's keys (`worker-1`) are groups of one. A key that does
+    not parse, or ranks past the API's maximum, are left out: status is the operator's own record, and a corrupt
+    entry must not make the job unreadable."""
+    expanded: dict[str, Any] = {}
+    for key, value in groups.items():
+        role, _, spans = str(key).partition("-")
+        if role not in ROLE_VALUES or value is None:
+            continue
+        try:
+            indexes = ranges.decode(spans, 2 * MAX_REPLICAS - len(expanded))
+        except ranges.RangeError:
+            continue
+        for i in indexes:
+            expanded[f"{role}-{i}"] = value.model_copy() if isinstance(value, BaseModel) else value
+    return expanded
 
 
 class Progress(Model):
@@ -668,10 +703,42 @@ class TrainingJobStatus(Model):
         """An empty phase (written by versions that had no enum) reads as none yet."""
         return None if value == "" else value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_rank_groups(cls, data: Any) -> Any:
+        """status.ranks as written (`worker-0-2,5`: one entry for ranks alike) -> one entry per rank, as the
+        operator works with them. An older operator's keys (`worker-1`) are groups of one, so its restart counts
+        carry over. A key that does not parse, or more ranks than the API allows, is left out (status is the
+        operator's own record: a corrupt entry must not make the job unreadable)."""
+        if not isinstance(data, dict) or not isinstance(data.get("ranks"), dict):
+            return data
+        return data | {"ranks": rank_entries(data["ranks"])}
+
+    @field_serializer("ranks")
+    def _group_ranks(self, ranks: dict[str, RankStatus], info: FieldSerializationInfo) -> dict[str, Any]:
+        """Ranks alike (same role, every field equal) under one key, `<role>-<range string>`; ranks at their
+        defaults left out; each entry without its default fields. A job of 10,000 healthy ranks writes one entry."""
+        groups: dict[tuple[str, tuple[Any, ...]], tuple[list[int], RankStatus]] = {}
+        for key, rank in ranks.items():
+            role, _, index = key.rpartition("-")
+            fields = tuple(rank.__dict__.values())
+            if fields == _DEFAULT_RANK_FIELDS:
+                continue
+            groups.setdefault((role, fields), ([], rank))[0].append(int(index))
+        out: dict[str, Any] = {}
+        for (role, _), (indexes, rank) in sorted(groups.items(), key=lambda g: (g[0][0], min(g[1][0]))):
+            out[f"{role}-{ranges.encode(indexes)}"] = rank.model_dump(
+                mode=info.mode, by_alias=info.by_alias, exclude_defaults=True
+            )
+        return out
+
     conditions: list[Condition] = Field(default_factory=list)
     replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, description="Per role: worker, ps.")
     ranks: dict[str, RankStatus] = Field(
-        default_factory=dict, description="Per rank, by pod name suffix (worker-1, ps-0): restarts and why."
+        default_factory=dict,
+        description="What the operator remembers of each rank (restarts and why), ranks alike grouped under one "
+        "key: the role and a range string of its indexes (`worker-0-2,5`: workers 0, 1, 2 and 5; `ps-0`); ranks "
+        "it remembers nothing of are left out, so a job whose ranks run alike keeps one entry however many it has.",
     )
     workers: str = Field("", description="ready/desired workers, for kubectl get.")
     world_size: int = Field(0, description="Ranks of the training's world: worker pods x procsPerPod, and shards.")
@@ -688,6 +755,12 @@ class TrainingJobStatus(Model):
     goodput: Goodput | None = Field(None, description="Where the job's wall time went.")
     elastic: ElasticStatus | None = Field(
         None, description="An elastic job's size and why (minReplicas set; fewer workers run while only that many fit)."
+    )
+    ranks_forgotten: int = Field(
+        0,
+        description="Ranks whose restart history left status.ranks to keep it short (the least recently replaced "
+        f"first, once more than {MAX_RANK_ENTRIES} entries would be kept); their restarts still count in "
+        "replicaStatuses.",
     )
 
 

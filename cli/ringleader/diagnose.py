@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringleader_api import ConditionType, JobPhase, Reason
+from ringleader_api import ConditionType, JobPhase, Reason, rank_entries
 
 from .jobstate import JobState, rank_of_pod
 from .logmerge import rank_order
@@ -243,7 +243,7 @@ def exit_codes(state: JobState) -> list[Finding]:
     """Ranks whose program exited with an error: the last exit code the operator recorded for each rank, and the
     exit codes of pods that ended, grouped by code (OOMKilled is its own rule)."""
     by_code: dict[int, set[str]] = {}
-    for rank, info in ((state.job.get("status") or {}).get("ranks") or {}).items():
+    for rank, info in rank_entries((state.job.get("status") or {}).get("ranks") or {}).items():
         code = info.get("lastExitCode")
         if code and code != 202 and "OOMKilled" not in (info.get("lastMessage") or ""):
             by_code.setdefault(int(code), set()).add(rank)
@@ -392,7 +392,7 @@ def _ranks_where(
             for where in ("state", "lastState"):
                 if terminated((cs.get(where) or {}).get("terminated") or {}):
                     ranks.add(rank_of_pod(pod))
-    for rank, info in ((state.job.get("status") or {}).get("ranks") or {}).items():
+    for rank, info in rank_entries((state.job.get("status") or {}).get("ranks") or {}).items():
         if message(info.get("lastMessage") or ""):
             ranks.add(rank)
     failed = _true(state, ConditionType.FAILED)

@@ -21,6 +21,7 @@ from .policies import (
     elastic,
     gang,
     goodput,
+    history,
     outcome,
     queue,
     resize,
@@ -93,7 +94,9 @@ def plan(
 
 
 def _close(r: Round) -> Plan:
-    """Every round ends here: the counts in status, then whether an ended job's TTL has run out."""
+    """Every round ends here: the ranks' history kept short, the counts in status, then whether an ended job's TTL
+    has run out."""
+    history.forget_settled_history(r)
     r.summarize()
     goodput.account(r)
     ttl.expire_after_ttl(r)

@@ -459,10 +459,11 @@ class Reconciler:
     async def _write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Write the planned status if it changed, conditional on the resourceVersion the round read."""
         new_status = status_json(p.status, with_progress=p.final_progress)
-        gone = set(job.status.ranks) - set(p.status.ranks)
-        if gone:  # a merge patch keeps keys it does not name: ranks the job no longer has are removed by null
+        stored = set(((obj.get("status") or {}).get("ranks") or {}).keys())
+        gone = stored - set(new_status.get("ranks", {}))
+        if gone:  # a merge patch keeps keys it does not name: groups of ranks that changed are removed by null
             new_status.setdefault("ranks", {}).update(dict.fromkeys(gone))
-        if new_status != status_json(job.status, with_progress=p.final_progress):
+        if gone or new_status != status_json(job.status, with_progress=p.final_progress):
             version = (obj.get("metadata") or {}).get("resourceVersion")
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and (record := self.jobs.get((job.namespace, job.name))) is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from ringleader_api import TrainingJobStatus
 from ringleader_devcluster.operatorprocess import OPERATOR_METRICS_PORT
 
 from tests.support.cluster import PROCESS_NODE_SELECTOR, logs, wait_for
@@ -58,6 +59,13 @@ def get(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
 
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def rank_status(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """status.ranks per rank (`worker-1`), every field: the operator writes ranks alike under one range key
+    (`worker-0-2`) and leaves fields at their defaults out."""
+    ranks = TrainingJobStatus.model_validate(job.get("status") or {}).ranks
+    return {key: rank.model_dump(by_alias=True) for key, rank in ranks.items()}
 
 
 def finished(job: dict[str, Any]) -> bool:

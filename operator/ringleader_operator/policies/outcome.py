@@ -9,6 +9,8 @@ from ..estimates import finished
 from ..round_state import Round
 from .cleanup import clean_pods
 
+NOTES_NAMED = 5  # restarts of one round the Restarting condition's message names (the rest are counted)
+
 
 def note_created(r: Round) -> None:
     if not any(c.type == ConditionType.CREATED for c in r.status.conditions):
@@ -28,7 +30,9 @@ def conclude(r: Round) -> None:
             r.plan.final_progress = True
         clean_pods(r)
     elif r.restarting:
-        note = "; ".join(note for _, note in r.restarting)
+        note = "; ".join(note for _, note in r.restarting[:NOTES_NAMED])
+        if len(r.restarting) > NOTES_NAMED:  # many ranks failed at once: each has its event, the message stays short
+            note += f"; and {len(r.restarting) - NOTES_NAMED} more ranks restarting"
         r.set_condition(ConditionType.RESTARTING, True, r.restarting[0][0], note)
         st.phase = JobPhase.RESTARTING
     elif all(_has(r, rank, ("Running", "Succeeded")) for rank in r.desired):

@@ -18,7 +18,7 @@ import math
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, RestartPolicy, Role
+from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, RestartPolicy, Role, ranges
 
 from ..builders import build_pod, pod_name, rank_key
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide
@@ -77,7 +77,7 @@ def _going_failure(pod: ObservedPod) -> Failure:
 def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
     if not _current(rank, pod):
-        if pod.name not in r.plan.delete_pods:  # counted already (or replaced with its gang just now)
+        if not r.planned_to_go(pod.name):  # counted already (or replaced with its gang just now)
             r.plan.delete_pods.append(pod.name)
         return
     rank.pod_seen = True
@@ -135,7 +135,7 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
     if failure.kind == Kind.STOPPED:  # it saved where it stopped: recreated at once, no restart counted
         rank.stops += 1
         note = f"{what}; recreating it (not counted: {total} of backoffLimit {policy.backoff_limit} restarts used)"
-        replace_rank(r, rank, failure, what, None, note, "Normal")
+        replace_rank(r, rank, failure, failure.describe(), None, note, "Normal")
         return True
     rules = spec.failure_rules
     decision, reason, matched = decide(spec.restart_policy, failure, total, policy.backoff_limit, rules)
@@ -150,7 +150,7 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
         delay = backoff_seconds(rank.uncounted, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
         after = r.after(math.ceil(delay) + 1)
         note = f"{what}{by_rule}: recreating it in {math.ceil(delay)} s (not counted against backoffLimit)"
-        replace_rank(r, rank, failure, what, after, note, "Normal")
+        replace_rank(r, rank, failure, failure.describe(), after, note, "Normal")
         r.wake_at(after)
         return True
     r.restarts[role] += 1
@@ -164,7 +164,7 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
         f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
         f"{total + 1} of backoffLimit {policy.backoff_limit})"
     )
-    replace_rank(r, rank, failure, what, after, note, "Warning")
+    replace_rank(r, rank, failure, failure.describe(), after, note, "Warning")
     r.wake_at(after)
     if decision == Decision.RESTART_GANG:
         _restart_gang(r, (role, index), what)
@@ -173,29 +173,39 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
 
 def _restart_gang(r: Round, failed: tuple[Role, int], what: str) -> None:
     """Recreate every other rank with a live pod of its current attempt (not counted: the gang restarts for one
-    rank's failure): deleted with the trainer pods' grace (a job that checkpoints saves where it stops)."""
+    rank's failure): deleted with the trainer pods' grace (a job that checkpoints saves where it stops). One
+    event and one note name them all by range (`workers 0-6,8-1999`), not one per rank."""
+    others: dict[Role, list[int]] = {}
     for (role, index), pods in r.by_rank.items():
         rank = r.status.ranks.get(rank_key(role, index))
         live = [p for p in pods if r.live(p) and rank is not None and _current(rank, p)]
         if (role, index) == failed or rank is None or not live:
             continue
         rank.uncounted += 1
-        note = f"{ROLE_NAMES[role]} {index} (pod {live[0].name}) restarts with its gang: {what}"
-        replace_rank(r, rank, Failure(Kind.GANG), note, None, note, "Normal")
+        replace_rank(r, rank, Failure(Kind.GANG), f"restarted with its gang: {what}", None, "", "Normal")
         r.plan.delete_pods.append(live[0].name)
+        others.setdefault(role, []).append(index)
+    if others:
+        named = ", ".join(f"{ROLE_NAMES[role]}s {ranges.encode(indexes)}" for role, indexes in others.items())
+        note = f"{named} restart with their gang: {what}"
+        r.restarting.append((RESTART_REASONS[Kind.GANG], note))
+        r.plan.events.append(Event("Normal", RESTART_REASONS[Kind.GANG], note))
 
 
 def replace_rank(
-    r: Round, rank: RankStatus, failure: Failure, what: str, after: datetime | None, note: str,
+    r: Round, rank: RankStatus, failure: Failure, detail: str, after: datetime | None, note: str,
     kind: Literal["Normal", "Warning"],
 ) -> None:  # fmt: skip
     """What the rank's status, the job's Restarting condition and an Event say of a pod that is to be replaced
-    (no earlier than `after`, when given)."""
+    (no earlier than `after`, when given). `detail` (the rank's lastMessage) names no rank: ranks replaced alike
+    share one entry in status.ranks; `note` (the event and the condition) names it (none: the caller announces)."""
     note_lost_work(r, failure)
     rank.pod_seen = False
     rank.restart_after = None if after is None else format_time(after)
     rank.last_reason = RESTART_REASONS[failure.kind]
-    rank.last_message = what
+    rank.last_message = detail
     rank.last_exit_code = failure.exit_code
-    r.restarting.append((rank.last_reason, note))
-    r.plan.events.append(Event(kind, rank.last_reason, note))
+    rank.last_replaced = r.now
+    if note:  # a gang's ranks are announced together (_restart_gang)
+        r.restarting.append((rank.last_reason, note))
+        r.plan.events.append(Event(kind, rank.last_reason, note))

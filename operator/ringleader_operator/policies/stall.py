@@ -58,7 +58,7 @@ def _replace_stalled(r: Round, pod: ObservedPod, whole_gang: bool) -> None:
     why = "no rank said which stopped first: replacing every rank" if whole_gang else "it stopped first"
     note = f"{what}: the job stalled and {why}; recreating it (not counted against backoffLimit)"
     failure = Failure(Kind.STALLED)
-    replace_rank(r, rank, failure, f"{what} {failure.describe()}", None, note, "Warning")
+    replace_rank(r, rank, failure, failure.describe(), None, note, "Warning")
     r.plan.kill_pods.append(pod.name)
 
 

@@ -11,7 +11,7 @@ Replacements are not counted against backoffLimit.
 
 from __future__ import annotations
 
-from ringleader_api import ROLE_NAMES, ConditionType, RankStatus, Reason, StragglerPolicy
+from ringleader_api import ConditionType, RankStatus, Reason, StragglerPolicy
 
 from ..builders import rank_key
 from ..conditions import is_true
@@ -43,10 +43,7 @@ def _replace(r: Round, slow: Slow) -> None:
         return  # replaced once already, or this pod is going anyway
     rank.straggles += 1
     rank.avoid_node = slow.node or None
-    what = f"{ROLE_NAMES[slow.role]} {slow.index} (pod {slow.pod})"
     elsewhere = f", preferring a node other than {slow.node}" if slow.node else ""
     note = f"{slow.describe()}: recreating it{elsewhere} (not counted against backoffLimit)"
-    replace_rank(
-        r, rank, Failure(Kind.STRAGGLED), f"{what} {Failure(Kind.STRAGGLED).describe()}", None, note, "Warning"
-    )
+    replace_rank(r, rank, Failure(Kind.STRAGGLED), Failure(Kind.STRAGGLED).describe(), None, note, "Warning")
     r.plan.delete_pods.append(pod.name)

@@ -11,7 +11,7 @@ from kubernetes import client
 from ringleader_devcluster import controlplane, operatorprocess
 
 from tests.support.cluster import wait_for
-from tests.support.jobs import condition, create, get, pods_of, training_job, wait_condition
+from tests.support.jobs import condition, create, get, pods_of, rank_status, training_job, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -54,8 +54,8 @@ def test_the_operator_keeps_reconciling_after_a_control_plane_restart(
     flag.touch()  # worker 1 now fails (SIGTERM's exit code): a pod event the operator must see and act on
 
     job = wait_condition(custom, namespace, "during", "Succeeded", timeout=120)
-    assert job["status"]["ranks"]["worker-1"]["restarts"] == 1
-    assert job["status"]["ranks"]["worker-1"]["lastExitCode"] == 143
+    assert rank_status(job)["worker-1"]["restarts"] == 1
+    assert rank_status(job)["worker-1"]["lastExitCode"] == 143
 
     after = training_job("after", "print('hello')")
     create(custom, namespace, after)

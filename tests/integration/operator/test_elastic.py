@@ -24,6 +24,7 @@ from tests.support.jobs import (
     digits_job,
     get,
     live_pods,
+    rank_status,
     training_job,
     wait_condition,
 )
@@ -80,7 +81,7 @@ def test_scale_4_to_2_to_3_keeps_training_to_succeeded(
             if '"event": "done"' in x]  # fmt: skip
     assert done and done[-1]["test_accuracy"] >= bar, done
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0, job["status"]["ranks"]  # no failure
-    assert sorted(job["status"]["ranks"]) == ["worker-0", "worker-1", "worker-2"]
+    assert sorted(rank_status(job)) == ["worker-0", "worker-1", "worker-2"]
     resized = [e.message for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=el").items
                if e.reason == "Resized"]  # fmt: skip
     assert any("workers 4 -> 2" in m for m in resized) and any("workers 2 -> 3" in m for m in resized), resized

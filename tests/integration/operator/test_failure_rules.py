@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from tests.support.cluster import wait_for
-from tests.support.jobs import condition, create, get, training_job
+from tests.support.jobs import condition, create, get, rank_status, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -38,7 +38,7 @@ def test_a_rule_restarts_exit_201_under_never(
 
     job = wait_for(f"{name} to end", ended, timeout=120)
     assert (condition(job, ends) or {}).get("status") == "True", job["status"]
-    rank = job["status"]["ranks"]["worker-1"]
+    rank = rank_status(job)["worker-1"]
     if rules:
         assert (rank["restarts"], rank["lastExitCode"]) == (1, 201)
         events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items

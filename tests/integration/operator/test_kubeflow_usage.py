@@ -19,7 +19,7 @@ from ringleader.convert import convert_documents
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
 from tests.support.cluster import kubectl, logs, wait_for
-from tests.support.jobs import condition, get, wait_condition
+from tests.support.jobs import condition, get, rank_status, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -100,4 +100,4 @@ def test_the_elastic_echo_survives_the_loss_of_a_pod(
     assert text.count("echo 0") >= 2, text  # started over after the loss (torchrun restarted it)
     assert "world_size 2 sum 2 echo 14" in text, text  # and finished with the replacement, the world whole again
     assert (condition(done, "Succeeded") or {}).get("status") == "True"
-    assert get(custom, namespace, name)["status"]["ranks"]["worker-1"]["restarts"] == 1  # the operator replaced it
+    assert rank_status(get(custom, namespace, name))["worker-1"]["restarts"] == 1  # the operator replaced it

@@ -17,7 +17,7 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.support.cluster import logs, wait_for
 from tests.support.diagnosis import diagnose_job
-from tests.support.jobs import condition, create, finished, get, pods_of, training_job
+from tests.support.jobs import condition, create, finished, get, pods_of, rank_status, training_job
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -93,7 +93,7 @@ def test_pods_of_a_stopped_node_are_replaced_on_another_node(
 
     job = wait_for("the job to finish after losing its node", ended, timeout=300, every=1)
     assert condition(job, "Succeeded"), job.get("status")
-    ranks = job["status"]["ranks"]
+    ranks = rank_status(job)
     assert {k: (r["restarts"], r["lastReason"]) for k, r in ranks.items()} == {
         "worker-0": (1, "NodeLost"),
         "worker-1": (1, "NodeLost"),

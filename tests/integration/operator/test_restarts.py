@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from tests.support.cluster import wait_for
-from tests.support.jobs import condition, create, training_job, wait_condition
+from tests.support.jobs import condition, create, rank_status, training_job, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -61,8 +61,8 @@ def test_restart_policy_and_exit_code(
     status = job["status"]
     if outcome == "Succeeded":
         assert status["replicaStatuses"]["worker"]["restarts"] == 1
-        assert status["ranks"]["worker-1"]["restarts"] == 1
-        assert status["ranks"]["worker-1"]["lastReason"] == reason
+        assert rank_status(job)["worker-1"]["restarts"] == 1
+        assert rank_status(job)["worker-1"]["lastReason"] == reason
         assert condition(job, "Restarting")["status"] == "False"  # type: ignore[index]
         assert len(marker.read_text().split()) == 2  # the rank ran twice
     else:
@@ -82,7 +82,7 @@ def test_an_evicted_rank_is_retried_as_infrastructure_even_under_never(
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evicted-worker-1", namespace=namespace))
     core.create_namespaced_pod_eviction("evicted-worker-1", namespace, eviction)
     job = wait_condition(custom, namespace, "evicted", "Succeeded", timeout=120)
-    rank = job["status"]["ranks"]["worker-1"]
+    rank = rank_status(job)["worker-1"]
     assert (rank["restarts"], rank["lastReason"]) == (1, "RankEvicted")
     assert "was evicted (EvictionByEvictionAPI)" in rank["lastMessage"]
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=evicted").items
@@ -104,7 +104,7 @@ def test_restarts_of_one_rank_back_off_exponentially(
     body = training_job("backoff", script, runPolicy={"restartBackoff": {"baseSeconds": 3, "capSeconds": 60}})
     create(custom, namespace, body)
     job = wait_condition(custom, namespace, "backoff", "Succeeded", timeout=120)
-    assert job["status"]["ranks"]["worker-1"]["restarts"] == 2
+    assert rank_status(job)["worker-1"]["restarts"] == 2
     starts = [float(t) for t in marker.read_text().split()]
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # The first restart waits at least 3 s, the second at least 6 s (each attempt exits at once).

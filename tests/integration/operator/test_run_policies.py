@@ -23,6 +23,7 @@ from tests.support.jobs import (
     get,
     live_pods,
     pods_of,
+    rank_status,
     trainer_events,
     training_job,
     wait_condition,
@@ -112,7 +113,7 @@ def test_an_evicted_rank_saves_where_it_stops_and_is_recreated_without_counting_
     job = wait_condition(custom, namespace, "evict", "Succeeded", timeout=300)
     (stopped,) = [s for s in ckpt.complete_steps(directory, ckpt.expected_files(2, 0)) if s % 100 and s != 160]
     assert 40 <= stopped < 100, stopped
-    rank = job["status"]["ranks"]["worker-1"]
+    rank = rank_status(job)["worker-1"]
     assert (rank["restarts"], rank["stops"], rank["lastReason"], rank["lastExitCode"]) == (0, 1, "RankStopped", 202)
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # nothing counted against backoffLimit
     # Worker 0 was not told to stop: it recovered in place and resumed with worker 1's replacement.

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from ringleader_operator.observed import parse_time
 
-from tests.support.jobs import condition, create, digits_job, trainer_events, wait_condition
+from tests.support.jobs import condition, create, digits_job, rank_status, trainer_events, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -36,7 +36,7 @@ def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
     job = wait_condition(custom, namespace, "stall", "Succeeded", timeout=300)
     status = job["status"]
     assert status["stalls"] == 1 and status["lastStallStep"] == 50
-    rank = status["ranks"]["worker-1"]
+    rank = rank_status(job)["worker-1"]
     assert (rank["stalls"], rank["restarts"], rank["lastReason"]) == (1, 0, "RankStalled")
     assert status["replicaStatuses"]["worker"]["restarts"] == 0  # a stall is not counted against backoffLimit
     assert (condition(job, "Stalled") or {}).get("status") == "False"
@@ -70,7 +70,7 @@ def test_a_straggler_is_named_replaced_once_preferring_another_node_and_the_job_
     message = (condition(job, "Straggler") or {})["message"]
     assert message.startswith("worker 2 (pod slow-worker-2 on node process-node) works"), message
     job = wait_condition(custom, namespace, "slow", "Succeeded", timeout=300)
-    rank = job["status"]["ranks"]["worker-2"]
+    rank = rank_status(job)["worker-2"]
     assert (rank["straggles"], rank["restarts"], rank["avoidNode"]) == (1, 0, "process-node")
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
     # The replacement preferred another node; the cluster has none, so it ran on the same one (preferred only).

@@ -138,7 +138,8 @@ def test_a_pod_that_vanished_unseen_by_the_operator_counts_as_deleted() -> None:
     running = plan(job(), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True, NOW)
     p = again(running, [pod(Role.WORKER, 0, "Running")])
     assert p.status.ranks["worker-1"].last_reason == "PodDeleted" and p.create_pods == []
-    assert "worker 1 (pod j-worker-1) was deleted (pod disappeared)" in p.status.ranks["worker-1"].last_message
+    assert p.status.ranks["worker-1"].last_message == "was deleted (pod disappeared)"  # names no rank: groups
+    assert any("worker 1 (pod j-worker-1) was deleted (pod disappeared)" in e.message for e in p.events)
 
 
 def test_a_pod_of_an_old_attempt_is_deleted_without_counting() -> None:

@@ -32,12 +32,14 @@ class FakeKube:
         self.foreign: list[dict[str, Any]] = []  # pods carrying the job's labels that it does not own
         self.node_list: list[dict[str, Any]] = []  # the cluster's nodes, for gang admission
         self.status: dict[str, Any] = {}  # the last status written
+        self.stored: dict[str, Any] = {}  # the job's status as the API server holds it
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         self.calls.append("get_job")
         return {
             "metadata": {"name": name, "namespace": namespace, "uid": self.uid, "generation": 1},
             "spec": {"workers": {"replicas": 2, "template": TEMPLATE}},
+            "status": self.stored,
         }
 
     async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -215,7 +217,24 @@ def test_a_round_that_creates_a_gang_weighs_it_first_and_looks_at_its_pods_at_on
     assert not any(rank.get("podSeen") for rank in kube.status.get("ranks", {}).values())
     kube.pods = True  # the created pods, as the next round reads them
     asyncio.run(r.round("ns", "j", False))
-    assert all(kube.status["ranks"][f"worker-{i}"]["podSeen"] for i in range(2))
+    assert kube.status["ranks"] == {"worker-0-1": {"podSeen": True}}  # ranks alike: one entry
+
+
+def test_an_older_operators_per_rank_entries_are_rewritten_as_one_group_and_removed() -> None:
+    """status.ranks as an operator before range keys wrote it: the first round writes the group and removes the
+    old keys by null (a merge patch keeps keys it does not name), though the status means the same."""
+    old_entry = {"restarts": 0, "stops": 0, "stalls": 0, "uncounted": 0, "straggles": 0, "podSeen": True,
+                 "lastReason": "", "lastMessage": ""}  # fmt: skip
+    kube = FakeKube(service_exists=True)
+    kube.stored = {"ranks": {"worker-0": old_entry, "worker-1": old_entry}}
+    r = Reconciler(kube, emit=lambda *_: None)
+
+    async def main() -> None:
+        await r.round("ns", "j", False)
+        r.queue.close()
+
+    asyncio.run(main())
+    assert kube.status["ranks"] == {"worker-0-1": {"podSeen": True}, "worker-0": None, "worker-1": None}
 
 
 def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
