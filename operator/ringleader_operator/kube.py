@@ -20,7 +20,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiException
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
-from . import kueue
+from . import kueue, metrics
 from .admission import GATE, Cluster
 from .ratelimit import ClientBudget
 
@@ -147,6 +147,8 @@ class Kube:
             if inspect.iscoroutine(call):
                 call.close()
             raise
+        # Labelled by what it does, without the object ("creating pod", "updating status"): a bounded label.
+        metrics.API_REQUESTS.labels("operator", " ".join(w.split("/")[0] for w in what.split()[:2])).inc()
         try:
             return await call
         except ApiException as e:

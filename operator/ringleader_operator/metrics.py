@@ -17,6 +17,12 @@ CLIENT_WAIT_SECONDS = Counter(
     "ringleader_client_rate_limit_wait_seconds_total",
     "Seconds requests to the API server waited for the operator's client budget (--kube-api-qps, --kube-api-burst).",
 )
+API_REQUESTS = Counter(
+    "ringleader_api_requests_total",
+    "Requests to the API server: client 'operator' (the operator's own calls, by client method) or 'kopf' (its "
+    "watches, patches, events and peering, by method and resource; a watch counted when it starts).",
+    ["client", "call"],
+)
 JOBS = Gauge("ringleader_jobs", "TrainingJobs by phase, as last seen.", ["phase"])
 # Per job, from status.goodput as its last change of phase counted it; a job's series go with the job.
 GOODPUT_RATIO = Gauge(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -79,9 +79,24 @@ class ClientBudget:
         """An aiohttp hook taking a token before each request of a session (kopf's, which has no hook of its
         own): aiohttp awaits it before the request is sent."""
 
-        async def on_request_start(_session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: Any) -> None:
+        async def on_request_start(_session: aiohttp.ClientSession, _ctx: SimpleNamespace, params: Any) -> None:
+            metrics.API_REQUESTS.labels("kopf", request_call(params.method, params.url.path, params.url.query)).inc()
             await self.acquire()
 
         trace = aiohttp.TraceConfig()
         trace.on_request_start.append(on_request_start)
         return trace
+
+
+def request_call(method: str, path: str, query: Mapping[str, str]) -> str:
+    """A request as the request metric names it: its method and resource (`PATCH trainingjobs/status`, `GET pods
+    watch`), never an object's name or namespace (a label per object would grow without bound)."""
+    parts = path.strip("/").split("/")
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else []
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] if rest else "discovery"
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    watch = " watch" if query.get("watch") in ("true", "1") else ""
+    return f"{method} {resource}{watch}"

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 from ringleader_operator.kube import Kube, kopf_session
-from ringleader_operator.ratelimit import ClientBudget, TokenBucket
+from ringleader_operator.ratelimit import ClientBudget, TokenBucket, request_call
 
 
 @pytest.mark.parametrize(
@@ -110,3 +110,21 @@ def test_kopfs_requests_take_their_tokens_from_the_same_budget() -> None:
 
     asyncio.run(main())
     assert waits.asked == [0.1, 0.2, 0.3]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "call"),
+    [
+        ("GET", "/api/v1/pods", {"watch": "true"}, "GET pods watch"),
+        ("GET", "/api/v1/namespaces/ns/pods", {"watch": "1"}, "GET pods watch"),
+        ("PATCH", "/apis/ringleader.dev/v1alpha1/namespaces/ns/trainingjobs/j/status", {}, "PATCH trainingjobs/status"),
+        ("POST", "/api/v1/namespaces/ns/events", {}, "POST events"),
+        ("PATCH", "/apis/kopf.dev/v1/clusterkopfpeerings/ringleader", {}, "PATCH clusterkopfpeerings"),
+        ("GET", "/api/v1/namespaces/ns", {}, "GET namespaces"),
+        ("GET", "/apis/ringleader.dev/v1alpha1", {}, "GET discovery"),
+    ],
+)
+def test_a_request_is_named_by_method_and_resource_never_by_object(
+    method: str, path: str, query: dict[str, str], call: str
+) -> None:
+    assert request_call(method, path, query) == call
