@@ -25,7 +25,7 @@ export RINGLEADER_DEV_DIR := $(DEV_DIR)
 export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image:$(CURDIR)/cli
 
 .PHONY: operator-up operator-down demo images kind-up kind-load kind-demo kind-down
-.PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-trainer clean-cache
+.PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-scale bench-trainer clean-cache
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
@@ -100,6 +100,11 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.topology_bench
 	@$(PY) -m bench.gang_backends_bench
 	@$(PY) -m bench.elastic_admission_bench
+	@$(PY) -m bench.report
+
+bench-scale: dev-cluster ## one job of 1,000 to 10,000 workers, 1,000 jobs of 8: cost against n (about 3 hours)
+	@bash bench/peer/build-training-operator.sh
+	@$(PY) -m bench.scale_bench
 	@$(PY) -m bench.report
 
 bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble

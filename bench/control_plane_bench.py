@@ -34,7 +34,7 @@ import argparse
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -122,8 +122,11 @@ def run(
     layout: Layout,
     jobs: int,
     workers: int,
+    at_running: Callable[[str, int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One measured run on a fresh operator process (started with `flags`) and namespace."""
+    """One measured run on a fresh operator process (started with `flags`) and namespace. `at_running`
+    (namespace, the operator's pid) measures more once every pod runs and the requests are counted; what it
+    returns joins the run's figures."""
     total = jobs * workers
     proc = subject.start(layout.state / "bench" / f"{subject.name}.log", flags)
     try:
@@ -142,6 +145,7 @@ def run(
             if pods.thread.is_alive():  # a long run shows how far it got
                 print(f"[bench]   {subject.name}: {len(pods.seen)} of {total} pods created, {len(pods.running)} "
                       f"Running ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
+        cpu_running = proc_stats(proc.pid)["cpu_seconds"] - cpu0  # the watch ends as the last pod runs
         if pods.running_at is None or pods.created_at is None:
             raise SystemExit(
                 f"bench: {subject.name}: {len(pods.seen)} of {total} pods created, {len(pods.running)} Running "
@@ -151,6 +155,7 @@ def run(
         reqs = audit.requests(layout.audit_log, mark, subject.user)
         stats = proc_stats(proc.pid)
         cluster_cpu = _cluster_cpu(layout) - cluster0
+        more = at_running(ns, proc.pid) if at_running is not None else {}
         if total > PROGRESS_PODS:
             print(f"[bench]   deleting namespace {ns} ({total} pods: this takes minutes)", flush=True)
         delete_namespace(core, ns)  # while the operator runs: it removes its own finalizers
@@ -165,8 +170,10 @@ def run(
         "requests": reqs.as_dict(),
         "requests_per_job": reqs.total / jobs,
         "cpu_s": stats["cpu_seconds"] - cpu0,
+        "cpu_running_s": cpu_running,
         "peak_rss_mb": stats["peak_rss_mb"],
         "cluster_cpu_s": cluster_cpu,
+        **more,
     }
 
 

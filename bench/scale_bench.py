@@ -1,0 +1,152 @@
+"""One job of thousands of ranks, and a thousand small jobs: what the operator costs as n grows (issue 29).
+
+    python -m bench.scale_bench [--workers 1000 2000 5000 10000] [--small-jobs 1000] [--reps 3]
+                                [--subjects floor ringleader training-operator] [--idle 60]
+
+On the dev cluster's kwok fake nodes (sized to hold the largest point; kwok runs nothing, so a pod is Running as
+soon as it is bound), at matched client budgets (bench/control_plane_plan.py's "matched": both operators and
+kube-scheduler with a generous budget, so neither operator is held back by a client limit the other lacks), per
+point and subject, interleaved in an order that rotates by repetition:
+
+- floor: the same pods created by a plain client (16 threads), no operator: how fast this cluster can make and
+  run that many pods at all;
+- ringleader: one TrainingJob of n workers (this checkout's operator, a fresh process per run);
+- training-operator: one PyTorchJob of n workers (Kubeflow's, bench/peer), for comparison.
+
+Per run: created_s (the last pod exists), running_s (every pod Running), the operator's CPU seconds to all
+Running (cpu_running_s) and per pod, its CPU seconds in the `--idle` seconds after (per minute, the job running
+and nothing changing), its peak RSS, the job object's size and its status's size as the API server returns them
+(managedFields included), and its API requests per pod (audit log, until 10 s after Running). Results go to
+bench/results/scale.json; `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts.
+Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client, config
+from ringleader_devcluster import commands, controlplane, operatorprocess
+from ringleader_devcluster.layout import Layout
+
+from bench import control_plane_bench as cpb
+from bench import control_plane_plan as plan
+from bench.common import delete_namespace, new_namespace, proc_stats
+from bench.identity import ensure_namespace
+from bench.record import RESULTS, machine, write_result
+from bench.subjects import Subject, kubeflow_training_operator, ringleader
+
+RESULT = RESULTS / "scale.json"
+FLOOR = "floor"
+PODS_PER_NODE = 110
+CONFIG = plan.CONFIGS["matched"]
+
+
+def floor_run(core: client.CoreV1Api, total: int) -> dict[str, Any]:
+    """The same pods made by a plain client: created and Running, no operator."""
+    ns = new_namespace(core)
+    pods = cpb.PodWatch(core, ns, total)
+    body = {"apiVersion": "v1", "kind": "Pod", "spec": cpb.FAKE_POD}
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(cpb.CREATE_THREADS) as pool:
+        list(pool.map(lambda i: core.create_namespaced_pod(
+            ns, {**body, "metadata": {"name": f"big-{i}"}}, _request_timeout=60), range(total)))  # fmt: skip
+    pods.wait(1800)
+    if pods.running_at is None or pods.created_at is None:
+        raise SystemExit(f"bench: floor: {len(pods.running)} of {total} pods Running after 30 min")
+    out = {"created_s": pods.created_at - t0, "running_s": pods.running_at - t0}
+    delete_namespace(core, ns)
+    return out
+
+
+def at_running(custom: client.CustomObjectsApi, subject: Subject, idle_s: float) -> Any:
+    """What `control_plane_bench.run` measures once every pod runs: the object's size, then the idle CPU."""
+
+    def measure(ns: str, pid: int) -> dict[str, Any]:
+        objs = custom.list_namespaced_custom_object(subject.group, subject.version, ns, subject.plural)["items"]
+        sizes = [len(json.dumps(o)) for o in objs]
+        status = [len(json.dumps(o.get("status") or {})) for o in objs]
+        cpu0 = proc_stats(pid)["cpu_seconds"]
+        time.sleep(idle_s)
+        idle = proc_stats(pid)["cpu_seconds"] - cpu0
+        return {
+            "object_bytes": max(sizes, default=0),
+            "status_bytes": max(status, default=0),
+            "idle_cpu_s_per_min": idle * 60 / idle_s,
+        }
+
+    return measure
+
+
+def schedule(points: list[tuple[int, int]], subjects: list[str], reps: int) -> list[tuple[int, int, str, int]]:
+    """(jobs, workers, subject, rep) in the order they run: every point once per repetition, the subjects of a
+    point in an order that rotates by repetition, so no subject always goes first."""
+    order = []
+    for rep in range(reps):
+        for jobs, workers in points:
+            shift = rep % len(subjects)
+            for name in subjects[shift:] + subjects[:shift]:
+                order.append((jobs, workers, name, rep))
+    return order
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, nargs="*", default=[1000, 2000, 5000, 10000], help="one job of n workers")
+    p.add_argument("--small-jobs", type=int, default=1000, help="jobs of 8 workers created together (0: none)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--subjects", nargs="+", choices=[FLOOR, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
+    p.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured after all Running")
+    args = p.parse_args()
+    layout = Layout.from_env()
+    if not commands.api_ready(layout):
+        raise SystemExit("bench: the dev cluster is not running (start it with `make dev-cluster`)")
+    operatorprocess.operator_down()  # one operator acts on TrainingJobs at a time
+    points = [(1, w) for w in args.workers] + ([(args.small_jobs, 8)] if args.small_jobs else [])
+    largest = max(jobs * workers for jobs, workers in points)
+    nodes = math.ceil(largest / PODS_PER_NODE) + 1
+    commit = machine()["commit"]
+    settings = [
+        f"Ringleader at commit {commit}; points (jobs x workers): {', '.join(f'{j}x{w}' for j, w in points)}",
+        f"{nodes} kwok fake nodes of {PODS_PER_NODE} pods; {CONFIG.scheduler_setting()}; {args.reps} repetitions",
+        *(f"{op}: {', '.join(f'{k} {v}' for k, v in CONFIG.settings[op].items())}" for op in plan.OPERATORS),
+        f"floor: the same pods created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
+        f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)",
+    ]
+    for line in settings:
+        print(f"[bench] {line}", flush=True)
+    controlplane.scale_fake_nodes(layout, nodes)
+    controlplane.set_scheduler_budget(layout, *(CONFIG.scheduler or (None, None)))
+    api = config.new_client_from_config(config_file=str(layout.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    workdir = layout.state / "bench"
+    ensure_namespace(core)
+    factories = {plan.PEER: kubeflow_training_operator, plan.RINGLEADER: ringleader}
+    subjects = {name: factories[name](layout, core, workdir) for name in args.subjects if name != FLOOR}
+    runs: list[dict[str, Any]] = []
+    order = schedule(points, args.subjects, args.reps)
+    try:
+        for i, (jobs, workers, name, rep) in enumerate(order):
+            if name == FLOOR:
+                r = floor_run(core, jobs * workers)
+            else:
+                s = subjects[name]
+                r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, at_running(custom, s, args.idle))
+                r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
+                r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
+            runs.append({**r, "subject": name, "jobs": jobs, "workers": workers, "rep": rep, "commit": commit})
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float | int) and k != "jobs")
+            print(f"[bench] ({i + 1}/{len(order)}) {jobs}x{workers} {name} rep {rep + 1}: {shown}", flush=True)
+    finally:
+        controlplane.set_scheduler_budget(layout, None, None)
+        controlplane.scale_fake_nodes(layout, 0)
+        write_result(RESULT.stem, {"settings": settings, "reps": args.reps, "idle_s": args.idle, "runs": runs})
+
+
+if __name__ == "__main__":
+    main()
