@@ -26,7 +26,7 @@ from .diffbase import NoDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
 from .podcache import PodCache, digest
 from .ratelimit import ClientBudget
-from .reconciler import POD_EVENTS_SECONDS, Reconciler
+from .reconciler import Reconciler
 
 # The safety resync: heals whatever a missed event left behind. Rounds are otherwise event-driven, and what is
 # due at a time (a back-off, the deadline, the TTL, the gang's admission timeout, an elastic growth) asks for its
@@ -241,7 +241,8 @@ async def pod_event(
 ) -> None:
     """A pod that ends or is being deleted gets its job a round now: the round must see it while it still
     exists to tell why it went (an eviction, a lost node, an exit code). Other changes (pods being bound,
-    starting) are grouped: a job's events within POD_EVENTS_SECONDS share one round."""
+    starting) are grouped: a job's events within its window (POD_EVENTS_SECONDS, longer for a large job) share
+    one round."""
     _attach(memo, kwargs)
     reconciler: Reconciler = memo.reconciler
     ended = type == "DELETED" or status.get("phase") in ("Succeeded", "Failed")
@@ -255,4 +256,4 @@ async def pod_event(
     if ended or meta.get("deletionTimestamp"):
         await _reconcile(memo, kwargs, namespace, job)
     else:
-        reconciler.wake_after(namespace, job, POD_EVENTS_SECONDS)
+        reconciler.wake_after(namespace, job, reconciler.pod_events_window(namespace, job))

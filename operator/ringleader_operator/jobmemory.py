@@ -4,11 +4,13 @@ when the job goes."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .observed import Observations
 from .podcache import resource_version
 from .stalls import Clock, Stall
 from .stragglers import Slow, Stragglers, Watch
@@ -50,6 +52,17 @@ class JobMemory:
     # The Workload API (workload_api.py): the name of the job's PodGroup its watch events last showed, and what
     # kube-scheduler said of it (workload_api.reading).
     pod_group: tuple[str, tuple[bool, str] | None] | None = None
+    seen: Observations = field(default_factory=Observations)  # its pods as its rounds observed them
+    plan_seconds: float = 0.0  # how long the job's last plan took (its pod events' grouping window grows with it)
+
+    @contextlib.contextmanager
+    def timing_plan(self) -> Iterator[None]:
+        """Measure a plan (pure, synchronous: nothing else runs meanwhile) into `plan_seconds`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.plan_seconds = time.perf_counter() - started
 
     def saw_workload(self, obj: Mapping[str, Any] | None) -> None:
         """Keep the job's Workload (None: deleted) unless the one kept is a newer version of the same one."""

@@ -105,26 +105,54 @@ class ObservedPod:
 FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest are counted
 
 
-def own_ranks(job: TrainingJob, pods: list[dict[str, Any]]) -> tuple[list[ObservedPod], list[str]]:
+class Observations:
+    """A job's pods as its last round observed them, by (uid, resourceVersion): a version of a pod never changes,
+    so a round looks again only at the pods that changed since (of a 10,000-rank job, those whose events brought
+    the round). Holds the job's current pods only; one per job (the operator's memory of it)."""
+
+    def __init__(self) -> None:
+        self.job_uid = ""  # whose rank each observation judged (a job made again under its name is another)
+        self.kept: dict[tuple[str, str], tuple[ObservedPod | None, bool]] = {}
+
+
+def own_ranks(
+    job: TrainingJob, pods: list[dict[str, Any]], seen: Observations | None = None
+) -> tuple[list[ObservedPod], list[str]]:
     """The job's ranks among `pods` (the pods carrying its job label), and the names of the others.
 
     A rank is a pod with valid rank labels whose controller is this job (by UID) and whose name is that rank's
     name. A pod that only carries the labels (made by hand, by another controller) is never counted, restarted
-    or deleted: two such pods marked Succeeded must not finish the job."""
+    or deleted: two such pods marked Succeeded must not finish the job. `seen`: what earlier rounds of this job
+    observed, reused for pods of the same version (and updated)."""
     uid = str(job.metadata.get("uid", ""))
     ranks, foreign = [], []
+    kept = seen.kept if seen is not None and seen.job_uid == uid else {}
+    now: dict[tuple[str, str], tuple[ObservedPod | None, bool]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        rank = ObservedPod.from_pod(pod)
-        controlled = any(
-            o.get("controller") and o.get("kind") == KIND and o.get("uid") == uid
-            for o in meta.get("ownerReferences") or []
-        )
-        if rank is not None and controlled and rank.name == pod_name(job.name, rank.role, rank.index):
+        version = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        found = kept.get(version) if all(version) else None
+        if found is None:
+            found = _observe(job, uid, pod, meta)
+        if all(version):
+            now[version] = found
+        rank, owned = found
+        if rank is not None and owned:
             ranks.append(rank)
         else:
             foreign.append(str(meta.get("name", "")))
+    if seen is not None:
+        seen.job_uid, seen.kept = uid, now
     return ranks, sorted(foreign)
+
+
+def _observe(job: TrainingJob, uid: str, pod: dict[str, Any], meta: dict[str, Any]) -> tuple[ObservedPod | None, bool]:
+    """The pod as a rank, and whether it is one of `job`'s (controlled by it, named as its rank)."""
+    rank = ObservedPod.from_pod(pod)
+    controlled = any(
+        o.get("controller") and o.get("kind") == KIND and o.get("uid") == uid for o in meta.get("ownerReferences") or []
+    )
+    return rank, rank is not None and controlled and rank.name == pod_name(job.name, rank.role, rank.index)
 
 
 def foreign_pods_message(names: list[str]) -> str:

@@ -15,6 +15,7 @@ from ringleader_api import Reason, TrainingJob
 from . import admission, kueue, workload_api
 from .builders import DEFAULT_MAX_RANKS, InvalidTemplate, desired_ranks, validate
 from .conditions import finished
+from .observed import Observations
 from .policies import (
     cleanup,
     deadline,
@@ -48,6 +49,7 @@ def plan(
     slow: Stragglers | None = None,
     queued: kueue.QueueState | None = None,
     workload_gang: workload_api.Gang | None = None,
+    seen: Observations | None = None,
 ) -> Plan:
     """The whole reconcile decision for one job at time `now` (RFC 3339). `pods` are those carrying the job's
     labels (its ranks are picked from them). `cluster` (every Node and pod) is needed only while some of the
@@ -57,8 +59,9 @@ def plan(
     says of the job's Workload (None: Kueue does not queue the job). `workload_gang`: gangs go to kube-scheduler
     through the Workload API (workload_api.py) instead of the operator's own gate; what it said of this job's.
     An elastic job's world may have fewer workers than it asks for (policies/elastic.py): from the size on, the
-    round's policies see the job at the size it runs at (`r.job`)."""
-    r = Round.open(elastic.at_current_size(job), pods, now, gone)
+    round's policies see the job at the size it runs at (`r.job`). `seen`: the job's pods as its earlier rounds
+    observed them (reused for pods that did not change; the plan is the same without)."""
+    r = Round.open(elastic.at_current_size(job), pods, now, gone, seen)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
         return _close(r)

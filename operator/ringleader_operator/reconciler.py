@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -64,7 +65,13 @@ from .workqueue import WorkQueue
 log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
 NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
-POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round
+POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round (at least; see below)
+# A round plans over all of a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.3 s
+# here): its pod events share a window of PLAN_SHARE times its last plan's duration (at most MAX_EVENTS_SECONDS),
+# so the rounds that bound and started pods bring cost the operator at most about 1/PLAN_SHARE of a core per
+# job, whatever its size. Its counts in status lag by that window; a pod that ends or goes gets a round at once.
+PLAN_SHARE = 10.0
+MAX_EVENTS_SECONDS = 5.0
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
@@ -238,6 +245,13 @@ class Reconciler:
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
+    def pod_events_window(self, namespace: str, name: str) -> float:
+        """How long the job's pod events (bound, started) wait to share one round: POD_EVENTS_SECONDS, longer for
+        a job whose plans take long (see PLAN_SHARE)."""
+        record = self.jobs.get((namespace, name))
+        spent = record.plan_seconds if record is not None else 0.0
+        return min(MAX_EVENTS_SECONDS, max(POD_EVENTS_SECONDS, PLAN_SHARE * spent))
+
     def fresh_due(self, namespace: str, name: str) -> bool:
         """Whether the job's next resync round should read it, its pods and Service from the API server (every
         FRESH_SECONDS after this process first saw the job or last read them so), not from what it has kept."""
@@ -343,8 +357,13 @@ class Reconciler:
         gang = self._workload_gang(job, record)
         # A job running smaller than it asks for (policies/elastic.py) weighs the cluster in each round, to grow.
         growing = queued is None and gang is None and elastic.below_replicas(job)
+        decide = functools.partial(
+            plan, job, pods, service_exists, now, max_ranks=self.max_ranks, gone=gone, stalled=stalled, slow=slow,
+            queued=queued, workload_gang=gang, seen=record.seen,
+        )  # fmt: skip
         if not any(admission.gated(x) for x in pods) and not growing:
-            p = plan(job, pods, service_exists, now, None, self.max_ranks, gone, stalled, slow, queued, gang)
+            with record.timing_plan():
+                p = decide(cluster=None)
             if not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
                 self._handled(key, stalled, slow)
@@ -355,7 +374,8 @@ class Reconciler:
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
             cluster = await self._cluster(exclude=key)
-            p = plan(job, pods, service_exists, now, cluster, self.max_ranks, gone, stalled, slow, queued, gang)
+            with record.timing_plan():
+                p = decide(cluster=cluster)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
         self._handled(key, stalled, slow)

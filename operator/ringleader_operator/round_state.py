@@ -24,7 +24,7 @@ from ringleader_api import (
 )
 
 from .conditions import set_condition
-from .observed import ObservedPod, own_ranks, parse_time
+from .observed import Observations, ObservedPod, own_ranks, parse_time
 
 
 class Event(NamedTuple):
@@ -90,13 +90,19 @@ class Round:
 
     @classmethod
     def open(
-        cls, job: TrainingJob, pods: list[dict[str, Any]], now: str, gone: list[dict[str, Any]] | None = None
+        cls,
+        job: TrainingJob,
+        pods: list[dict[str, Any]],
+        now: str,
+        gone: list[dict[str, Any]] | None = None,
+        seen: Observations | None = None,
     ) -> Round:
-        """`gone`: the last states of the job's pods the watch saw deleted lately (podcache.PodCache.deleted)."""
+        """`gone`: the last states of the job's pods the watch saw deleted lately (podcache.PodCache.deleted).
+        `seen`: the job's pods as earlier rounds observed them (observed.Observations)."""
         old = job.status
         out = Plan(status=_copy_status(old))
         out.status.observed_generation = int(job.metadata.get("generation", 0))
-        observed, out.foreign_pods = own_ranks(job, pods)
+        observed, out.foreign_pods = own_ranks(job, pods, seen)
         restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
         last = {p.name: p for p in own_ranks(job, gone)[0]} if gone else {}
         return cls(job, pods, now, parse_time(now), old, out, observed, restarts, gone=last)
@@ -174,13 +180,14 @@ class Round:
         """The pod is among the deletions planned so far (plan.delete_pods or kill_pods). Asked once per pod by
         several policies, so the lists' names are kept in a set, extended as the lists grow (policies append to
         them or assign new ones; none removes a name): a set lookup instead of a scan of a 10,000-name list."""
-        lists = (self.plan.delete_pods, self.plan.kill_pods)
-        if any(a is not b for a, b in zip(lists, self._going_lists, strict=False)) or not self._going_lists:
-            self._going_lists, self._going_counts, self._going = lists, [0, 0], set()
-        for i, names in enumerate(lists):
-            if len(names) > self._going_counts[i]:
-                self._going.update(names[self._going_counts[i] :])
-                self._going_counts[i] = len(names)
+        deletes, kills = self.plan.delete_pods, self.plan.kill_pods
+        seen = self._going_lists
+        if not seen or seen[0] is not deletes or seen[1] is not kills:
+            self._going_lists, self._going_counts, self._going = (deletes, kills), [0, 0], set()
+        counts = self._going_counts
+        if len(deletes) > counts[0] or len(kills) > counts[1]:
+            self._going.update(deletes[counts[0] :], kills[counts[1] :])
+            self._going_counts = [len(deletes), len(kills)]
         return name in self._going
 
 
