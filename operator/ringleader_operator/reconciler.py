@@ -175,8 +175,11 @@ class Reconciler:
         # Gangs through the cluster's Workload API instead of the operator's gate (decided at start: `use_backend`).
         self.workload_api = False
         self.scraper = ProgressScraper(
-            kube, emit, self.jobs.get, lambda namespace, job: self._pods(namespace, job, False), self._wake_now
-        )
+            kube, emit, self.jobs.get, lambda namespace, job: self._pods(namespace, job, False), self._wake_now,
+            self._first_worker,
+        )  # fmt: skip
+        # kopf's index of every job's worker-0 pods (handlers.first_workers), once attached
+        self.first_workers: Mapping[Any, Iterable[dict[str, Any]]] | None = None
 
     def memory(self, key: Key) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
@@ -283,6 +286,12 @@ class Reconciler:
     def _cached(self) -> PodCache | None:
         """The pod cache once kopf has filled it, else None (read from the API server)."""
         return self.cache if self.cache is not None and self.cache.ready else None
+
+    async def _first_worker(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
+        """The job's worker-0 pods from kopf's index of them; None before kopf has attached it."""
+        if self.first_workers is None or self._cached() is None:
+            return None
+        return list(self.first_workers.get((namespace, job), ()))
 
     def _cached_pods(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
         cache = self._cached()

@@ -31,6 +31,7 @@ RANK_READS_AT_ONCE = 64  # rank pages read at once when a job stalls (each bound
 RANK_PAGES_PER_SECOND = 50.0  # the most rank pages a second the straggler watch reads for one job
 
 Pods = Callable[[str, str], Awaitable[list[dict[str, Any]]]]
+FirstWorker = Callable[[str, str], Awaitable[list[dict[str, Any]] | None]]
 
 
 class ProgressScraper:
@@ -41,12 +42,16 @@ class ProgressScraper:
         memory: Callable[[Key], JobMemory | None],
         pods: Pods,
         wake: Callable[[Key], None] = lambda key: None,
+        first_worker: FirstWorker | None = None,
     ) -> None:
         """`memory(key)`: the job's record, None when the reconciler holds none (the job is gone, or has had
         no round yet: the scrape then does nothing, and never creates a record a deleted job would leave
         behind); `pods(namespace, job)`: the job's pods (from the pod cache, else the API server); `wake(key)`:
-        give the job a round soon (a stall to act on, or progress past one)."""
+        give the job a round soon (a stall to act on, or progress past one); `first_worker(namespace, job)`:
+        the pods of the job's worker 0 alone (an index of them: a scrape of a 10,000-rank job then looks at one
+        pod, not all), None where there is no such index (the pods are searched)."""
         self.api, self.emit, self.memory, self.pods, self.wake = api, emit, memory, pods, wake
+        self.first_worker = first_worker
         self.session: aiohttp.ClientSession | None = None
 
     async def scrape(self, obj: Mapping[str, Any]) -> None:
@@ -57,8 +62,7 @@ class ProgressScraper:
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         if self.memory(key) is None:
             return
-        pods = await self.pods(*key)
-        page = await self._read_worker0(obj, key, pods)
+        page = await self._read_worker0(obj, key)
         if (record := self.memory(key)) is None:  # looked up again: the job may have gone while the page was read
             return
         if page is not None:
@@ -67,15 +71,15 @@ class ProgressScraper:
         policy = _policy(obj)
         if policy is None:
             return
-        await self._watch_stall(obj, key, record, pods, page, policy.progress_deadline_seconds)
+        await self._watch_stall(obj, key, record, page, policy.progress_deadline_seconds)
         if (record := self.memory(key)) is not None:
-            await self._watch_stragglers(obj, key, record, pods, policy)
+            await self._watch_stragglers(obj, key, record, policy)
 
-    async def _read_worker0(
-        self, obj: Mapping[str, Any], key: Key, pods: list[dict[str, Any]]
-    ) -> dict[str, float] | None:
+    async def _read_worker0(self, obj: Mapping[str, Any], key: Key) -> dict[str, float] | None:
         """Worker 0's gauges, or None (no address yet, or the page could not be read: counted, reported)."""
-        worker0 = next((p for p in pods if rank_of(p) == (Role.WORKER, 0) and _ip(p)), None)
+        found = await self.first_worker(*key) if self.first_worker is not None else None
+        candidates = found if found is not None else await self.pods(*key)
+        worker0 = next((p for p in candidates if rank_of(p) == (Role.WORKER, 0) and _ip(p)), None)
         if worker0 is None:
             return None
         try:
@@ -108,7 +112,6 @@ class ProgressScraper:
         obj: Mapping[str, Any],
         key: Key,
         record: JobMemory,
-        pods: list[dict[str, Any]],
         page: dict[str, float] | None,
         deadline: int | None,
     ) -> None:
@@ -126,7 +129,7 @@ class ProgressScraper:
         clock = record.clock
         if clock is None or record.stall is not None or not stalls.overdue(clock, deadline, now):
             return
-        beats = await self._read_ranks(pods)
+        beats = await self._read_ranks(await self.pods(*key))
         culprit = stalls.find_culprit(beats, time.time())
         if (found := self.memory(key)) is None:
             return
@@ -136,9 +139,7 @@ class ProgressScraper:
         log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
         self.wake(key)
 
-    async def _watch_stragglers(
-        self, obj: Mapping[str, Any], key: Key, record: JobMemory, pods: list[dict[str, Any]], policy: RunPolicy
-    ) -> None:
+    async def _watch_stragglers(self, obj: Mapping[str, Any], key: Key, record: JobMemory, policy: RunPolicy) -> None:
         """Every few readings' worth of the window (stragglers.read_every), read every rank's page; hand the
         stragglers to a round when they differ from those last handed (and the first time in this process)."""
         threshold, window = policy.straggler_threshold, float(policy.straggler_window_seconds)
@@ -147,6 +148,7 @@ class ProgressScraper:
         if threshold is None or running is None:
             record.slow_watch = None
             return
+        pods = await self.pods(*key)  # only for a job that watches for stragglers
         if now - record.slow_read_at < stragglers.read_every(window, len(pods), RANK_PAGES_PER_SECOND):
             return
         record.slow_read_at = now

@@ -368,3 +368,40 @@ def test_a_job_without_progress_for_its_deadline_is_found_stalled_naming_the_ran
     assert record.stall is not None and record.stall.step == 57 and record.stall.culprit is not None
     assert record.stall.culprit.pod == "j-worker-1" and record.stall.culprit.node == "node-1"
     assert record.stall.describe().startswith("no progress for 1 s at step 57: worker 1 (pod j-worker-1 on node")
+
+
+def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the index of worker-0 pods the scrape of a job that watches for neither stalls nor stragglers looks
+    at that one pod: the job's other pods (10,000 of them, say) are never listed."""
+    from ringleader_operator import scraper as scraper_module
+    from ringleader_operator.jobmemory import JobMemory, Key
+    from ringleader_operator.scraper import ProgressScraper
+
+    patched: list[dict[str, Any]] = []
+    listed: list[tuple[str, str]] = []
+
+    async def page(_: web.Request) -> web.StreamResponse:
+        return web.Response(text=PAGE)
+
+    class Kube:
+        async def patch_status(
+            self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+        ) -> None:
+            patched.append(status)
+
+    async def every_pod(namespace: str, job: str) -> list[dict[str, Any]]:
+        listed.append((namespace, job))
+        return []
+
+    first = pods_at({"127.0.0.1": (Role.WORKER, 0)})
+
+    async def main() -> None:
+        async with serving(metrics=page) as port:
+            monkeypatch.setattr(scraper_module, "METRICS_PORT", port)
+            jobs: dict[Key, JobMemory] = {("ns", "j"): JobMemory()}
+            r = ProgressScraper(Kube(), lambda *_: None, jobs.get, every_pod, first_worker=first)
+            await r.scrape({"metadata": {"namespace": "ns", "name": "j"}, "status": {}})
+            await r.close()
+
+    asyncio.run(main())
+    assert patched and patched[-1]["progress"]["step"] == 1200 and listed == []
