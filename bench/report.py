@@ -19,7 +19,7 @@ from ringleader_devcluster.layout import REPO_ROOT
 from bench import control_plane_plan as cp
 from bench.record import range_verdict
 from bench.report_plots import PLOTTERS, Result
-from bench.stats import ratio_interval, time_verdict
+from bench.stats import at_most, ratio_interval, spread, time_verdict
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PLOTS = REPO_ROOT / "bench" / "plots"
@@ -417,8 +417,74 @@ def elastic_admission(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows)]
 
 
+# Issue 29's goals, judged at the largest one-job point: (figure, goal, what it says)
+SCALE_GOALS = [
+    ("object_bytes", 100.0, "object <= 100 KB"),
+    ("idle_cpu_s_per_min", 0.6, "idle <= 0.6 CPU-s a minute"),
+    ("running_vs_floor", 1.15, "all Running <= 1.15x the floor"),
+    ("cpu_ms_per_pod", 3.0, "operator CPU to all Running <= 3 ms a pod"),
+    ("peak_rss_mb", 250.0, "peak RSS <= 250 MB"),
+]
+SCALE_COLUMNS = [
+    ("created_s", "created (s)", "{:.1f}"), ("running_s", "all Running (s)", "{:.1f}"),
+    ("cpu_ms_per_pod", "CPU to Running (ms/pod)", "{:.2f}"), ("idle_cpu_s_per_min", "idle CPU (s/min)", "{:.2f}"),
+    ("peak_rss_mb", "peak RSS (MB)", "{:.0f}"), ("object_bytes", "object (KB)", "{:.0f}"),
+    ("status_bytes", "status (KB)", "{:.1f}"), ("requests_per_pod", "requests / pod", "{:.2f}"),
+]  # fmt: skip
+
+
+def scale(result: Result) -> list[str]:
+    """Per point (jobs x workers) and subject, the medians (min-max) of each figure, all Running against the
+    floor's with its 95 % bootstrap interval, the runs that saw a node flap; then issue 29's goals at the largest
+    one-job point, judged on the intervals."""
+    runs = result["runs"]
+    points = sorted({(r["jobs"], r["workers"]) for r in runs}, key=lambda p: (p[0] > 1, p[0] * p[1]))
+    subjects = list(dict.fromkeys(r["subject"] for r in runs))
+    rows, figures = [], {}
+    for jobs, workers in points:
+        here = [r for r in runs if (r["jobs"], r["workers"]) == (jobs, workers)]
+        floor = [r["running_s"] for r in here if r["subject"] == "floor"]
+        for subject in subjects:
+            mine = [r for r in here if r["subject"] == subject]
+            if not mine:
+                continue
+            cells = [f"{jobs} x {workers}", subject, str(len(mine))]
+            for key, _, fmt in SCALE_COLUMNS:
+                values = [r[key] / (1024 if key.endswith("_bytes") else 1) for r in mine if key in r]
+                cells.append(spread(values).text(fmt) if values else "")
+            vs = ratio_interval([r["running_s"] for r in mine], floor) if subject != "floor" else None
+            cells.append(f"{vs.text('{:.2f}', 'x')} {time_verdict(vs)}" if vs else "")
+            cells.append(str(sum(r.get("node_flaps", 0) for r in mine)))
+            rows.append(cells)
+            if jobs == 1 and subject == "ringleader":
+                figures[workers] = (mine, vs)
+    head = ["point", "subject", "runs", *(title for _, title, _ in SCALE_COLUMNS), "Running vs floor", "node flaps"]
+    reps = f"{result['reps']} repetitions, subjects in rotating order; median (min-max)"
+    out = [provenance(result, reps), "", "Settings (printed by the benchmark before its runs):", ""]
+    out += [f"- {line}" for line in result.get("settings", [])]
+    out += ["", *table(head, rows)]
+    if figures:
+        largest = max(figures)
+        mine, vs = figures[largest]
+        out += ["", f"Goals of issue 29 at one job of {largest} workers (judged on the range of the runs):", ""]
+        for key, goal, says in SCALE_GOALS:
+            if key == "running_vs_floor":
+                interval = vs
+            else:
+                values = [r[key] / (1024 if key.endswith("_bytes") else 1) for r in mine if key in r]
+                interval = spread(values) if values else None
+            if interval is None:
+                out.append(f"- {says}: not measured")
+                continue
+            judged = at_most(interval, goal)
+            shown = interval.text("{:.3g}")
+            out.append(f"- {says}: {shown}: **{judged.value}**")
+    return out
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
+    ("scale", "Scale: one job of thousands of ranks, and a thousand small jobs", "make bench-scale", scale),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
     ("strategies", "Data plane: step time per strategy (~25M-parameter wide MLP)", "make bench-trainer", strategies),
     ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),

@@ -16,7 +16,8 @@ point and subject, interleaved in an order that rotates by repetition:
 Per run: created_s (the last pod exists), running_s (every pod Running), the operator's CPU seconds to all
 Running (cpu_running_s) and per pod, its CPU seconds in the `--idle` seconds after (per minute, the job running
 and nothing changing), its peak RSS, the job object's size and its status's size as the API server returns them
-(managedFields included), and its API requests per pod (audit log, until 10 s after Running). Results go to
+(managedFields included), its API requests per pod (audit log, until 10 s after Running), and how often a node
+turned not Ready during the run (a run that saw one is flagged: its figures are not clean). Results go to
 bench/results/scale.json; `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts.
 Nothing is asserted.
 """
@@ -26,11 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from ringleader_devcluster import commands, controlplane, operatorprocess
 from ringleader_devcluster.layout import Layout
 
@@ -45,6 +47,50 @@ RESULT = RESULTS / "scale.json"
 FLOOR = "floor"
 PODS_PER_NODE = 110
 CONFIG = plan.CONFIGS["matched"]
+
+
+class NodeFlaps:
+    """Watches the cluster's nodes during a run and counts how often one turned not Ready (on a machine of few
+    cores a busy operator can starve kwok, whose fake nodes then miss their lease renewals): a run that saw a
+    flap is reported as such, not as clean numbers."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self.core, self.flaps, self.named = core, 0, set[str]()
+        self.stopped = threading.Event()
+        listed = core.list_node()
+        self.ready = {n.metadata.name: _ready(n) for n in listed.items}
+        self.rv = listed.metadata.resource_version
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(self.core.list_node, resource_version=self.rv, timeout_seconds=30):
+                    node = ev["object"]
+                    self.rv = node.metadata.resource_version
+                    ready, before = _ready(node), self.ready.get(node.metadata.name)
+                    if before and not ready and ev["type"] != "DELETED":
+                        self.flaps += 1
+                        self.named.add(node.metadata.name)
+                    self.ready[node.metadata.name] = ready
+                    if self.stopped.is_set():
+                        break
+            except Exception:  # a broken watch: list again (transitions in between are missed, not invented)
+                listed = self.core.list_node()
+                self.ready = {n.metadata.name: _ready(n) for n in listed.items}
+                self.rv = listed.metadata.resource_version
+            finally:
+                w.stop()
+
+    def stop(self) -> dict[str, Any]:
+        self.stopped.set()
+        return {"node_flaps": self.flaps, "nodes_flapped": sorted(self.named)[:5]}
+
+
+def _ready(node: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
 def floor_run(core: client.CoreV1Api, total: int) -> dict[str, Any]:
@@ -132,6 +178,7 @@ def main() -> None:
     order = schedule(points, args.subjects, args.reps)
     try:
         for i, (jobs, workers, name, rep) in enumerate(order):
+            flaps = NodeFlaps(core)
             if name == FLOOR:
                 r = floor_run(core, jobs * workers)
             else:
@@ -139,6 +186,10 @@ def main() -> None:
                 r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, at_running(custom, s, args.idle))
                 r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
                 r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
+            r |= flaps.stop()
+            if r["node_flaps"]:
+                print(f"[bench] WARNING: {r['node_flaps']} times a node turned not Ready during this run "
+                      f"({', '.join(r['nodes_flapped'])}): its figures are not clean", flush=True)  # fmt: skip
             runs.append({**r, "subject": name, "jobs": jobs, "workers": workers, "rep": rep, "commit": commit})
             shown = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float | int) and k != "jobs")
             print(f"[bench] ({i + 1}/{len(order)}) {jobs}x{workers} {name} rep {rep + 1}: {shown}", flush=True)

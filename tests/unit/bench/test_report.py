@@ -296,3 +296,35 @@ def test_the_launchers_ratio_carries_its_bootstrap_interval_when_the_runs_are_ke
     runs = {"torchrun": launcher([10.0, 11.0, 12.0]), "trainer": launcher([10.5, 11.5, 11.0])}
     close = {**apart, "create_to_all_initialized_s": runs}
     assert "(torchrun not distinguishable)." in report.render({"launchers": close})
+
+
+def scale_result(ringleader_running: float, idle: float) -> dict[str, Any]:
+    """Three repetitions at one job of 1,000 and of 2,000 workers: the floor Running in 10 s a thousand pods,
+    Ringleader in `ringleader_running` times that, idle at `idle` CPU-seconds a minute; one run saw a node flap."""
+    runs = []
+    for rep, k in enumerate((0.98, 1.0, 1.02)):
+        for workers in (1000, 2000):
+            base = {"jobs": 1, "workers": workers, "rep": rep, "commit": "abc1234"}
+            floor = 10.0 * workers / 1000 * k
+            runs.append({**base, "subject": "floor", "created_s": floor / 2, "running_s": floor, "node_flaps": 0})
+            runs.append({**base, "subject": "ringleader", "created_s": floor / 2,
+                         "running_s": floor * ringleader_running, "cpu_ms_per_pod": 2.0, "idle_cpu_s_per_min": idle,
+                         "peak_rss_mb": 120.0, "object_bytes": 20_000, "status_bytes": 1500,
+                         "requests_per_pod": 1.2, "node_flaps": int(rep == 1 and workers == 2000)})  # fmt: skip
+    return {"machine": MACHINE, "settings": ["points 1x1000, 1x2000"], "reps": 3, "runs": runs}
+
+
+@pytest.mark.parametrize(
+    ("running", "idle", "verdicts"),
+    [
+        (1.05, 0.1, ["met", "met", "met", "met", "met"]),
+        (1.5, 2.0, ["met", "missed", "missed", "met", "met"]),
+    ],
+)
+def test_scale_goals_are_judged_at_the_largest_point(running: float, idle: float, verdicts: list[str]) -> None:
+    lines = report.scale(scale_result(running, idle))
+    goals = [line for line in lines if line.startswith("- ") and "**" in line]
+    assert [g.rsplit("**", 2)[1] for g in goals] == verdicts, goals
+    assert any(line.startswith("Goals of issue 29 at one job of 2000 workers") for line in lines)
+    flapped = [line for line in lines if line.startswith("| 1 x 2000 | ringleader |")]
+    assert flapped and flapped[0].rstrip(" |").endswith("1"), flapped  # the run that saw a flap is counted
