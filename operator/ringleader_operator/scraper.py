@@ -27,11 +27,21 @@ from .observed import utcnow
 
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
+# A page that cannot be read is tried again later and later (10 s, 20 s, 40 s, then every minute) rather than at
+# every tick: a thousand jobs whose trainers serve no page (kwok's fake pods, a script without metrics) would
+# otherwise cost a connection attempt each every 5 s.
+SCRAPE_BACKOFF_MAX_SECONDS = 60.0
 RANK_READS_AT_ONCE = 64  # rank pages read at once when a job stalls (each bounded by progress.SCRAPE_TIMEOUT)
 RANK_PAGES_PER_SECOND = 50.0  # the most rank pages a second the straggler watch reads for one job
 
 Pods = Callable[[str, str], Awaitable[list[dict[str, Any]]]]
 FirstWorker = Callable[[str, str], Awaitable[list[dict[str, Any]] | None]]
+
+
+def scrape_backoff(failures: int) -> float:
+    """Seconds until the next try after `failures` failed reads in a row: none after the first (the next tick),
+    then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS."""
+    return 0.0 if failures <= 1 else min(SCRAPE_BACKOFF_MAX_SECONDS, 5.0 * 2 ** (failures - 1))
 
 
 class ProgressScraper:
@@ -60,13 +70,13 @@ class ProgressScraper:
         Status is written only when a value changed. Then the stall watch (`_watch_stall`)."""
         meta = obj.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        if self.memory(key) is None:
+        if (record := self.memory(key)) is None or time.monotonic() < record.next_scrape_at:
             return
         page = await self._read_worker0(obj, key)
         if (record := self.memory(key)) is None:  # looked up again: the job may have gone while the page was read
             return
         if page is not None:
-            record.scrape_failures = 0
+            record.scrape_failures, record.next_scrape_at = 0, 0.0
             await self._write_progress(obj, key, progress.progress_of(page, utcnow()))
         policy = _policy(obj)
         if policy is None:
@@ -90,6 +100,7 @@ class ProgressScraper:
             record = self.memory(key)
             if record is not None:
                 record.scrape_failures += 1
+                record.next_scrape_at = time.monotonic() + scrape_backoff(record.scrape_failures)
                 if record.scrape_failures == SCRAPE_FAILURES_REPORTED:
                     self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
             return None

@@ -276,15 +276,26 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
             gone = {"metadata": {"namespace": "ns", "name": "deleted"}, "status": {}}
             await r.scrape(gone)  # a job the reconciler forgot: no read, no record left behind
             assert list(jobs) == [("ns", "j")] and not events
-            for _ in range(SCRAPE_FAILURES_REPORTED + 2):
+            record = jobs[("ns", "j")]
+
+            async def scrape_when_due() -> None:
+                record.next_scrape_at = 0.0  # as if the back-off's time had passed
                 await r.scrape(job)
-            assert len(events) == 1 and not patched and jobs[("ns", "j")].scrape_failures == 5
-            serve["ok"] = True
+
             await r.scrape(job)
-            assert patched and patched[-1]["progress"]["step"] == 1200
+            await r.scrape(job)  # the next tick: tried again
+            assert record.scrape_failures == 2
+            await r.scrape(job)  # at once after a second failure: backing off, not tried
+            assert record.scrape_failures == 2 and record.next_scrape_at - time.monotonic() > 9
+            for _ in range(SCRAPE_FAILURES_REPORTED):
+                await scrape_when_due()
+            assert len(events) == 1 and not patched and record.scrape_failures == 5
+            serve["ok"] = True
+            await scrape_when_due()
+            assert patched and patched[-1]["progress"]["step"] == 1200 and record.next_scrape_at == 0
             serve["ok"] = False
             for _ in range(SCRAPE_FAILURES_REPORTED):
-                await r.scrape(job)
+                await scrape_when_due()
             await r.close()
 
     asyncio.run(main())
@@ -405,3 +416,10 @@ def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: p
 
     asyncio.run(main())
     assert patched and patched[-1]["progress"]["step"] == 1200 and listed == []
+
+
+@pytest.mark.parametrize(("failures", "seconds"), [(1, 0), (2, 10), (3, 20), (4, 40), (5, 60), (30, 60)])
+def test_failed_reads_back_off_to_a_minute(failures: int, seconds: float) -> None:
+    from ringleader_operator.scraper import scrape_backoff
+
+    assert scrape_backoff(failures) == seconds
