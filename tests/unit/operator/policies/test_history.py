@@ -61,3 +61,12 @@ def test_a_gang_restart_of_2000_workers_writes_a_few_entries() -> None:
     written = p.status.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert sorted(written["ranks"]) == ["worker-0-6,8-1999", "worker-7"], written["ranks"]
     assert len(json.dumps(written)) < 5_000
+
+
+def test_a_job_of_10000_workers_is_admitted_by_the_api_and_the_operators_cap() -> None:
+    """Issue 19's maxima and the operator's default cap (--max-replicas-per-job) both admit 10,000 ranks: the
+    first round creates every pod, and its status (every rank without a pod yet) writes no rank entry."""
+    n = 10_000
+    p = plan(job(workers={"replicas": n, "template": TEMPLATE}), [], True, NOW)
+    assert len(p.create_pods) == n and all(c.type.value != "Failed" for c in p.status.conditions)
+    assert p.status.model_dump(by_alias=True, mode="json", exclude_none=True)["ranks"] == {}
