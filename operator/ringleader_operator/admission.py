@@ -21,7 +21,8 @@ the operator image for one function).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -263,7 +264,7 @@ def _assign(specs: Sequence[Mapping[str, Any]], nodes: list[Node]) -> list[Node 
     only shrinks here, so a gang of n like pods costs n + nodes checks, not n x nodes."""
     out: list[Node | None] = [None] * len(specs)
     requests = [pod_requests(s) for s in specs]
-    resume: dict[tuple[Any, ...], int] = {}
+    resume: dict[Hashable, int] = {}
     for i in sorted(range(len(specs)), key=lambda i: _sort_key(requests[i])):
         req, spec = requests[i], specs[i]
         alike = _alike(spec, req)
@@ -279,11 +280,21 @@ def _has_room(spec: Mapping[str, Any], req: Resources, node: Node) -> bool:
     return _fits_node(spec, node) and all(node.free.get(k, Decimal(0)) >= v for k, v in req.items() if v)
 
 
-def _alike(spec: Mapping[str, Any], req: Resources) -> tuple[Any, ...]:
-    """What decides where a pod may go: pods with the same key fit the same nodes."""
-    selector = tuple(sorted((spec.get("nodeSelector") or {}).items()))
-    tolerations = tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or [])
-    return tuple(sorted(req.items())), selector, tolerations
+def _alike(spec: Mapping[str, Any], req: Resources) -> Hashable:
+    """What decides where a pod may go: pods with the same key fit the same nodes. A template of an odd shape
+    (a toleration holding a list: the API server keeps the pod template as written) is keyed by its JSON."""
+    selector = spec.get("nodeSelector") or {}
+    tolerations = spec.get("tolerations") or []
+    try:
+        key = (
+            tuple(sorted(req.items())),
+            tuple(sorted(selector.items())),
+            tuple(tuple(sorted(t.items())) for t in tolerations),
+        )
+        hash(key)
+    except (AttributeError, TypeError):
+        return json.dumps([selector, tolerations, sorted(req.items())], sort_keys=True, default=str)
+    return key
 
 
 def _place(specs: Sequence[Mapping[str, Any]], nodes: list[Node]) -> bool:

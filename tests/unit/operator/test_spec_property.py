@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from ringleader_api import MAX_GPUS, MAX_KEEP, MAX_REPLICAS, MAX_SECONDS, MAX_STEPS, TrainingJob
@@ -213,7 +213,16 @@ def test_every_spec_within_the_bounds_plans_or_fails_as_invalid(spec: dict[str, 
     check_plan(spec, name)
 
 
+def odd_tolerations(replicas: int, tolerations: list[Any]) -> dict[str, Any]:
+    """A template whose tolerations have an odd shape (the API server keeps a pod template as written)."""
+    template = {"spec": {"containers": [{"name": "trainer"}], "tolerations": tolerations}}
+    return {"workers": {"replicas": replicas, "template": template}}
+
+
 @settings(SETTINGS, max_examples=EXAMPLES // 2)
 @given(spec=spec_strategy(garbage=True), name=names)
+@example(spec=odd_tolerations(1, [{"": []}]), name="j")  # once unhashable in gang admission's grouping
+@example(spec=odd_tolerations(2, ["not-a-mapping"]), name="j")
+@example(spec=odd_tolerations(2, [{"key": {"nested": 1}}]), name="j")
 def test_a_template_of_any_shape_plans_or_fails_as_invalid(spec: dict[str, Any], name: str) -> None:
     check_plan(spec, name)
