@@ -26,7 +26,7 @@ def utcnow() -> str:
     return format_time(datetime.now(UTC))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a 10,000-rank job's rounds keep one per pod (Observations)
 class ObservedPod:
     name: str
     role: Role
