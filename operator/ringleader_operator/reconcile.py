@@ -64,19 +64,19 @@ def plan(
     r = Round.open(elastic.at_current_size(job), pods, now, gone, seen)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
-        return _close(r)
+        return _close(r, queued)
     try:
         validate(job, max_ranks)
     except InvalidTemplate as e:
         r.fail(Reason.INVALID_SPEC, str(e))
-        return _close(r)
+        return _close(r, queued)
     outcome.note_created(r)
     if suspend.suspend(r) or queue.hold(r, queued):
-        return _close(r)
+        return _close(r, queued)
     suspend.resume(r)
     deadline.start_clock(r)
     if deadline.past_deadline(r):
-        return _close(r)
+        return _close(r, queued)
     r.plan.create_service = not service_exists
     elastic.size_world(r, job, cluster, own_gates=queued is None and workload_gang is None)  # r.job: at that size
     resize.reform_resized_world(r)
@@ -93,14 +93,18 @@ def plan(
         cleanup.clean_pods(r)
     else:
         outcome.conclude(r)
-    return _close(r)
+    return _close(r, queued)
 
 
-def _close(r: Round) -> Plan:
+def _close(r: Round, queued: kueue.QueueState | None) -> Plan:
     """Every round ends here: the ranks' history kept short, the counts in status, then whether an ended job's TTL
     has run out."""
     history.forget_settled_history(r)
     r.summarize()
     goodput.account(r)
     ttl.expire_after_ttl(r)
+    if queued is not None and finished(r.status.conditions) and not finished(r.old.conditions):
+        # The round after the end marks Kueue's Workload Finished (its quota goes to the next job): no event may
+        # come for a job whose pods all ended, and there is no periodic round to count on.
+        r.wake_at(r.at)
     return r.plan

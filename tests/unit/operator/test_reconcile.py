@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from ringleader_api import Role
+from ringleader_operator.kueue import QueueState
 from ringleader_operator.observed import earlier_job_leftovers, foreign_pods_message, own_ranks
 from ringleader_operator.reconcile import plan
 
@@ -43,6 +44,20 @@ def test_all_workers_succeeded_completes_and_cleans_running_parameter_servers() 
     assert p.status.completion_time == NOW
     assert p.delete_pods == ["j-ps-0"]  # cleanPodPolicy Running (default)
     assert p.status.replica_statuses["worker"].succeeded == 2
+
+
+@pytest.mark.parametrize("ends", ["Succeeded", "Failed"])
+def test_the_round_that_ends_a_kueue_job_asks_for_the_next_at_once(ends: str) -> None:
+    """The round after the end marks Kueue's Workload Finished (its quota goes to the next job); no event may
+    come for a job whose pods all ended. Asked only by the round that ends a job Kueue queues."""
+    workers = {"replicas": 2, "template": TEMPLATE, "restartPolicy": "Never"}
+    pods = [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, ends, exit_code=1 if ends == "Failed" else None)]
+    admitted = QueueState(True, "admitted by Kueue's ClusterQueue q")
+    p = plan(job(workers=workers), pods, True, NOW, queued=admitted)
+    assert p.status.phase == ends and p.requeue_after == 0
+    assert plan(job(workers=workers), pods, True, NOW).requeue_after is None  # not queued by Kueue
+    ended = job(status=p.status.model_dump(by_alias=True), workers=workers)
+    assert plan(ended, pods, True, NOW, queued=admitted).requeue_after is None  # ended before: nothing asked
 
 
 def test_never_policy_fails_the_job_naming_rank_and_exit_code() -> None:
