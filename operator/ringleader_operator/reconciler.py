@@ -120,6 +120,21 @@ def status_json(status: TrainingJobStatus, with_progress: bool = False) -> dict[
     )
 
 
+def ranks_patch(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """status.ranks as a merge patch that turns the `stored` entries into `new` ones. A merge patch keeps what it
+    does not name, and the entries leave out fields at their defaults (or none), so each stored field a kept entry
+    leaves out is removed by null (the API server then puts back the CRD's default), and so is each entry that
+    is gone (its ranks are grouped under another key now)."""
+    patch: dict[str, Any] = dict(new)
+    for key, old in stored.items():
+        entry = new.get(key)
+        if entry is None:
+            patch[key] = None
+        elif isinstance(old, Mapping) and isinstance(entry, Mapping):
+            patch[key] = {**dict.fromkeys(old.keys() - entry.keys()), **entry}
+    return patch
+
+
 def managed_elsewhere(obj: Mapping[str, Any]) -> bool:
     """Whether the job's spec.managedBy names another controller (read from the raw object: such a job's spec is
     that controller's to check)."""
@@ -488,11 +503,10 @@ class Reconciler:
     async def _write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Write the planned status if it changed, conditional on the resourceVersion the round read."""
         new_status = status_json(p.status, with_progress=p.final_progress)
-        stored = set(((obj.get("status") or {}).get("ranks") or {}).keys())
-        gone = stored - set(new_status.get("ranks", {}))
-        if gone:  # a merge patch keeps keys it does not name: groups of ranks that changed are removed by null
-            new_status.setdefault("ranks", {}).update(dict.fromkeys(gone))
+        stored = ((obj.get("status") or {}).get("ranks")) or {}
+        gone = stored.keys() - new_status.get("ranks", {}).keys()
         if gone or new_status != status_json(job.status, with_progress=p.final_progress):
+            new_status["ranks"] = ranks_patch(stored, new_status.get("ranks", {}))
             version = (obj.get("metadata") or {}).get("resourceVersion")
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and (record := self.jobs.get((job.namespace, job.name))) is not None:

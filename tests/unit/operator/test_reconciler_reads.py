@@ -10,8 +10,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
-from ringleader_api import Role
+from ringleader_api import RankStatus, Role
 from ringleader_operator import admission
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
@@ -235,6 +237,61 @@ def test_an_older_operators_per_rank_entries_are_rewritten_as_one_group_and_remo
 
     asyncio.run(main())
     assert kube.status["ranks"] == {"worker-0-1": {"podSeen": True}, "worker-0": None, "worker-1": None}
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies one to status (null removes a key)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge(out.get(key), value)
+    return out
+
+
+def stored_form(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as the API server keeps it: the CRD's defaults filled in (fields without one stay absent)."""
+    return RankStatus.model_validate(entry).model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+entries = st.builds(
+    RankStatus,
+    restarts=st.integers(0, 3),
+    pod_seen=st.booleans(),
+    avoid_node=st.none() | st.just("node-a"),
+    last_reason=st.sampled_from(["", "RankRestarting"]),
+    restart_after=st.none() | st.just("2026-01-01T00:00:00Z"),
+    last_exit_code=st.none() | st.integers(0, 2),
+)
+keys = st.sampled_from(["worker-0", "worker-1", "worker-2-3", "ps-0"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored=st.dictionaries(keys, entries), new=st.dictionaries(keys, entries))
+def test_the_ranks_patch_leaves_the_stored_ranks_as_written(
+    stored: dict[str, RankStatus], new: dict[str, RankStatus]
+) -> None:
+    """Whatever the API server holds, merging the patch leaves exactly the new entries (after defaulting): a
+    field reset to its default or to none (podSeen false once a rank's pod is replaced, restartAfter cleared) is
+    removed, not kept from the stored entry."""
+    held = {key: stored_form(rank.model_dump(by_alias=True, mode="json")) for key, rank in stored.items()}
+    written = {key: rank.model_dump(by_alias=True, mode="json", exclude_defaults=True) for key, rank in new.items()}
+    merged = merge(held, reconciler_module.ranks_patch(held, written))
+    assert {key: stored_form(entry) for key, entry in merged.items()} == {
+        key: stored_form(entry) for key, entry in written.items()
+    }
+
+
+def test_a_replaced_ranks_pod_seen_is_removed_from_its_stored_entry() -> None:
+    """The regression make test found: the default podSeen false was left out of the patch, the stored true
+    stayed, and the next round counted the replaced pod's deletion as one more failure."""
+    held = {"worker-1": stored_form({"podSeen": True})}
+    patch = reconciler_module.ranks_patch(held, {"worker-1": {"restarts": 1, "restartAfter": "2026-01-01T00:00:00Z"}})
+    assert patch["worker-1"]["podSeen"] is None
+    assert merge(held, patch)["worker-1"].get("podSeen") is None
 
 
 def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
