@@ -28,7 +28,7 @@ Pod = dict[str, Any]
 META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "ownerReferences")
 OWN_ANNOTATIONS = f"{GROUP}/"
 SPEC_KEYS = ("nodeName", "schedulingGates", "schedulingGroup", "nodeSelector", "tolerations", "overhead")
-STATUS_KEYS = ("phase", "reason", "podIP")
+STATUS_KEYS = ("phase", "reason", "podIP", "startTime")
 
 
 def _pick(obj: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:

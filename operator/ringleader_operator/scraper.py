@@ -23,7 +23,7 @@ from . import metrics, progress, stalls, stragglers
 from .builders import METRICS_PORT, rank_of
 from .jobmemory import JobMemory, Key
 from .kubeapi import EventSink, StatusApi
-from .observed import utcnow
+from .observed import parse_time, utcnow
 
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
@@ -38,10 +38,19 @@ Pods = Callable[[str, str], Awaitable[list[dict[str, Any]]]]
 FirstWorker = Callable[[str, str], Awaitable[list[dict[str, Any]] | None]]
 
 
-def scrape_backoff(failures: int) -> float:
-    """Seconds until the next try after `failures` failed reads in a row: none after the first (the next tick),
-    then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS."""
-    return 0.0 if failures <= 1 else min(SCRAPE_BACKOFF_MAX_SECONDS, 5.0 * 2 ** (failures - 1))
+# A trainer serves its page only once it has imported torch and built its model: tens of seconds on a busy node.
+# Until worker 0 has run this long, a failed read is tried again at the next tick (no back-off), so a short job's
+# progress is seen while it runs.
+SCRAPE_GRACE_SECONDS = 60.0
+
+
+def scrape_backoff(failures: int, running_for: float | None = None) -> float:
+    """Seconds until the next try after `failures` failed reads in a row of a worker 0 that has run for
+    `running_for` seconds (None: not known): none after the first (the next tick) or while it has run less than
+    SCRAPE_GRACE_SECONDS, then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS."""
+    if failures <= 1 or (running_for is not None and running_for < SCRAPE_GRACE_SECONDS):
+        return 0.0
+    return min(SCRAPE_BACKOFF_MAX_SECONDS, 5.0 * 2 ** (failures - 1))
 
 
 class ProgressScraper:
@@ -100,7 +109,8 @@ class ProgressScraper:
             record = self.memory(key)
             if record is not None:
                 record.scrape_failures += 1
-                record.next_scrape_at = time.monotonic() + scrape_backoff(record.scrape_failures)
+                waited = scrape_backoff(record.scrape_failures, _running_for(worker0, time.time()))
+                record.next_scrape_at = time.monotonic() + waited
                 if record.scrape_failures == SCRAPE_FAILURES_REPORTED:
                     self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")
             return None
@@ -207,6 +217,23 @@ class ProgressScraper:
 
 def _ip(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("podIP") or "")
+
+
+def _running_for(pod: Mapping[str, Any], now: float) -> float | None:
+    """Seconds since the pod's trainer container started (else the pod), None when its status says neither."""
+    status = pod.get("status") or {}
+    started = next(
+        (
+            c["state"]["running"].get("startedAt")
+            for c in status.get("containerStatuses") or []
+            if isinstance((c.get("state") or {}).get("running"), dict)
+        ),
+        None,
+    ) or status.get("startTime")
+    try:
+        return now - parse_time(started).timestamp() if isinstance(started, str) else None
+    except ValueError:
+        return None
 
 
 def _condition_true(status: Mapping[str, Any], kind: ConditionType) -> bool:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "train_custom.py"
-STEPS = 1000  # long enough (seconds) for the operator to report progress while the job runs
+STEPS = 4000  # about 10 s here: long enough for the operator's scrape (every 5 s) to report progress meanwhile
 RESTARTING_SCRIPT = """\
 import os, sys, time
 attempt, rank = os.environ["RINGLEADER_ATTEMPT"], os.environ["RANK"]

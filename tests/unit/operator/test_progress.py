@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -418,8 +419,33 @@ def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: p
     assert patched and patched[-1]["progress"]["step"] == 1200 and listed == []
 
 
-@pytest.mark.parametrize(("failures", "seconds"), [(1, 0), (2, 10), (3, 20), (4, 40), (5, 60), (30, 60)])
-def test_failed_reads_back_off_to_a_minute(failures: int, seconds: float) -> None:
+@pytest.mark.parametrize(
+    ("failures", "running_for", "seconds"),
+    [(1, None, 0), (2, None, 10), (3, None, 20), (4, None, 40), (5, None, 60), (30, None, 60), (30, 600, 60),
+     (5, 59, 0), (5, 61, 60)],
+)  # fmt: skip
+def test_failed_reads_back_off_to_a_minute_once_worker_0_has_run_a_minute(
+    failures: int, running_for: float | None, seconds: float
+) -> None:
+    """A trainer still importing torch serves no page yet: while worker 0 is young every tick tries again."""
     from ringleader_operator.scraper import scrape_backoff
 
-    assert scrape_backoff(failures) == seconds
+    assert scrape_backoff(failures, running_for) == seconds
+
+
+@pytest.mark.parametrize(
+    ("status", "running_for"),
+    [
+        ({"startTime": "2026-01-01T00:00:00Z"}, 100.0),
+        ({"startTime": "2026-01-01T00:00:00Z",
+          "containerStatuses": [{"state": {"running": {"startedAt": "2026-01-01T00:01:00Z"}}}]}, 40.0),
+        ({"containerStatuses": [{"state": {"waiting": {}}}]}, None),
+        ({"startTime": "not a time"}, None),
+        ({}, None),
+    ],
+)  # fmt: skip
+def test_worker_0_has_run_since_its_container_started(status: dict[str, Any], running_for: float | None) -> None:
+    from ringleader_operator.scraper import _running_for
+
+    now = datetime(2026, 1, 1, 0, 1, 40, tzinfo=UTC).timestamp()
+    assert _running_for({"status": status}, now) == running_for
