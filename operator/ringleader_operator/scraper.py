@@ -50,7 +50,7 @@ def scrape_backoff(failures: int, running_for: float | None = None) -> float:
     SCRAPE_GRACE_SECONDS, then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS."""
     if failures <= 1 or (running_for is not None and running_for < SCRAPE_GRACE_SECONDS):
         return 0.0
-    return min(SCRAPE_BACKOFF_MAX_SECONDS, 5.0 * 2 ** (failures - 1))
+    return min(SCRAPE_BACKOFF_MAX_SECONDS, 5.0 * 2.0 ** (failures - 1))
 
 
 class ProgressScraper:
