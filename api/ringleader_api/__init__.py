@@ -9,6 +9,7 @@ camelCase JSON names; Python attributes are snake_case.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -592,6 +593,19 @@ class RankStatus(Model):
 
 
 _DEFAULT_RANK_FIELDS = tuple(RankStatus().__dict__.values())  # a rank the operator remembers nothing of
+
+
+def rank_groups(ranks: Mapping[str, RankStatus]) -> dict[tuple[str, tuple[Any, ...]], list[str]]:
+    """The per-rank keys (`worker-3`) of ranks alike (same role, every field equal) by (role, fields), in the
+    order first met; ranks at their defaults left out. One group is one entry of status.ranks as written."""
+    groups: dict[tuple[str, tuple[Any, ...]], list[str]] = {}
+    for key, rank in ranks.items():
+        fields = tuple(rank.__dict__.values())
+        if fields != _DEFAULT_RANK_FIELDS:
+            groups.setdefault((key.rpartition("-")[0], fields), []).append(key)
+    return groups
+
+
 ROLE_VALUES = frozenset(r.value for r in Role)
 
 
@@ -718,15 +732,12 @@ class TrainingJobStatus(Model):
     def _group_ranks(self, ranks: dict[str, RankStatus], info: FieldSerializationInfo) -> dict[str, Any]:
         """Ranks alike (same role, every field equal) under one key, `<role>-<range string>`; ranks at their
         defaults left out; each entry without its default fields. A job of 10,000 healthy ranks writes one entry."""
-        groups: dict[tuple[str, tuple[Any, ...]], tuple[list[int], RankStatus]] = {}
-        for key, rank in ranks.items():
-            role, _, index = key.rpartition("-")
-            fields = tuple(rank.__dict__.values())
-            if fields == _DEFAULT_RANK_FIELDS:
-                continue
-            groups.setdefault((role, fields), ([], rank))[0].append(int(index))
+        groups = [
+            (role, [int(k.rpartition("-")[2]) for k in keys], ranks[keys[0]])
+            for (role, _), keys in rank_groups(ranks).items()
+        ]
         out: dict[str, Any] = {}
-        for (role, _), (indexes, rank) in sorted(groups.items(), key=lambda g: (g[0][0], min(g[1][0]))):
+        for role, indexes, rank in sorted(groups, key=lambda g: (g[0], min(g[1]))):
             out[f"{role}-{ranges.encode(indexes)}"] = rank.model_dump(
                 mode=info.mode, by_alias=info.by_alias, exclude_defaults=True
             )

@@ -12,7 +12,7 @@ backoffLimit; what is lost is the rank's own back-off step and its lastMessage.
 
 from __future__ import annotations
 
-from ringleader_api import MAX_RANK_ENTRIES, RankStatus
+from ringleader_api import MAX_RANK_ENTRIES, RankStatus, rank_groups
 
 from ..observed import parse_time
 from ..round_state import Round
@@ -20,10 +20,11 @@ from ..round_state import Round
 
 def forget_settled_history(r: Round) -> None:
     """Keep at most MAX_RANK_ENTRIES groups of replaced ranks in status.ranks (see the module's docstring)."""
-    groups: dict[tuple[object, ...], list[str]] = {}
-    for key, rank in r.status.ranks.items():
-        if rank.attempt or rank.last_reason:
-            groups.setdefault((key.rpartition("-")[0], *rank.__dict__.values()), []).append(key)
+    groups = {
+        group: keys
+        for group, keys in rank_groups(r.status.ranks).items()
+        if (rank := r.status.ranks[keys[0]]).attempt or rank.last_reason
+    }
     excess = len(groups) - MAX_RANK_ENTRIES
     if excess <= 0:
         return
