@@ -28,10 +28,12 @@ from .podcache import PodCache, digest
 from .ratelimit import ClientBudget
 from .reconciler import Reconciler
 
-# The resync: heals whatever a missed event left behind, and (still) brings the rounds some decisions wait for
-# (make test at 1800 s: the restart back-off, the chaos run and Kueue's queue stood still). Lengthening it is
-# issue 29's open work: each such decision must ask for its own round first (Plan.requeue_after).
-RESYNC_SECONDS = 30.0
+# The safety resync: heals whatever a missed event left behind. Rounds are otherwise event-driven, and what is
+# due at a time (a back-off, the deadline, the TTL, the gang's admission timeout, an elastic growth) asks for its
+# own round (Plan.requeue_after), so a job whose pods do not change costs nothing between resyncs. Every 30 s
+# (as before) a thousand running jobs cost a round each twice a minute; every 30 minutes, one round of one of
+# them every 2 s (controller-runtime's default is 10 hours).
+RESYNC_SECONDS = 1800.0
 PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
 # How long kopf keeps an object's worker after its last event. An idle worker holds that event's whole
 # body (managedFields included): at kopf's default of 5 s, a burst of 500 new jobs had about 800 of their 2000

@@ -1,6 +1,6 @@
 """One job of 2,000 workers on kwok fake nodes (kwok runs nothing: the pods stay Running): it reaches Running, its
 object (managedFields included) stays under 100 KB, and once it runs and nothing changes, a minute costs the
-operator no request to the API server. Requests are read from the operator's own counter
+operator no request to the API server and no round. Requests are read from the operator's own counter
 (ringleader_api_requests_total: its own calls and kopf's), rounds from its round-duration histogram."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ringleader_devcluster.operatorprocess import OPERATOR_METRICS_PORT
 
 from tests.support.cluster import wait_for
 from tests.support.fakenodes import add_fake_nodes, fake_node, pool_job, remove_fake_nodes
-from tests.support.jobs import create, get
+from tests.support.jobs import create, get, operator_rounds
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -62,9 +62,10 @@ def test_a_2000_worker_job_runs_with_a_small_object_and_an_idle_minute_costs_no_
         # The scraper's failure to reach worker 0 (kwok runs no trainer) is reported once, after 3 tries 5 s
         # apart; then nothing is left to happen.
         time.sleep(30)
-        before = api_requests()
+        before, rounds = api_requests(), operator_rounds()
         time.sleep(60)
         assert job_requests(before, api_requests()) == {}
+        assert operator_rounds() == rounds
         assert get(custom, namespace, "big")["status"]["phase"] == "Running"
     finally:
         custom.delete_namespaced_custom_object("ringleader.dev", "v1alpha1", namespace, "trainingjobs", "big")
