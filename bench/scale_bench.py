@@ -27,17 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
 from ringleader_devcluster import commands, controlplane, operatorprocess
-from ringleader_devcluster.layout import Layout
+from ringleader_devcluster.layout import REPO_ROOT, Layout
 
 from bench import control_plane_bench as cpb
 from bench import control_plane_plan as plan
+from bench import profile as profiling
 from bench.common import delete_namespace, new_namespace, proc_stats
 from bench.identity import ensure_namespace
 from bench.record import RESULTS, machine, write_result
@@ -110,21 +113,30 @@ def floor_run(core: client.CoreV1Api, total: int) -> dict[str, Any]:
     return out
 
 
-def at_running(custom: client.CustomObjectsApi, subject: Subject, idle_s: float) -> Any:
-    """What `control_plane_bench.run` measures once every pod runs: the object's size, then the idle CPU."""
+def at_running(custom: client.CustomObjectsApi, subject: Subject, idle_s: float, profile: Path | None = None) -> Any:
+    """What `control_plane_bench.run` measures once every pod runs: the object's size, then the idle CPU;
+    `profile`: where py-spy's samples of the idle operator go (their top frames join the figures)."""
 
     def measure(ns: str, pid: int) -> dict[str, Any]:
         objs = custom.list_namespaced_custom_object(subject.group, subject.version, ns, subject.plural)["items"]
         sizes = [len(json.dumps(o)) for o in objs]
         status = [len(json.dumps(o.get("status") or {})) for o in objs]
+        spy = profiling.record(pid, idle_s, profile) if profile is not None else None
         cpu0 = proc_stats(pid)["cpu_seconds"]
         time.sleep(idle_s)
         idle = proc_stats(pid)["cpu_seconds"] - cpu0
-        return {
+        out: dict[str, Any] = {
             "object_bytes": max(sizes, default=0),
             "status_bytes": max(status, default=0),
             "idle_cpu_s_per_min": idle * 60 / idle_s,
         }
+        if spy is not None and profile is not None:
+            _, err = spy.communicate(timeout=idle_s + 60)
+            if spy.returncode != 0 or not profile.exists():
+                raise SystemExit(f"bench: py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
+            out["idle_profile"] = profiling.describe(profiling.top_frames(profile.read_text()), idle)
+            print("\n".join(f"[bench]   {line}" for line in out["idle_profile"]), flush=True)
+        return out
 
     return measure
 
@@ -141,14 +153,23 @@ def schedule(points: list[tuple[int, int]], subjects: list[str], reps: int) -> l
     return order
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="*", default=[1000, 2000, 5000, 10000], help="one job of n workers")
     p.add_argument("--small-jobs", type=int, default=1000, help="jobs of 8 workers created together (0: none)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--subjects", nargs="+", choices=[FLOOR, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
     p.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured after all Running")
-    args = p.parse_args()
+    p.add_argument("--profile", action="store_true", help="py-spy the operator's idle seconds: its top frames")
+    p.add_argument(
+        "--operator-tree", type=Path, help="another checkout's operator and CRD (an earlier commit: its results go "
+        "to scale-<commit>.json, not into BENCHMARKS.md)",
+    )  # fmt: skip
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     layout = Layout.from_env()
     if not commands.api_ready(layout):
         raise SystemExit("bench: the dev cluster is not running (start it with `make dev-cluster`)")
@@ -156,7 +177,12 @@ def main() -> None:
     points = [(1, w) for w in args.workers] + ([(args.small_jobs, 8)] if args.small_jobs else [])
     largest = max(jobs * workers for jobs, workers in points)
     nodes = math.ceil(largest / PODS_PER_NODE) + 1
-    commit = machine()["commit"]
+    commit, tree, result = machine()["commit"], REPO_ROOT, RESULT.stem
+    if args.operator_tree is not None:
+        tree = args.operator_tree.resolve()
+        other = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        commit, result = f"{other} (the operator; the benchmark at {commit})", f"{RESULT.stem}-{other}"
     settings = [
         f"Ringleader at commit {commit}; points (jobs x workers): {', '.join(f'{j}x{w}' for j, w in points)}",
         f"{nodes} kwok fake nodes of {PODS_PER_NODE} pods; {CONFIG.scheduler_setting()}; {args.reps} repetitions",
@@ -172,8 +198,12 @@ def main() -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     workdir = layout.state / "bench"
     ensure_namespace(core)
-    factories = {plan.PEER: kubeflow_training_operator, plan.RINGLEADER: ringleader}
-    subjects = {name: factories[name](layout, core, workdir) for name in args.subjects if name != FLOOR}
+    subjects: dict[str, Subject] = {}
+    for name in args.subjects:
+        if name == plan.RINGLEADER:
+            subjects[name] = ringleader(layout, core, workdir, tree)
+        elif name == plan.PEER:
+            subjects[name] = kubeflow_training_operator(layout, core, workdir)
     runs: list[dict[str, Any]] = []
     order = schedule(points, args.subjects, args.reps)
     try:
@@ -182,8 +212,9 @@ def main() -> None:
             if name == FLOOR:
                 r = floor_run(core, jobs * workers)
             else:
-                s = subjects[name]
-                r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, at_running(custom, s, args.idle))
+                s, spy = subjects[name], workdir / f"idle-{jobs}x{workers}-{rep + 1}.txt"
+                measure = at_running(custom, s, args.idle, spy if args.profile and name == plan.RINGLEADER else None)
+                r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, measure)
                 r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
                 r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
             r |= flaps.stop()
@@ -196,7 +227,7 @@ def main() -> None:
     finally:
         controlplane.set_scheduler_budget(layout, None, None)
         controlplane.scale_fake_nodes(layout, 0)
-        write_result(RESULT.stem, {"settings": settings, "reps": args.reps, "idle_s": args.idle, "runs": runs})
+        write_result(result, {"settings": settings, "reps": args.reps, "idle_s": args.idle, "runs": runs})
 
 
 if __name__ == "__main__":

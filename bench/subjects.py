@@ -41,15 +41,17 @@ class Subject:
         return username(self.account)
 
 
-def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject:
-    """This checkout's operator with the helm chart's RBAC (default values: cluster-wide, one replica)."""
+def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path, tree: Path = REPO_ROOT) -> Subject:
+    """This checkout's operator with the helm chart's RBAC (default values: cluster-wide, one replica); `tree`:
+    another checkout's operator and CRD instead (an earlier commit, to compare against)."""
     rendered = helm(
         layout, "template", "ringleader", str(REPO_ROOT / "helm" / "ringleader"), "--namespace", AUDITED_NAMESPACE,
         "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
     ).stdout  # fmt: skip
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     account = next(d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount")
-    kubectl(layout, "apply", "-f", str(REPO_ROOT / "crds" / "trainingjob.yaml"), timeout=60)
+    kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(tree / "crds" / "trainingjob.yaml"),
+            timeout=60)  # fmt: skip
     wait_established(client.ApiextensionsV1Api(core.api_client), "trainingjobs.ringleader.dev")
     apply(layout, *docs)
     kubeconfig = kubeconfig_for(core, layout.kubeconfig, account, workdir / "ringleader.kubeconfig")
@@ -58,6 +60,9 @@ def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject
         argv = [sys.executable, "-m", "ringleader_operator", "--standalone", "--metrics-port",
                 str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT), *flags]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        if tree != REPO_ROOT:
+            packages = [str(tree / "operator"), str(tree / "api"), env.get("PYTHONPATH", "")]
+            env["PYTHONPATH"] = os.pathsep.join(p for p in packages if p)
         return spawn(argv, env, log, f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", "the Ringleader operator")
 
     def job(name: str, workers: int, pod_spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,51 @@
+"""The idle profile's summary: py-spy's collapsed stacks summed by innermost frame and by any frame."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.profile import describe, frame_name, top_frames
+
+KOPF = "<module> (/opt/venv/lib/python3.11/site-packages/kopf/_core/reactor/running.py:{})"
+PLAN = "plan (/home/u/ringleader/operator/ringleader_operator/reconcile.py:{})"
+RAW = "\n".join(
+    [
+        f"{KOPF.format(120)};{PLAN.format(88)};deepcopy (/usr/lib/python3.11/copy.py:128) 30",
+        f"{KOPF.format(120)};{PLAN.format(91)} 10",
+        f"{KOPF.format(121)};loads (/usr/lib/python3.11/json/__init__.py:346) 60",
+        "not a stack line",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("frame", "name"),
+    [
+        ("plan (/home/u/ringleader/operator/ringleader_operator/reconcile.py:88)",
+         "plan (ringleader_operator/reconcile.py)"),
+        ("run (/opt/venv/lib/python3.11/site-packages/kopf/_core/reactor/running.py:120)",
+         "run (kopf/_core/reactor/running.py)"),
+        ("deepcopy (/usr/lib/python3.11/copy.py:128)", "deepcopy (3.11/copy.py)"),
+        ("<module>", "<module>"),
+    ],
+)  # fmt: skip
+def test_a_frame_is_named_by_function_and_path_from_its_package(frame: str, name: str) -> None:
+    assert frame_name(frame) == name
+
+
+def test_samples_are_summed_by_innermost_frame_and_by_any_frame_of_the_stack() -> None:
+    frames = top_frames(RAW, n=3)
+    assert frames.samples == 100
+    assert frames.self_ == [("loads (3.11/json/__init__.py)", 60), ("deepcopy (3.11/copy.py)", 30),
+                            ("plan (ringleader_operator/reconcile.py)", 10)]  # fmt: skip
+    # A function on the stack through two of its lines counts once per sample.
+    assert frames.total[0] == ("<module> (kopf/_core/reactor/running.py)", 100)
+    assert ("plan (ringleader_operator/reconcile.py)", 40) in frames.total
+    lines = describe(frames, 1.5)
+    assert lines[:3] == ["100 samples at 100 Hz, 1.50 CPU-s", "  by self:", "     60.0%  loads (3.11/json/__init__.py)"]
+
+
+def test_no_samples_describe_an_empty_profile() -> None:
+    frames = top_frames("")
+    assert (frames.samples, frames.self_, frames.total) == (0, [], [])
+    assert describe(frames, 0.0) == ["0 samples at 100 Hz, 0.00 CPU-s", "  by self:", "  by total:"]
