@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,42 @@ def plot_recovery(result: Result, path: Path) -> None:
     save(fig, path)
 
 
+# The scale plot's panels: (figure, its label); CPU per pod flat in n means the operator's cost is linear.
+SCALE_PANELS = [
+    ("running_s", "all Running (s)"),
+    ("cpu_ms_per_pod", "operator CPU to Running (ms a pod)"),
+    ("idle_cpu_s_per_min", "idle CPU (s a minute)"),
+    ("peak_rss_mb", "peak RSS (MB)"),
+]
+
+
+def plot_scale(result: Result, path: Path) -> None:
+    """One job of n workers: each figure against n per subject, the median with whiskers from the lowest to the
+    highest run, both axes logarithmic (a line of slope 0 in ms a pod is a cost linear in n)."""
+    runs = [r for r in result.get("runs", []) if r["jobs"] == 1]
+    if not runs:
+        return
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, SCALE_PANELS, strict=True):
+        for subject in dict.fromkeys(r["subject"] for r in runs):
+            by_n: dict[int, list[float]] = {}
+            for r in runs:
+                if r["subject"] == subject and key in r:
+                    by_n.setdefault(r["workers"], []).append(float(r[key]))
+            if not by_n:
+                continue
+            ns = sorted(by_n)
+            mids = [statistics.median(by_n[n]) for n in ns]
+            err = [[m - min(by_n[n]) for n, m in zip(ns, mids, strict=True)],
+                   [max(by_n[n]) - m for n, m in zip(ns, mids, strict=True)]]  # fmt: skip
+            ax.errorbar(ns, mids, yerr=err, marker="o", capsize=3, label=subject)
+        ax.set(xscale="log", yscale="log", xlabel="workers in one job", ylabel=label, title=label)
+        ax.legend()
+    save(fig, path)
+
+
 PLOTTERS: dict[str, Callable[[Result, Path], None]] = {
+    "scale": plot_scale,
     "control-plane": plot_control_plane,
     "allreduce": plot_allreduce,
     "strategies": plot_strategies,

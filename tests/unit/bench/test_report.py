@@ -328,3 +328,13 @@ def test_scale_goals_are_judged_at_the_largest_point(running: float, idle: float
     assert any(line.startswith("Goals of issue 29 at one job of 2000 workers") for line in lines)
     flapped = [line for line in lines if line.startswith("| 1 x 2000 | ringleader |")]
     assert flapped and flapped[0].rstrip(" |").endswith("1"), flapped  # the run that saw a flap is counted
+
+
+def test_the_scale_plot_draws_each_figure_against_n(tmp_path: Path) -> None:
+    from bench.report_plots import plot_scale
+
+    plot_scale(scale_result(1.05, 0.1), tmp_path / "scale.png")
+    png = (tmp_path / "scale.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    plot_scale({"runs": [{**r, "jobs": 1000} for r in scale_result(1.05, 0.1)["runs"]]}, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()  # no one-job point: no plot
