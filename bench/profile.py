@@ -8,6 +8,7 @@ the CPU was spent) and by total (any frame of the stack, the code that caused it
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -24,12 +25,33 @@ class Frames:
     total: list[tuple[str, int]]  # (frame, samples) of stacks it was on, most first
 
 
-def record(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    """Start recording `pid` for `seconds` into `out` (raw collapsed stacks); the caller waits on the process."""
+def record(pid: int, seconds: float | None, out: Path) -> subprocess.Popen[bytes]:
+    """Start recording `pid` into `out` (raw collapsed stacks) for `seconds` (None: until stopped with SIGINT,
+    which makes py-spy write what it has); the caller waits on the process (`Recording` does both)."""
     spy = Path(sys.executable).with_name("py-spy")
-    argv = [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", str(RATE),
-            "--format", "raw", "--output", str(out)]  # fmt: skip
+    argv = [str(spy), "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw", "--output", str(out)]
+    if seconds is not None:
+        argv += ["--duration", str(max(1, round(seconds)))]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+class Recording:
+    """py-spy attached to a process from now until `stop` (or its `seconds` run out)."""
+
+    def __init__(self, pid: int, out: Path, seconds: float | None = None) -> None:
+        self.out, self.seconds = out, seconds
+        self.spy = record(pid, seconds, out)
+
+    def stop(self, cpu_seconds: float) -> list[str]:
+        """Stop (or wait for the set duration to end) and describe the samples against `cpu_seconds`."""
+        if self.seconds is None and self.spy.poll() is None:
+            self.spy.send_signal(signal.SIGINT)
+        _, err = self.spy.communicate(timeout=(self.seconds or 0) + 60)
+        if not self.out.exists():
+            raise SystemExit(
+                f"bench: py-spy wrote nothing ({self.spy.returncode}): {err.decode(errors='replace')[-500:]}"
+            )
+        return describe(top_frames(self.out.read_text()), cpu_seconds)
 
 
 def frame_name(frame: str) -> str:

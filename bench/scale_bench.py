@@ -25,11 +25,13 @@ Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -113,32 +115,59 @@ def floor_run(core: client.CoreV1Api, total: int) -> dict[str, Any]:
     return out
 
 
-def at_running(custom: client.CustomObjectsApi, subject: Subject, idle_s: float, profile: Path | None = None) -> Any:
+def at_running(custom: client.CustomObjectsApi, subject: Subject, idle_s: float, profile: Profile | None = None) -> Any:
     """What `control_plane_bench.run` measures once every pod runs: the object's size, then the idle CPU;
-    `profile`: where py-spy's samples of the idle operator go (their top frames join the figures)."""
+    `profile`: py-spy's samples of the operator's start (stopped here) and of its idle seconds (their top frames
+    join the figures)."""
 
     def measure(ns: str, pid: int) -> dict[str, Any]:
         objs = custom.list_namespaced_custom_object(subject.group, subject.version, ns, subject.plural)["items"]
         sizes = [len(json.dumps(o)) for o in objs]
         status = [len(json.dumps(o.get("status") or {})) for o in objs]
-        spy = profiling.record(pid, idle_s, profile) if profile is not None else None
+        out: dict[str, Any] = {}
+        if profile is not None and profile.start is not None:
+            out["start_profile"] = profile.start.stop(proc_stats(pid)["cpu_seconds"] - profile.start_cpu)
+            _show("start", out["start_profile"])
+        idle_spy = profiling.Recording(pid, profile.idle, idle_s) if profile is not None else None
         cpu0 = proc_stats(pid)["cpu_seconds"]
         time.sleep(idle_s)
         idle = proc_stats(pid)["cpu_seconds"] - cpu0
-        out: dict[str, Any] = {
+        out |= {
             "object_bytes": max(sizes, default=0),
             "status_bytes": max(status, default=0),
             "idle_cpu_s_per_min": idle * 60 / idle_s,
         }
-        if spy is not None and profile is not None:
-            _, err = spy.communicate(timeout=idle_s + 60)
-            if spy.returncode != 0 or not profile.exists():
-                raise SystemExit(f"bench: py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
-            out["idle_profile"] = profiling.describe(profiling.top_frames(profile.read_text()), idle)
-            print("\n".join(f"[bench]   {line}" for line in out["idle_profile"]), flush=True)
+        if idle_spy is not None:
+            out["idle_profile"] = idle_spy.stop(idle)
+            _show("idle", out["idle_profile"])
         return out
 
     return measure
+
+
+class Profile:
+    """Where py-spy's samples of one run go: from the operator's start to all Running, then its idle seconds."""
+
+    def __init__(self, directory: Path, run: str) -> None:
+        self.started, self.idle = directory / f"start-{run}.txt", directory / f"idle-{run}.txt"
+        self.start: profiling.Recording | None = None
+        self.start_cpu = 0.0
+
+    def profiled(self, subject: Subject) -> Subject:
+        """`subject`, its operator recorded from the moment it is ready."""
+
+        def start(log: Path, flags: Sequence[str]) -> subprocess.Popen[bytes]:
+            proc = subject.start(log, flags)
+            self.start_cpu = proc_stats(proc.pid)["cpu_seconds"]
+            self.start = profiling.Recording(proc.pid, self.started)
+            return proc
+
+        return dataclasses.replace(subject, start=start)
+
+
+def _show(phase: str, lines: list[str]) -> None:
+    print(f"[bench]   profile of the {phase}:", flush=True)
+    print("\n".join(f"[bench]   {line}" for line in lines), flush=True)
 
 
 def schedule(points: list[tuple[int, int]], subjects: list[str], reps: int) -> list[tuple[int, int, str, int]]:
@@ -160,12 +189,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--subjects", nargs="+", choices=[FLOOR, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
     p.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured after all Running")
-    p.add_argument("--profile", action="store_true", help="py-spy the operator's idle seconds: its top frames")
+    p.add_argument("--profile", action="store_true", help="py-spy the operator's start and idle seconds: top frames")
     p.add_argument(
         "--operator-tree", type=Path, help="another checkout's operator and CRD (an earlier commit: its results go "
         "to scale-<commit>.json, not into BENCHMARKS.md)",
     )  # fmt: skip
     return p.parse_args()
+
+
+def make_subjects(
+    names: list[str], layout: Layout, core: client.CoreV1Api, workdir: Path, tree: Path
+) -> dict[str, Subject]:
+    """The operators among `names`, set up (Ringleader's from `tree`)."""
+    subjects: dict[str, Subject] = {}
+    for name in names:
+        if name == plan.RINGLEADER:
+            subjects[name] = ringleader(layout, core, workdir, tree)
+        elif name == plan.PEER:
+            subjects[name] = kubeflow_training_operator(layout, core, workdir)
+    return subjects
 
 
 def main() -> None:
@@ -198,12 +240,7 @@ def main() -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     workdir = layout.state / "bench"
     ensure_namespace(core)
-    subjects: dict[str, Subject] = {}
-    for name in args.subjects:
-        if name == plan.RINGLEADER:
-            subjects[name] = ringleader(layout, core, workdir, tree)
-        elif name == plan.PEER:
-            subjects[name] = kubeflow_training_operator(layout, core, workdir)
+    subjects = make_subjects(args.subjects, layout, core, workdir, tree)
     runs: list[dict[str, Any]] = []
     order = schedule(points, args.subjects, args.reps)
     try:
@@ -212,8 +249,11 @@ def main() -> None:
             if name == FLOOR:
                 r = floor_run(core, jobs * workers)
             else:
-                s, spy = subjects[name], workdir / f"idle-{jobs}x{workers}-{rep + 1}.txt"
-                measure = at_running(custom, s, args.idle, spy if args.profile and name == plan.RINGLEADER else None)
+                s, profile = subjects[name], None
+                if args.profile and name == plan.RINGLEADER:
+                    profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}")
+                    s = profile.profiled(s)
+                measure = at_running(custom, s, args.idle, profile)
                 r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, measure)
                 r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
                 r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)

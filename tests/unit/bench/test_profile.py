@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
-from bench.profile import describe, frame_name, top_frames
+from bench.profile import Recording, describe, frame_name, top_frames
 
 KOPF = "<module> (/opt/venv/lib/python3.11/site-packages/kopf/_core/reactor/running.py:{})"
 PLAN = "plan (/home/u/ringleader/operator/ringleader_operator/reconcile.py:{})"
@@ -49,3 +54,18 @@ def test_no_samples_describe_an_empty_profile() -> None:
     frames = top_frames("")
     assert (frames.samples, frames.self_, frames.total) == (0, [], [])
     assert describe(frames, 0.0) == ["0 samples at 100 Hz, 0.00 CPU-s", "  by self:", "  by total:"]
+
+
+def test_a_recording_stopped_by_sigint_keeps_the_busy_function(tmp_path: Path) -> None:
+    """py-spy attached to a busy child until stopped: what it wrote names the function that spun."""
+    busy = "def spin():\n    while True:\n        sum(range(10000))\nspin()"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        time.sleep(0.5)
+        recording = Recording(child.pid, tmp_path / "spy.txt")
+        time.sleep(2)
+        lines = recording.stop(2.0)
+    finally:
+        child.kill()
+    assert lines[0].startswith(tuple(f"{n} samples" for n in range(50, 400))), lines[0]
+    assert "spin (<string>)" in lines[2], lines
