@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RATE = 100  # samples a second
+EVERYWHERE = 0.9  # a frame on this share of the stacks or more is left out of the totals
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ def frame_name(frame: str) -> str:
 
 
 def top_frames(text: str, n: int = 10) -> Frames:
-    """The `n` frames with the most samples, by self and by total, from py-spy's raw output."""
+    """The `n` frames with the most samples, by self and by total (leaving out frames on EVERYWHERE of the
+    stacks or more: the event loop's), from py-spy's raw output."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     samples = 0
@@ -85,7 +87,9 @@ def top_frames(text: str, n: int = 10) -> Frames:
         own[frames[-1]] += k
         for f in set(frames):
             total[f] += k
-    return Frames(samples, own.most_common(n), total.most_common(n))
+    # The frames on (nearly) every stack are the event loop's and the program's entry: they say nothing.
+    telling = Counter({f: k for f, k in total.items() if k < EVERYWHERE * samples})
+    return Frames(samples, own.most_common(n), telling.most_common(n))
 
 
 def describe(frames: Frames, cpu_seconds: float) -> list[str]:

@@ -43,9 +43,10 @@ def test_samples_are_summed_by_innermost_frame_and_by_any_frame_of_the_stack() -
     assert frames.samples == 100
     assert frames.self_ == [("loads (3.11/json/__init__.py)", 60), ("deepcopy (3.11/copy.py)", 30),
                             ("plan (ringleader_operator/reconcile.py)", 10)]  # fmt: skip
-    # A function on the stack through two of its lines counts once per sample.
-    assert frames.total[0] == ("<module> (kopf/_core/reactor/running.py)", 100)
-    assert ("plan (ringleader_operator/reconcile.py)", 40) in frames.total
+    # A function on the stack through two of its lines counts once per sample; the frame on every stack is left
+    # out of the totals.
+    assert frames.total == [("loads (3.11/json/__init__.py)", 60), ("plan (ringleader_operator/reconcile.py)", 40),
+                            ("deepcopy (3.11/copy.py)", 30)]  # fmt: skip
     lines = describe(frames, 1.5)
     assert lines[:3] == ["100 samples at 100 Hz, 1.50 CPU-s", "  by self:", "     60.0%  loads (3.11/json/__init__.py)"]
 
