@@ -13,6 +13,8 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from ringleader_operator.kube import ApiUnavailable, Kube, RejectedObject
 
+from tests.support.localhttp import served
+
 
 def pod(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"},
@@ -38,19 +40,14 @@ def create(names: list[str]) -> tuple[int | Exception, list[dict[str, Any]]]:
     async def main() -> int | Exception:
         app = web.Application()
         app.router.add_post("/api/v1/namespaces/{ns}/pods", answer)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
-        try:
-            return await Kube(api, wrote=wrote.append).create_pods([pod(n) for n in names])
-        except (RejectedObject, ApiUnavailable) as e:
-            return e
-        finally:
-            await api.close()
-            await runner.cleanup()
+        async with served(app) as port:
+            api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+            try:
+                return await Kube(api, wrote=wrote.append).create_pods([pod(n) for n in names])
+            except (RejectedObject, ApiUnavailable) as e:
+                return e
+            finally:
+                await api.close()
 
     return asyncio.run(main()), wrote
 

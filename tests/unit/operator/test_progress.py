@@ -16,6 +16,8 @@ from ringleader_api import Role
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
 
+from tests.support.localhttp import served
+
 NOW = "2026-01-01T00:00:00Z"
 PAGE = """# HELP ringleader_trainer_step Optimizer steps done.
 # TYPE ringleader_trainer_step gauge
@@ -100,13 +102,8 @@ async def serving(**routes: Handler) -> AsyncIterator[int]:
     app = web.Application()
     for path, handler in routes.items():
         app.router.add_get(f"/{path}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+    async with served(app) as port:
+        yield port
 
 
 def _scrape_from(**routes: Handler) -> tuple[Any, float]:

@@ -12,6 +12,8 @@ from kubernetes_asyncio import client
 from ringleader_operator.kube import Kube, kopf_session
 from ringleader_operator.ratelimit import ClientBudget, TokenBucket, request_call
 
+from tests.support.localhttp import served
+
 
 @pytest.mark.parametrize(
     ("qps", "burst", "times", "waits"),
@@ -93,20 +95,15 @@ def test_kopfs_requests_take_their_tokens_from_the_same_budget() -> None:
     async def main() -> None:
         app = web.Application()
         app.router.add_get("/", ok)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        session = kopf_session(info, watches=1, budget=budget).aiohttp_session
-        try:
-            for _ in range(3):
-                async with session.get(f"http://127.0.0.1:{port}/") as response:
-                    assert response.status == 200
-            await budget.acquire()  # the operator's own next call waits behind kopf's
-        finally:
-            await session.close()
-            await runner.cleanup()
+        async with served(app) as port:
+            session = kopf_session(info, watches=1, budget=budget).aiohttp_session
+            try:
+                for _ in range(3):
+                    async with session.get(f"http://127.0.0.1:{port}/") as response:
+                        assert response.status == 200
+                await budget.acquire()  # the operator's own next call waits behind kopf's
+            finally:
+                await session.close()
 
     asyncio.run(main())
     assert waits.asked == [0.1, 0.2, 0.3]
