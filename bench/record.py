@@ -67,15 +67,17 @@ def versions() -> dict[str, str]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    commit = subprocess.run(
-        # "-dirty" when tracked files differ from the commit: the figures are then of changes not yet committed.
-        ["git", "describe", "--always", "--dirty", "--abbrev=7"],
-        check=False,
-        cwd=REPO_ROOT,
-        capture_output=True,
+def commit_of(tree: Path = REPO_ROOT) -> str:
+    """The checkout's commit, "-dirty" when tracked files differ from it (the figures are then of changes not yet
+    committed); empty when it is no git checkout."""
+    described = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=7"], check=False, cwd=tree, capture_output=True,
         text=True,
-    )
+    )  # fmt: skip
+    return described.stdout.strip()
+
+
+def machine() -> dict[str, Any]:
     cpu = next(
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
          if line.startswith("model name")), platform.processor(),
@@ -86,7 +88,7 @@ def machine() -> dict[str, Any]:
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "commit": commit.stdout.strip(),
+        "commit": commit_of(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "versions": versions(),
     }

@@ -45,7 +45,7 @@ from bench import control_plane_plan as plan
 from bench import profile as profiling
 from bench.common import delete_namespace, new_namespace, proc_stats
 from bench.identity import ensure_namespace
-from bench.record import RESULTS, machine, write_result
+from bench.record import RESULTS, commit_of, machine, write_result
 from bench.subjects import Subject, kubeflow_training_operator, ringleader
 
 RESULT = RESULTS / "scale.json"
@@ -222,8 +222,7 @@ def main() -> None:
     commit, tree, result = machine()["commit"], REPO_ROOT, RESULT.stem
     if args.operator_tree is not None:
         tree = args.operator_tree.resolve()
-        other = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        other = commit_of(tree)
         commit, result = f"{other} (the operator; the benchmark at {commit})", f"{RESULT.stem}-{other}"
     settings = [
         f"Ringleader at commit {commit}; points (jobs x workers): {', '.join(f'{j}x{w}' for j, w in points)}",
