@@ -114,7 +114,9 @@ CASES: dict[str, Case] = {
         phase("Failed"),
         {"stalled"},
         "worker 1",
-        {"progressDeadlineSeconds": 10, "onStall": "Fail"},
+        # The deadline counts from Running, start-up included: it must cover torch's import on a busy machine,
+        # or the stall is found before any rank serves its page and no rank can be named.
+        {"progressDeadlineSeconds": 30, "onStall": "Fail"},
     ),
     "straggler": Case(
         Submission("job.py", TRAINER, args=("--example", "digits-mlp", "--steps", "100000", "--straggler", "1:0.2")),
