@@ -9,7 +9,6 @@ server runs again in reconciler.RETRY_SECONDS."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import time
@@ -34,7 +33,6 @@ from .reconciler import Reconciler
 # (as before) a thousand running jobs cost a round each twice a minute; every 30 minutes, one round of one of
 # them every 2 s (controller-runtime's default is 10 hours).
 RESYNC_SECONDS = 1800.0
-PROGRESS_SECONDS = 5.0  # how often rank 0's metrics are copied into status.progress
 # How long kopf keeps an object's worker after its last event. An idle worker holds that event's whole
 # body (managedFields included): at kopf's default of 5 s, a burst of 500 new jobs had about 800 of their 2000
 # pods' bodies alive at a time, at 1 s about 150. A later event starts a new worker: a task, not a request.
@@ -181,19 +179,6 @@ async def job_event(
 async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
     fresh = bool(namespace and name and memo.reconciler.fresh_due(namespace, name))
     await _reconcile(memo, kwargs, namespace, name, fresh=fresh)
-
-
-def _running(status: Mapping[str, Any], **_: Any) -> bool:
-    return status.get("phase") in ("Running", "Restarting")
-
-
-# Only jobs that run have a timer at all: kopf starts and stops it as the phase changes.
-@kopf.timer(GROUP, VERSION, PLURAL, interval=PROGRESS_SECONDS, initial_delay=PROGRESS_SECONDS, when=_running)
-async def progress(namespace: str | None, name: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    _attach(memo, kwargs)
-    if namespace and name:
-        with contextlib.suppress(ApiUnavailable):  # the next tick tries again
-            await memo.reconciler.scrape_progress(dict(body))
 
 
 @kopf.on.cleanup()

@@ -56,7 +56,7 @@ from .policies import elastic
 from .policies.stall import STALLED_POD_GRACE_SECONDS
 from .reconcile import plan
 from .round_state import Plan
-from .scraper import ProgressScraper
+from .scraper import SCRAPE_SECONDS, ProgressScraper
 from .stalls import Stall
 from .stragglers import Stragglers
 from .workloads import Workloads
@@ -80,6 +80,10 @@ RETRY_SECONDS = 5.0  # a round that could not reach the API server runs again th
 # flight; a burst of 500 new jobs had 500 at once, for no more throughput (decisions take turns under the
 # admission lock and requests share one client budget).
 ROUNDS_AT_ONCE = 32
+# Progress scrapes in flight at once (each bounded by progress.SCRAPE_TIMEOUT): a thousand running jobs' scrapes
+# fall due about 200 a second.
+SCRAPES_AT_ONCE = 64
+RUNNING_PHASES = (JobPhase.RUNNING, JobPhase.RESTARTING)
 
 
 def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -195,6 +199,9 @@ class Reconciler:
         )  # fmt: skip
         # kopf's index of every job's worker-0 pods (handlers.first_workers), once attached
         self.first_workers: Mapping[Any, Iterable[dict[str, Any]]] | None = None
+        # Each running job's next scrape: one timer per job on the event loop, no kopf timer (whose every tick
+        # went through kopf's handler machinery: at a thousand running jobs, most of an idle operator's CPU).
+        self.scrapes: WorkQueue[Key] = WorkQueue(self._scrape, self._scrape_failed, SCRAPES_AT_ONCE)
 
     def memory(self, key: Key) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
@@ -217,11 +224,16 @@ class Reconciler:
         needs a round: the first sight of it in this process, or a new generation of its spec. A change of its
         status alone (this operator's own writes, the progress scraper's) needs none."""
         meta = obj.get("metadata") or {}
-        record = self.memory((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        record = self.memory(key)
         kept = (record.body or {}).get("metadata") or {}
         if record.body is not None and kept.get("uid") != meta.get("uid"):
             record.generation = None  # a new job of the same name (its predecessor's deletion went unseen)
         record.saw(obj)
+        if _running(record.body):
+            self.scrapes.add_after(key, SCRAPE_SECONDS)  # a timer already pending stays
+        else:
+            self.scrapes.cancel(key)
         generation = int(meta.get("generation") or 0)
         if record.generation is not None and generation <= record.generation:
             return False
@@ -292,6 +304,7 @@ class Reconciler:
 
     def _forget(self, key: Key) -> None:
         """The job is gone (or going): drop what this process remembers of it, and its metrics' series."""
+        self.scrapes.cancel(key)
         self._record_phase(key, None)
         self.claims.release(key)
         if self.jobs.pop(key, None) is not None:
@@ -596,11 +609,29 @@ class Reconciler:
         for i, (_, key) in enumerate(waiting):
             self.wake_after(*key, NUDGE_SECONDS + i * 0.01)
 
-    async def scrape_progress(self, obj: Mapping[str, Any]) -> None:
-        """Copy worker 0's step, loss and throughput into status.progress (called while the job `obj` runs)."""
-        await self.scraper.scrape(obj)
+    async def _scrape(self, key: Key, fresh: bool) -> bool:
+        """The scrape of a running job that fell due (copy worker 0's step, loss and throughput into
+        status.progress; the stall and straggler watches), then its next one: SCRAPE_SECONDS on, or when its
+        failed reads' back-off ends. None for a job that is gone or no longer runs (job_seen schedules it again
+        when it does)."""
+        record = self.jobs.get(key)
+        if record is None or (record.body is not None and not _running(record.body)):
+            return False
+        try:
+            if record.body is not None:
+                with contextlib.suppress(ApiUnavailable):  # the next scrape tries again
+                    await self.scraper.scrape(record.body)
+        finally:
+            if (record := self.jobs.get(key)) is not None and (record.body is None or _running(record.body)):
+                self.scrapes.add_after(key, max(SCRAPE_SECONDS, record.next_scrape_at - time.monotonic()))
+        return False
+
+    def _scrape_failed(self, key: Key, e: Exception) -> None:
+        """A scrape raised what it should not have: said, and the job's next scrape is already due."""
+        log.error("[%s/%s] progress scrape failed", *key, exc_info=e)
 
     async def close(self) -> None:
+        self.scrapes.close()
         self.queue.close()
         await self.scraper.close()
         await self.kube.close()
@@ -612,3 +643,8 @@ class Reconciler:
         pods = await self.kube.list_pods(job.namespace, job.name)
         await self.kube.delete_pods(job.namespace, [p["metadata"]["name"] for p in pods])
         self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
+
+
+def _running(obj: Mapping[str, Any] | None) -> bool:
+    """Whether the job `obj` runs as its status says (its progress is scraped)."""
+    return obj is not None and (obj.get("status") or {}).get("phase") in RUNNING_PHASES

@@ -1,4 +1,4 @@
-"""While a job runs (a kopf timer calls `scrape` every few seconds per running job): copy worker 0's step,
+"""While a job runs (the reconciler calls `scrape` every SCRAPE_SECONDS per running job): copy worker 0's step,
 loss, throughput, newest checkpoint and its save and step times into status.progress; watch for a stall
 (runPolicy.progressDeadlineSeconds): once the job's step has not advanced for the deadline, read every rank's
 page, name the rank that stopped first (stalls.py) and hand the stall to the job's next round, which acts on
@@ -26,6 +26,7 @@ from .kubeapi import EventSink, StatusApi
 from .observed import parse_time, utcnow
 
 log = logging.getLogger("ringleader.scraper")
+SCRAPE_SECONDS = 5.0  # how often a running job's worker 0 is read into status.progress
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
 # A page that cannot be read is tried again later and later (10 s, 20 s, 40 s, then every minute) rather than at
 # every tick: a thousand jobs whose trainers serve no page (kwok's fake pods, a script without metrics) would

@@ -80,6 +80,11 @@ class WorkQueue(Generic[K]):
 
         self.timers[key] = loop.call_later(max(0.0, seconds), fire)
 
+    def cancel(self, key: K) -> None:
+        """Drop `key`'s pending timer, if any (a run in progress goes on)."""
+        if (pending := self.timers.pop(key, None)) is not None:
+            pending.cancel()
+
     async def _timed(self, key: K) -> None:
         try:
             await self.run(key)

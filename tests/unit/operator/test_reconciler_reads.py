@@ -390,8 +390,14 @@ def _job(uid: str = "u1", generation: int = 1, rv: int = 1, phase: str | None = 
 def test_a_job_event_asks_for_a_round_when_the_job_is_new_or_its_spec_changed(
     events: list[dict[str, Any]], want: list[bool]
 ) -> None:
-    r = Reconciler(FakeKube(service_exists=True), emit=lambda *_: None)
-    assert [r.job_seen(e) for e in events] == want
+    async def seen() -> tuple[Reconciler, list[bool]]:  # on an event loop, as kopf calls it: a running job's
+        r = Reconciler(FakeKube(service_exists=True), emit=lambda *_: None)  # scrapes are scheduled on it
+        answers = [r.job_seen(e) for e in events]
+        r.scrapes.close()
+        return r, answers
+
+    r, answers = asyncio.run(seen())
+    assert answers == want
     kept = r.memory(("ns", "j")).body
     assert kept is not None and kept["metadata"]["resourceVersion"] == events[-1]["metadata"]["resourceVersion"]
     assert "managedFields" not in kept["metadata"]

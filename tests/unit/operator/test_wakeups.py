@@ -6,6 +6,7 @@ no test waits in real time."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -40,8 +41,9 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
     def _run_once(self) -> None:
         ready, scheduled = self._ready, self._scheduled  # type: ignore[attr-defined]
-        if not ready and scheduled:
-            self.now = max(self.now, scheduled[0].when())
+        live = [h.when() for h in scheduled if not h.cancelled()]  # a cancelled timer is never waited for
+        if not ready and live:
+            self.now = max(self.now, min(live))
         super()._run_once()  # type: ignore[misc]
 
 
@@ -175,3 +177,65 @@ def test_a_node_that_offers_new_room_wakes_the_jobs_waiting_for_room(
     reconciler.node_rooms = {}
     got = [reconciler.node_seen("n", None if e is None else node_digest(e)) for e in events]
     assert got == wakes
+
+
+class RecordingScraper:
+    """Stands in for the reconciler's ProgressScraper: records when each scrape runs; with `back_off`, the first
+    scrape's read fails and leaves that many seconds of back-off on the job's record, and the next one's
+    succeeds (as ProgressScraper does: its back-off ends)."""
+
+    def __init__(self, reconciler: Any, back_off: float = 0.0) -> None:
+        self.reconciler, self.back_off, self.at = reconciler, back_off, list[float]()
+
+    async def scrape(self, obj: dict[str, Any]) -> None:
+        self.at.append(asyncio.get_running_loop().time())
+        record = self.reconciler.jobs[("ns", obj["metadata"]["name"])]
+        record.next_scrape_at = time.monotonic() + self.back_off if len(self.at) == 1 else 0.0
+
+    async def close(self) -> None:
+        pass
+
+
+def _job(phase: str, version: int) -> dict[str, Any]:
+    meta = {"namespace": "ns", "name": "j", "uid": "u1", "generation": 1, "resourceVersion": str(version)}
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("events", "back_off", "scraped_at"),
+    [
+        # running from 0, a status write at 7 (no extra scrape), done at 17, running again at 30, gone at 41
+        ([(0, "Running"), (7, "Running"), (17, "Succeeded"), (30, "Restarting"), (41, None)], 0, [5, 10, 15, 35, 40]),
+        # the first read fails and backs off 30 s: the next scrape is due when the back-off ends, not every 5 s
+        ([(0, "Running"), (48, None)], 30, [5, 35, 40, 45]),
+        ([(0, "Pending"), (3, "Created"), (50, None)], 0, []),  # never running: never scraped
+    ],
+    ids=["running-stopped-again-gone", "back-off", "never-running"],
+)
+def test_each_running_job_is_scraped_every_scrape_seconds_while_it_runs_and_never_after(
+    events: list[tuple[float, str | None]], back_off: float, scraped_at: list[float]
+) -> None:
+    """The reconciler's own scrape timers (one per running job on the event loop, started and stopped by the
+    job's watch events): what kopf's per-job progress timer did, without a kopf handler call per tick."""
+    from ringleader_operator.reconciler import Reconciler
+
+    async def main() -> list[float]:
+        reconciler = Reconciler(None, lambda *a: None)  # type: ignore[arg-type]  # no round runs here
+        scraper = reconciler.scraper = RecordingScraper(reconciler, back_off)  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        for version, (at, phase) in enumerate(events):
+            await asyncio.sleep(at - loop.time())
+            if phase is None:
+                reconciler.job_gone("ns", "j")
+            else:
+                reconciler.job_seen(_job(phase, version + 1))
+        await asyncio.sleep(60)  # virtual: any scrape still due would run
+        reconciler.scrapes.close()
+        return scraper.at
+
+    loop = VirtualClockLoop()
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [round(t) for t in got] == scraped_at
