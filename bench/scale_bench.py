@@ -2,6 +2,7 @@
 
     python -m bench.scale_bench [--workers 1000 2000 5000 10000] [--small-jobs 1000] [--reps 3]
                                 [--subjects floor ringleader training-operator] [--idle 60]
+                                [--fresh] [--profile] [--operator-tree PATH]
 
 On the dev cluster's kwok fake nodes (sized to hold the largest point; kwok runs nothing, so a pod is Running as
 soon as it is bound), at matched client budgets (bench/control_plane_plan.py's "matched": both operators and
@@ -18,7 +19,8 @@ Running (cpu_running_s) and per pod, its CPU seconds in the `--idle` seconds aft
 and nothing changing), its peak RSS, the job object's size and its status's size as the API server returns them
 (managedFields included), its API requests per pod (audit log, until 10 s after Running), and how often a node
 turned not Ready during the run (a run that saw one is flagged: its figures are not clean). Results go to
-bench/results/scale.json; `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts.
+bench/results/scale.json, which keeps its runs of the points not measured this time (unless --fresh);
+`bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts.
 Nothing is asserted.
 """
 
@@ -182,6 +184,25 @@ def schedule(points: list[tuple[int, int]], subjects: list[str], reps: int) -> l
     return order
 
 
+def kept_runs(path: Path, points: list[tuple[int, int]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs `path` already holds of points other than `points`, and its settings lines for them: a run of
+    the 10,000-worker point alone keeps the smaller points measured before (each run names its commit; the
+    floor and the operators of one point always come from the same invocation)."""
+    if not path.exists():
+        return [], []
+    earlier = json.loads(path.read_text())
+    runs = [r for r in earlier.get("runs", []) if (r["jobs"], r["workers"]) not in points]
+    if not runs:
+        return [], []
+    kept = sorted({(r["jobs"], r["workers"]) for r in runs}, key=lambda p: (p[0] > 1, p[0] * p[1]))
+    commits = sorted({r.get("commit", "?") for r in runs})
+    when = earlier.get("machine", {}).get("date", "?")
+    line = (f"points {', '.join(f'{j}x{w}' for j, w in kept)} kept from an earlier invocation ({when}, "
+            f"{', '.join(commits)}), whose settings were:")  # fmt: skip
+    settings = [s for s in earlier.get("settings", []) if not s.startswith(("points ", "  "))]
+    return runs, [line, *(f"  {s}" for s in settings)]
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="*", default=[1000, 2000, 5000, 10000], help="one job of n workers")
@@ -190,6 +211,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--subjects", nargs="+", choices=[FLOOR, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
     p.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured after all Running")
     p.add_argument("--profile", action="store_true", help="py-spy the operator's start and idle seconds: top frames")
+    p.add_argument(
+        "--fresh", dest="keep", action="store_false", help="drop the result file's runs of other points (kept by "
+        "default: each point may come from its own invocation)",
+    )  # fmt: skip
     p.add_argument(
         "--operator-tree", type=Path, help="another checkout's operator and CRD (an earlier commit: its results go "
         "to scale-<commit>.json, not into BENCHMARKS.md)",
@@ -240,7 +265,7 @@ def main() -> None:
     workdir = layout.state / "bench"
     ensure_namespace(core)
     subjects = make_subjects(args.subjects, layout, core, workdir, tree)
-    runs: list[dict[str, Any]] = []
+    runs, earlier = kept_runs(RESULTS / f"{result}.json", points) if args.keep else ([], [])
     order = schedule(points, args.subjects, args.reps)
     try:
         for i, (jobs, workers, name, rep) in enumerate(order):
@@ -266,7 +291,7 @@ def main() -> None:
     finally:
         controlplane.set_scheduler_budget(layout, None, None)
         controlplane.scale_fake_nodes(layout, 0)
-        write_result(result, {"settings": settings, "reps": args.reps, "idle_s": args.idle, "runs": runs})
+        write_result(result, {"settings": settings + earlier, "reps": args.reps, "idle_s": args.idle, "runs": runs})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.scale_bench import schedule
+import json
+
+from bench.scale_bench import kept_runs, schedule
 
 
 def test_every_subject_runs_every_point_once_per_repetition_and_none_always_first() -> None:
@@ -10,3 +12,22 @@ def test_every_subject_runs_every_point_once_per_repetition_and_none_always_firs
     assert len(order) == 2 * 3 * 3 and len(set(order)) == len(order)
     firsts = {rep: next(s for j, w, s, r in order if r == rep and (j, w) == (1, 1000)) for rep in range(3)}
     assert sorted(firsts.values()) == ["a", "b", "floor"]
+
+
+def test_a_run_of_some_points_keeps_the_earlier_runs_of_the_others(tmp_path) -> None:
+    earlier = {
+        "machine": {"date": "2026-11-26"},
+        "settings": ["Ringleader at commit a1; points (jobs x workers): 1x1000, 1x2000", "3 kwok fake nodes"],
+        "runs": [
+            {"jobs": 1, "workers": 1000, "subject": "floor", "commit": "a1"},
+            {"jobs": 1, "workers": 2000, "subject": "ringleader", "commit": "a1"},
+        ],
+    }
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps(earlier))
+    runs, settings = kept_runs(path, [(1, 2000), (1, 5000)])
+    assert runs == [earlier["runs"][0]]
+    assert settings[0].startswith("points 1x1000 kept from an earlier invocation (2026-11-26, a1)")
+    assert settings[1:] == ["  Ringleader at commit a1; points (jobs x workers): 1x1000, 1x2000", "  3 kwok fake nodes"]
+    assert kept_runs(path, [(1, 1000), (1, 2000)]) == ([], [])
+    assert kept_runs(tmp_path / "none.json", [(1, 1000)]) == ([], [])
