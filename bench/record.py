@@ -77,6 +77,10 @@ def commit_of(tree: Path = REPO_ROOT) -> str:
     return described.stdout.strip()
 
 
+# The commit the benchmark started at: a result names the code it measured, even if a commit lands while it runs.
+COMMIT_AT_START = commit_of()
+
+
 def machine() -> dict[str, Any]:
     cpu = next(
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -88,7 +92,7 @@ def machine() -> dict[str, Any]:
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "commit": commit_of(),
+        "commit": COMMIT_AT_START,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "versions": versions(),
     }
