@@ -338,3 +338,14 @@ def test_the_scale_plot_draws_each_figure_against_n(tmp_path: Path) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     plot_scale({"runs": [{**r, "jobs": 1000} for r in scale_result(1.05, 0.1)["runs"]]}, tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()  # no one-job point: no plot
+
+
+def test_the_idle_goal_is_judged_at_the_many_jobs_point_too() -> None:
+    result = scale_result(1.05, 0.1)
+    result["runs"] += [
+        {**r, "jobs": 1000, "workers": 8, "idle_cpu_s_per_min": 2.5} for r in result["runs"] if r["workers"] == 1000
+    ]
+    lines = report.scale(result)
+    at = lines.index("Goals of issue 29 at 1000 jobs of 8 workers:")
+    assert lines[at + 2].startswith("- idle <= 0.6 CPU-s a minute: 2.5") and lines[at + 2].endswith("**missed**")
+    assert any(line.startswith("Goals of issue 29 at one job of 2000 workers") for line in lines)  # still the largest
