@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 from bench.scale_bench import kept_runs, schedule
 
@@ -14,8 +16,8 @@ def test_every_subject_runs_every_point_once_per_repetition_and_none_always_firs
     assert sorted(firsts.values()) == ["a", "b", "floor"]
 
 
-def test_a_run_of_some_points_keeps_the_earlier_runs_of_the_others(tmp_path) -> None:
-    earlier = {
+def test_a_run_of_some_points_keeps_the_earlier_runs_of_the_others(tmp_path: Path) -> None:
+    earlier: dict[str, Any] = {
         "machine": {"date": "2026-11-26"},
         "settings": ["Ringleader at commit a1; points (jobs x workers): 1x1000, 1x2000", "3 kwok fake nodes"],
         "runs": [
