@@ -56,7 +56,7 @@ from .policies import elastic
 from .policies.stall import STALLED_POD_GRACE_SECONDS
 from .reconcile import plan
 from .round_state import Plan
-from .scraper import SCRAPE_SECONDS, ProgressScraper
+from .scraper import SCRAPE_SECONDS, ProgressScraper, scrape_interval, watches_progress
 from .stalls import Stall
 from .stragglers import Stragglers
 from .workloads import Workloads
@@ -202,6 +202,7 @@ class Reconciler:
         # Each running job's next scrape: one timer per job on the event loop, no kopf timer (whose every tick
         # went through kopf's handler machinery: at a thousand running jobs, most of an idle operator's CPU).
         self.scrapes: WorkQueue[Key] = WorkQueue(self._scrape, self._scrape_failed, SCRAPES_AT_ONCE)
+        self.running: set[Key] = set()  # jobs whose status says they run: their number paces the scrapes
 
     def memory(self, key: Key) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
@@ -231,8 +232,10 @@ class Reconciler:
             record.generation = None  # a new job of the same name (its predecessor's deletion went unseen)
         record.saw(obj)
         if _running(record.body):
+            self.running.add(key)
             self.scrapes.add_after(key, SCRAPE_SECONDS)  # a timer already pending stays
         else:
+            self.running.discard(key)
             self.scrapes.cancel(key)
         generation = int(meta.get("generation") or 0)
         if record.generation is not None and generation <= record.generation:
@@ -305,6 +308,7 @@ class Reconciler:
     def _forget(self, key: Key) -> None:
         """The job is gone (or going): drop what this process remembers of it, and its metrics' series."""
         self.scrapes.cancel(key)
+        self.running.discard(key)
         self._record_phase(key, None)
         self.claims.release(key)
         if self.jobs.pop(key, None) is not None:
@@ -611,9 +615,9 @@ class Reconciler:
 
     async def _scrape(self, key: Key, fresh: bool) -> bool:
         """The scrape of a running job that fell due (copy worker 0's step, loss and throughput into
-        status.progress; the stall and straggler watches), then its next one: SCRAPE_SECONDS on, or when its
-        failed reads' back-off ends. None for a job that is gone or no longer runs (job_seen schedules it again
-        when it does)."""
+        status.progress; the stall and straggler watches), then its next one: scraper.scrape_interval on, or
+        when its failed reads' back-off ends. None for a job that is gone or no longer runs (job_seen schedules
+        it again when it does)."""
         record = self.jobs.get(key)
         if record is None or (record.body is not None and not _running(record.body)):
             return False
@@ -623,7 +627,8 @@ class Reconciler:
                     await self.scraper.scrape(record.body)
         finally:
             if (record := self.jobs.get(key)) is not None and (record.body is None or _running(record.body)):
-                self.scrapes.add_after(key, max(SCRAPE_SECONDS, record.next_scrape_at - time.monotonic()))
+                every = scrape_interval(len(self.running), record.body is None or watches_progress(record.body))
+                self.scrapes.add_after(key, max(every, record.next_scrape_at - time.monotonic()))
         return False
 
     def _scrape_failed(self, key: Key, e: Exception) -> None:

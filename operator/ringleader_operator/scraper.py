@@ -27,6 +27,11 @@ from .observed import parse_time, utcnow
 
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_SECONDS = 5.0  # how often a running job's worker 0 is read into status.progress
+# The most scrapes a second over all running jobs that watch for neither stalls nor stragglers: past
+# SCRAPES_PER_SECOND * SCRAPE_SECONDS such jobs (100), each is read less often. Every scrape that sees a new
+# step writes the job's status, so a thousand jobs read every 5 s were 200 status writes a second to the API
+# server; read within the budget, every 50 s.
+SCRAPES_PER_SECOND = 20.0
 SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event says why
 # A page that cannot be read is tried again later and later (10 s, 20 s, 40 s, then every minute) rather than at
 # every tick: a thousand jobs whose trainers serve no page (kwok's fake pods, a script without metrics) would
@@ -43,6 +48,21 @@ FirstWorker = Callable[[str, str], Awaitable[list[dict[str, Any]] | None]]
 # Until worker 0 has run this long, a failed read is tried again at the next tick (no back-off), so a short job's
 # progress is seen while it runs.
 SCRAPE_GRACE_SECONDS = 60.0
+
+
+def scrape_interval(running_jobs: int, watched: bool) -> float:
+    """Seconds between two scrapes of a running job when `running_jobs` jobs run: SCRAPE_SECONDS for a job
+    whose run policy watches for stalls or stragglers (`watched`: those need timely reads), else as often as
+    SCRAPES_PER_SECOND shared by every running job allows, and never more often than SCRAPE_SECONDS."""
+    if watched:
+        return SCRAPE_SECONDS
+    return max(SCRAPE_SECONDS, running_jobs / SCRAPES_PER_SECOND)
+
+
+def watches_progress(obj: Mapping[str, Any]) -> bool:
+    """Whether the job `obj`'s run policy watches its progress (a stall deadline, a straggler threshold)."""
+    policy = (obj.get("spec") or {}).get("runPolicy") or {}
+    return policy.get("progressDeadlineSeconds") is not None or policy.get("stragglerThreshold") is not None
 
 
 def scrape_backoff(failures: int, running_for: float | None = None) -> float:

@@ -15,6 +15,7 @@ from aiohttp import web
 from ringleader_api import Role
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
+from ringleader_operator.scraper import scrape_interval, watches_progress
 
 from tests.support.localhttp import served
 
@@ -446,3 +447,29 @@ def test_worker_0_has_run_since_its_container_started(status: dict[str, Any], ru
 
     now = datetime(2026, 1, 1, 0, 1, 40, tzinfo=UTC).timestamp()
     assert _running_for({"status": status}, now) == running_for
+
+
+@pytest.mark.parametrize(
+    ("running", "watched", "every"),
+    [(1, False, 5.0), (100, False, 5.0), (1000, False, 50.0), (1000, True, 5.0), (0, False, 5.0)],
+)
+def test_the_scrape_interval_shares_a_budget_among_running_jobs_except_watched_ones(
+    running: int, watched: bool, every: float
+) -> None:
+    assert scrape_interval(running, watched) == every
+
+
+@pytest.mark.parametrize(
+    ("policy", "watched"),
+    [
+        ({}, False),
+        ({"progressDeadlineSeconds": 60}, True),
+        ({"stragglerThreshold": 2}, True),
+        ({"backoffLimit": 3}, False),
+    ],
+)
+def test_a_job_watches_its_progress_when_its_run_policy_asks_for_stalls_or_stragglers(
+    policy: dict[str, Any], watched: bool
+) -> None:
+    assert watches_progress({"spec": {"runPolicy": policy}}) is watched
+    assert watches_progress({}) is False

@@ -186,19 +186,22 @@ class RecordingScraper:
 
     def __init__(self, reconciler: Any, back_off: float = 0.0) -> None:
         self.reconciler, self.back_off, self.at = reconciler, back_off, list[float]()
+        self.by_job: dict[str, list[float]] = {}
 
     async def scrape(self, obj: dict[str, Any]) -> None:
         self.at.append(asyncio.get_running_loop().time())
+        self.by_job.setdefault(obj["metadata"]["name"], []).append(self.at[-1])
         record = self.reconciler.jobs[("ns", obj["metadata"]["name"])]
-        record.next_scrape_at = time.monotonic() + self.back_off if len(self.at) == 1 else 0.0
+        first = len(self.by_job[obj["metadata"]["name"]]) == 1
+        record.next_scrape_at = time.monotonic() + self.back_off if first else 0.0
 
     async def close(self) -> None:
         pass
 
 
-def _job(phase: str, version: int) -> dict[str, Any]:
-    meta = {"namespace": "ns", "name": "j", "uid": "u1", "generation": 1, "resourceVersion": str(version)}
-    return {"metadata": meta, "status": {"phase": phase}}
+def _job(phase: str, version: int, name: str = "j", policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "generation": 1, "resourceVersion": str(version)}
+    return {"metadata": meta, "spec": {"runPolicy": policy or {}}, "status": {"phase": phase}}
 
 
 @pytest.mark.parametrize(
@@ -239,3 +242,30 @@ def test_each_running_job_is_scraped_every_scrape_seconds_while_it_runs_and_neve
     finally:
         loop.close()
     assert [round(t) for t in got] == scraped_at
+
+
+def test_many_running_jobs_share_the_scrape_budget_and_a_watched_job_keeps_its_pace() -> None:
+    """400 running jobs at scraper.SCRAPES_PER_SECOND: each read every 20 s after its first read; a job with a
+    stall deadline still every SCRAPE_SECONDS."""
+    from ringleader_operator.reconciler import Reconciler
+    from ringleader_operator.scraper import SCRAPE_SECONDS, SCRAPES_PER_SECOND
+
+    async def main() -> dict[str, list[float]]:
+        reconciler = Reconciler(None, lambda *a: None)  # type: ignore[arg-type]  # no round runs here
+        scraper = reconciler.scraper = RecordingScraper(reconciler)  # type: ignore[assignment]
+        reconciler.job_seen(_job("Running", 1, "watched", {"progressDeadlineSeconds": 600}))
+        for i in range(399):
+            reconciler.job_seen(_job("Running", 1, f"j{i}"))
+        await asyncio.sleep(50)  # virtual
+        reconciler.scrapes.close()
+        return scraper.by_job
+
+    loop = VirtualClockLoop()
+    try:
+        got = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    every = 400 / SCRAPES_PER_SECOND
+    assert every > SCRAPE_SECONDS
+    assert [round(t) for t in got["j7"]] == [5, 5 + every, 5 + 2 * every]
+    assert [round(t) for t in got["watched"]] == list(range(5, 51, 5))
