@@ -229,14 +229,22 @@ def stop_component(component: str) -> None:
 
 
 SCHEDULER_BUDGET_FLAGS = ("--kube-api-qps=", "--kube-api-burst=")
+# With a raised budget kube-scheduler can keep the API server busy enough that its own lease renewal times out
+# (binding a 5,000-pod gang at QPS 1000 on 2 cores, a renewal GET waited over 5 s): it then loses leadership and
+# exits, and nothing schedules until the dev cluster restarts. Under a raised budget its lease is long (60 s,
+# renewed within 40 s); at its defaults it keeps Kubernetes' own 15 s / 10 s, which the failover tests rely on.
+SCHEDULER_LEASE_FLAGS = ("--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=40s")
 
 
 def scheduler_argv(argv: Sequence[str], qps: int | None, burst: int | None) -> list[str]:
     """kube-scheduler's command line `argv` with its client budget set to `qps`/`burst` (None: no flag, the
-    scheduler's own default of QPS 50, burst 100). The flags are deprecated but honoured while the scheduler
-    runs without --config, as kwokctl starts it here."""
-    kept = [a for a in argv if not a.startswith(SCHEDULER_BUDGET_FLAGS)]
-    return [*kept, *([f"--kube-api-qps={qps}"] if qps else []), *([f"--kube-api-burst={burst}"] if burst else [])]
+    scheduler's own default of QPS 50, burst 100), and with a raised budget the long lease of
+    SCHEDULER_LEASE_FLAGS. The flags are deprecated but honoured while the scheduler runs without --config, as
+    kwokctl starts it here."""
+    ours = (*SCHEDULER_BUDGET_FLAGS, *(f.split("=")[0] + "=" for f in SCHEDULER_LEASE_FLAGS))
+    kept = [a for a in argv if not a.startswith(ours)]
+    budget = [*([f"--kube-api-qps={qps}"] if qps else []), *([f"--kube-api-burst={burst}"] if burst else [])]
+    return [*kept, *budget, *(SCHEDULER_LEASE_FLAGS if budget else ())]
 
 
 def _scheduler_leader(layout: Layout) -> str:

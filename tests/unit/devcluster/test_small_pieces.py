@@ -164,20 +164,23 @@ def test_a_busy_port_is_waited_for_briefly_then_named_with_its_holder(monkeypatc
     commands.ensure_port_free(port, "kube-apiserver")
 
 
+LEASE = list(controlplane.SCHEDULER_LEASE_FLAGS)
+
+
 @pytest.mark.parametrize(
     ("argv", "qps", "burst", "want"),
     [
         (["kube-scheduler", "--kubeconfig=k"], 1000, 2000,
-         ["kube-scheduler", "--kubeconfig=k", "--kube-api-qps=1000", "--kube-api-burst=2000"]),
+         ["kube-scheduler", "--kubeconfig=k", "--kube-api-qps=1000", "--kube-api-burst=2000", *LEASE]),
         # a budget set before is replaced, not repeated
-        (["kube-scheduler", "--kube-api-qps=1000", "--kubeconfig=k", "--kube-api-burst=2000"], 200, 400,
-         ["kube-scheduler", "--kubeconfig=k", "--kube-api-qps=200", "--kube-api-burst=400"]),
-        # None: back to the scheduler's defaults, no flag at all
-        (["kube-scheduler", "--kube-api-qps=1000", "--kube-api-burst=2000"], None, None, ["kube-scheduler"]),
+        (["kube-scheduler", "--kube-api-qps=1000", "--kubeconfig=k", "--kube-api-burst=2000", *LEASE], 200, 400,
+         ["kube-scheduler", "--kubeconfig=k", "--kube-api-qps=200", "--kube-api-burst=400", *LEASE]),
+        # None: back to the scheduler's defaults (its lease too), no flag at all
+        (["kube-scheduler", "--kube-api-qps=1000", "--kube-api-burst=2000", *LEASE], None, None, ["kube-scheduler"]),
         (["kube-scheduler"], None, None, ["kube-scheduler"]),
     ],
 )  # fmt: skip
-def test_scheduler_argv_sets_or_drops_the_client_budget(
+def test_scheduler_argv_sets_or_drops_the_client_budget_and_its_long_lease(
     argv: list[str], qps: int | None, burst: int | None, want: list[str]
 ) -> None:
     assert controlplane.scheduler_argv(argv, qps, burst) == want
