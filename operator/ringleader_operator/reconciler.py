@@ -616,8 +616,8 @@ class Reconciler:
     async def _scrape(self, key: Key, fresh: bool) -> bool:
         """The scrape of a running job that fell due (copy worker 0's step, loss and throughput into
         status.progress; the stall and straggler watches), then its next one: scraper.scrape_interval on, or
-        when its failed reads' back-off ends. None for a job that is gone or no longer runs (job_seen schedules
-        it again when it does)."""
+        when its failed reads' back-off ends. Nothing for a job that is gone or no longer runs (job_seen
+        schedules it again when it does)."""
         record = self.jobs.get(key)
         if record is None or (record.body is not None and not _running(record.body)):
             return False
@@ -632,7 +632,7 @@ class Reconciler:
         return False
 
     def _scrape_failed(self, key: Key, e: Exception) -> None:
-        """A scrape raised what it should not have: said, and the job's next scrape is already due."""
+        """A scrape raised what it should not have: said (the job's next scrape is already scheduled)."""
         log.error("[%s/%s] progress scrape failed", *key, exc_info=e)
 
     async def close(self) -> None:
