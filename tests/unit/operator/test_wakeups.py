@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 from ringleader_operator.workqueue import WorkQueue
+
+T = TypeVar("T")
 
 
 class CountingQueue(WorkQueue[tuple[str, str]]):
@@ -47,6 +50,15 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         super()._run_once()  # type: ignore[misc]
 
 
+def _on_virtual_clock(main: Callable[[], Awaitable[T]]) -> T:
+    """`main()` run to its end on a fresh VirtualClockLoop."""
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 def _run(script: Any) -> CountingQueue:
     async def main() -> CountingQueue:
         r = CountingQueue()
@@ -54,11 +66,7 @@ def _run(script: Any) -> CountingQueue:
         await asyncio.sleep(10)  # virtual: lets every pending wake-up fire
         return r
 
-    loop = VirtualClockLoop()
-    try:
-        return loop.run_until_complete(main())
-    finally:
-        loop.close()
+    return _on_virtual_clock(main)
 
 
 @pytest.mark.parametrize(
@@ -236,12 +244,7 @@ def test_each_running_job_is_scraped_every_scrape_seconds_while_it_runs_and_neve
         reconciler.scrapes.close()
         return scraper.at
 
-    loop = VirtualClockLoop()
-    try:
-        got = loop.run_until_complete(main())
-    finally:
-        loop.close()
-    assert [round(t) for t in got] == scraped_at
+    assert [round(t) for t in _on_virtual_clock(main)] == scraped_at
 
 
 def test_many_running_jobs_share_the_scrape_budget_and_a_watched_job_keeps_its_pace() -> None:
@@ -260,11 +263,7 @@ def test_many_running_jobs_share_the_scrape_budget_and_a_watched_job_keeps_its_p
         reconciler.scrapes.close()
         return scraper.by_job
 
-    loop = VirtualClockLoop()
-    try:
-        got = loop.run_until_complete(main())
-    finally:
-        loop.close()
+    got = _on_virtual_clock(main)
     every = 400 / SCRAPES_PER_SECOND
     assert every > SCRAPE_SECONDS
     assert [round(t) for t in got["j7"]] == [5, 5 + every, 5 + 2 * every]
