@@ -182,12 +182,12 @@ def _cluster_cpu(layout: Layout) -> float:
     exited (one that lost its leader lease under the load exits) ends the benchmark saying which, not with a
     traceback: the run's figures would not be of a working cluster."""
     total = 0.0
-    for pidfile in sorted((layout.cluster_dir / "pids").glob("*.pid")):
+    for name, pid in controlplane.components(layout).items():
         try:
-            total += proc_stats(int(pidfile.read_text().strip()))["cpu_seconds"]
-        except (FileNotFoundError, ValueError):
-            log = layout.cluster_dir / "logs" / f"{pidfile.stem}.log"
-            why = f"bench: {pidfile.stem} exited during the run (see {log}): its figures are not of a working cluster"
+            total += proc_stats(pid)["cpu_seconds"]
+        except FileNotFoundError:
+            log = layout.cluster_dir / "logs" / f"{name}.log"
+            why = f"bench: {name} exited during the run (see {log}): its figures are not of a working cluster"
             raise SystemExit(f"{why}; start it again with `make dev-cluster-down dev-cluster`") from None
     return total
 

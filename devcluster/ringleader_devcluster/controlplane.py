@@ -195,13 +195,19 @@ def scale_fake_nodes(layout: Layout, count: int) -> None:
         )
 
 
+def components(layout: Layout) -> dict[str, int]:
+    """The PID of each of etcd, the API server, controller-manager, scheduler and kwok, by component name, from
+    kwokctl's pid files (a file that holds no number is left out)."""
+    pids = {}
+    for f in sorted((layout.cluster_dir / "pids").glob("*.pid")):
+        with contextlib.suppress(ValueError):
+            pids[f.stem] = int(f.read_text().strip())
+    return pids
+
+
 def component_pids(layout: Layout) -> list[int]:
     """PIDs of etcd, the API server, controller-manager, scheduler and kwok from kwokctl's pid files."""
-    pids = []
-    for f in (layout.cluster_dir / "pids").glob("*.pid"):
-        with contextlib.suppress(ValueError):
-            pids.append(int(f.read_text().strip()))
-    return pids
+    return list(components(layout).values())
 
 
 def restart_component(component: str, down_seconds: float = 0.0) -> None:
