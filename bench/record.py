@@ -77,6 +77,12 @@ def commit_of(tree: Path = REPO_ROOT) -> str:
     return described.stdout.strip()
 
 
+def point_order(points: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The scale benchmark's points (jobs, workers) in the order they are shown: one-job points by size, then
+    the many-jobs points."""
+    return sorted(points, key=lambda p: (p[0] > 1, p[0] * p[1]))
+
+
 # The commit the benchmark started at: a result names the code it measured, even if a commit lands while it runs.
 COMMIT_AT_START = commit_of()
 

@@ -18,7 +18,7 @@ from typing import Any
 from ringleader_devcluster.layout import REPO_ROOT
 
 from bench import control_plane_plan as cp
-from bench.record import range_verdict
+from bench.record import point_order, range_verdict
 from bench.report_plots import PLOTTERS, Result
 from bench.stats import Interval, at_most, ratio_interval, spread, time_verdict
 
@@ -439,7 +439,7 @@ def scale(result: Result) -> list[str]:
     floor's with its 95 % bootstrap interval, the runs that saw a node flap; then issue 29's goals at the largest
     one-job point, judged on the intervals."""
     runs = result["runs"]
-    points = sorted({(r["jobs"], r["workers"]) for r in runs}, key=lambda p: (p[0] > 1, p[0] * p[1]))
+    points = point_order({(r["jobs"], r["workers"]) for r in runs})
     subjects = list(dict.fromkeys(r["subject"] for r in runs))
     rows, figures = [], {}
     for jobs, workers in points:

@@ -47,7 +47,7 @@ from bench import control_plane_plan as plan
 from bench import profile as profiling
 from bench.common import delete_namespace, new_namespace, proc_stats
 from bench.identity import ensure_namespace
-from bench.record import RESULTS, commit_of, machine, write_result
+from bench.record import RESULTS, commit_of, machine, point_order, write_result
 from bench.subjects import Subject, kubeflow_training_operator, ringleader
 
 RESULT = RESULTS / "scale.json"
@@ -194,7 +194,7 @@ def kept_runs(path: Path, points: list[tuple[int, int]]) -> tuple[list[dict[str,
     runs = [r for r in earlier.get("runs", []) if (r["jobs"], r["workers"]) not in points]
     if not runs:
         return [], []
-    kept = sorted({(r["jobs"], r["workers"]) for r in runs}, key=lambda p: (p[0] > 1, p[0] * p[1]))
+    kept = point_order({(r["jobs"], r["workers"]) for r in runs})
     commits = sorted({r.get("commit", "?") for r in runs})
     when = earlier.get("machine", {}).get("date", "?")
     line = (f"points {', '.join(f'{j}x{w}' for j, w in kept)} kept from an earlier invocation ({when}, "
