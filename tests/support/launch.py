@@ -1,6 +1,9 @@
 """Run a training job as plain processes on this machine: every rank gets the environment the operator would
 write (`ringleader_operator.builders.rank_env`), with loopback addresses and free ports instead of pod DNS
 names. Used by the trainer's tests and by bench/.
+
+The trainer's tests set `PREFORK`: their ranks are then forked from a server that imported torch once
+(`tests.support.prefork`); benchmarks keep plain processes, whose start-up they time.
 """
 
 from __future__ import annotations
@@ -14,19 +17,42 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import rank_env
 
+from tests.support import prefork
 from tests.support.ranks import free_port
+
+PREFORK = False  # set by the trainer tests' conftest
+
+
+class Process(Protocol):
+    """What the tests use of a rank's process: `subprocess.Popen`, or a forked child (`prefork.Forked`)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+def start(command: list[str], env: dict[str, str], out: Path, err: Path) -> Process:
+    """`command` with `env`, its output appended to `out` and `err`: forked if `PREFORK` (and the environment
+    allows it: `prefork.can_fork`), else a new process."""
+    if PREFORK and prefork.can_fork(env):
+        return prefork.start(command, env, out, err)
+    with out.open("ab") as o, err.open("ab") as e:
+        return subprocess.Popen(command, env=env, stdout=o, stderr=e)
 
 
 @dataclass
 class Rank:
     role: str
     index: int
-    proc: subprocess.Popen[bytes]
+    proc: Process
     out: Path
     err: Path
     command: list[str]
@@ -42,8 +68,7 @@ class Rank:
         on in the same files."""
         if self.proc.poll() is None:
             raise RuntimeError(f"{self.role}-{self.index} is still running")
-        with self.out.open("ab") as o, self.err.open("ab") as e:
-            self.proc = subprocess.Popen(self.command, env=self.env, stdout=o, stderr=e)
+        self.proc = start(self.command, self.env, self.out, self.err)
 
     @property
     def stdout(self) -> str:
@@ -145,7 +170,8 @@ def launch(
         env |= {"OMP_NUM_THREADS": "1"} | (env_overrides or {})  # many ranks share few cores
         out, err = logdir / f"{role.value}-{index}.out", logdir / f"{role.value}-{index}.err"
         command = [sys.executable, *program, *args]
-        with out.open("wb") as o, err.open("wb") as e:
-            proc = subprocess.Popen(command, env=env, stdout=o, stderr=e)
+        out.write_bytes(b"")
+        err.write_bytes(b"")
+        proc = start(command, env, out, err)
         local.ranks.append(Rank(role.value, index, proc, out, err, command, env))
     return local
