@@ -1,11 +1,14 @@
 """Every example in examples/ applied to the dev cluster runs to Succeeded: the documents as written (the PVC
 example's volume pointed at the test's namespace), with the built-in trainer's step count cut to keep the
 suite short (the trainer's own tests judge accuracy; here the wiring is under test: scheduling against fake
-GPUs, the ConfigMap script, the claim, every strategy through the operator). Every pod the operator makes of
-an example is admitted where Pod Security "restricted" is enforced."""
+GPUs, the ConfigMap script, the claim, every strategy through the operator). The examples are this suite's run
+of each strategy through the operator: for the built-in trainer each worker pod logs the end of each of its
+ranks (a pod of two ranks, two) and the status counts the whole world. Every pod the operator makes of an
+example is admitted where Pod Security "restricted" is enforced."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,14 +21,16 @@ from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_operator.builders import build_pod, desired_ranks
 
-from tests.support.cluster import kubectl
+from tests.support.cluster import kubectl, logs
 from tests.support.jobs import condition, get, pods_of, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 STEPS = "60"
-LARGE_STEPS = "4"  # large-mlp: a few seconds a step on CPU workers
+HEAVY_STEPS = "4"  # large-mlp: a few seconds a step on CPU workers; wide-mlp: 100 MB of gradients a step
+HEAVY = ("large-mlp", "wide-mlp")
+DONE = re.compile(r'"index": (\d+), "event": "done"')
 
 
 def shortened(doc: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +40,7 @@ def shortened(doc: dict[str, Any]) -> dict[str, Any]:
             continue
         command = template["spec"]["containers"][0].get("command") or []
         if "ringleader_trainer" in command:
-            steps = LARGE_STEPS if "large-mlp" in command else STEPS
+            steps = HEAVY_STEPS if any(example in command for example in HEAVY) else STEPS
             if "--steps" in command:
                 command[command.index("--steps") + 1] = steps
             else:
@@ -74,6 +79,14 @@ def test_example_runs_to_succeeded(
         job = get(custom, namespace, name)
         raise AssertionError(f"{e}: {condition(job, 'Failed') or job.get('status')}") from None
     assert job["status"]["replicaStatuses"]["worker"]["succeeded"] >= 1
+    spec = next(d for d in docs if d["kind"] == "TrainingJob")["spec"]
+    workers, procs = spec["workers"]["replicas"], spec["workers"].get("procsPerPod", 1)
+    shards = (spec.get("parameterServers") or {}).get("replicas", 0)
+    assert job["status"]["worldSize"] == workers * procs + shards
+    if "ringleader_trainer" in spec["workers"]["template"]["spec"]["containers"][0].get("command", []):
+        for pod in range(workers):  # each worker pod ran its ranks to the end: pod 1 of 2x2 holds ranks 2 and 3
+            done = DONE.findall(logs(core, namespace, f"{name}-worker-{pod}", container="trainer"))
+            assert sorted(int(i) for i in done) == list(range(pod * procs, (pod + 1) * procs)), (pod, done)
     if "nvidia.com/gpu" in path.read_text():  # scheduled against GPUs a node advertises, one per pod
         pods = pods_of(core, namespace, name)
         assert pods and all((p.spec.containers[0].resources.limits or {}).get("nvidia.com/gpu") == "1" for p in pods)

@@ -1,5 +1,8 @@
 """Rank-level recovery on the dev cluster: SIGKILL one rank's trainer process; the operator replaces that pod
-only, the survivors re-join in place, and the job finishes with one restart counted."""
+only, the survivors re-join in place, and the job finishes with one restart counted. Two victims, the hardest
+of each kind of job: the worker that hosts the rendezvous store, and a parameter-server shard. (Every victim
+recovers in place in the trainer's own tests, tests/integration/trainer/test_recovery.py; the chaos run kills
+random workers and shards through the operator.)"""
 
 from __future__ import annotations
 
@@ -26,8 +29,8 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
 
 @pytest.mark.parametrize(
     ("spec", "victim"),
-    [({}, "rec-worker-1"), ({}, "rec-worker-0"), (PS, "rec-ps-0"), (PS, "rec-worker-2")],
-    ids=["allreduce-worker", "allreduce-store-host", "ps-shard", "ps-worker"],
+    [({}, "rec-worker-0"), (PS, "rec-ps-0")],
+    ids=["allreduce-store-host", "ps-shard"],
 )
 def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path,
