@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import servicenet
@@ -235,56 +235,79 @@ def stop_component(component: str) -> None:
 
 
 SCHEDULER_BUDGET_FLAGS = ("--kube-api-qps=", "--kube-api-burst=")
-# With a raised budget kube-scheduler can keep the API server busy enough that its own lease renewal times out
-# (binding a 5,000-pod gang at QPS 1000 on 2 cores, a renewal GET waited over 5 s): it then loses leadership and
-# exits, and nothing schedules until the dev cluster restarts. Under a raised budget its lease is long (60 s,
-# renewed within 40 s); at its defaults it keeps Kubernetes' own 15 s / 10 s, which the failover tests rely on.
-SCHEDULER_LEASE_FLAGS = ("--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=40s")
+# Under benchmark load a component's own lease renewal can time out: binding a 5,000-pod gang at QPS 1000 on 2
+# cores, kube-scheduler's renewal GET waited over 5 s, and kube-controller-manager's did the same while it
+# tracked those pods. Either then loses leadership and exits, and nothing restarts it until the dev cluster
+# does. For a benchmark they hold a long lease (60 s, renewed within 40 s); otherwise Kubernetes' own 15 s /
+# 10 s, which the failover tests rely on.
+LONG_LEASE_FLAGS = ("--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=40s")
+_LEASE_PREFIXES = tuple(f.split("=")[0] + "=" for f in LONG_LEASE_FLAGS)
 
 
 def scheduler_argv(argv: Sequence[str], qps: int | None, burst: int | None) -> list[str]:
     """kube-scheduler's command line `argv` with its client budget set to `qps`/`burst` (None: no flag, the
-    scheduler's own default of QPS 50, burst 100), and with a raised budget the long lease of
-    SCHEDULER_LEASE_FLAGS. The flags are deprecated but honoured while the scheduler runs without --config, as
-    kwokctl starts it here."""
-    ours = (*SCHEDULER_BUDGET_FLAGS, *(f.split("=")[0] + "=" for f in SCHEDULER_LEASE_FLAGS))
-    kept = [a for a in argv if not a.startswith(ours)]
+    scheduler's own default of QPS 50, burst 100), and with a raised budget the long lease of LONG_LEASE_FLAGS.
+    The flags are deprecated but honoured while the scheduler runs without --config, as kwokctl starts it here."""
+    kept = [a for a in argv if not a.startswith((*SCHEDULER_BUDGET_FLAGS, *_LEASE_PREFIXES))]
     budget = [*([f"--kube-api-qps={qps}"] if qps else []), *([f"--kube-api-burst={burst}"] if burst else [])]
-    return [*kept, *budget, *(SCHEDULER_LEASE_FLAGS if budget else ())]
+    return [*kept, *budget, *(LONG_LEASE_FLAGS if budget else ())]
 
 
-def _scheduler_leader(layout: Layout) -> str:
-    """The holder of kube-scheduler's leader lease ("" when it has none)."""
+def controller_manager_argv(argv: Sequence[str], long_lease: bool) -> list[str]:
+    """kube-controller-manager's command line `argv` with the long lease of LONG_LEASE_FLAGS, or without it
+    (Kubernetes' default lease); every other flag (the node monitoring the failover tests rely on) is kept."""
+    kept = [a for a in argv if not a.startswith(_LEASE_PREFIXES)]
+    return [*kept, *(LONG_LEASE_FLAGS if long_lease else ())]
+
+
+def _leader(layout: Layout, component: str) -> str:
+    """The holder of `component`'s leader lease in kube-system ("" when it has none)."""
     got = kubectl(
-        layout, "get", "lease", "-n", "kube-system", "kube-scheduler", "-o", "jsonpath={.spec.holderIdentity}",
+        layout, "get", "lease", "-n", "kube-system", component, "-o", "jsonpath={.spec.holderIdentity}",
         check=False,
     )  # fmt: skip
     return got.stdout.strip() if got.returncode == 0 else ""
 
 
-def set_scheduler_budget(layout: Layout, qps: int | None, burst: int | None) -> None:
-    """Run kube-scheduler with the client budget `qps`/`burst` (None: its defaults), restarting it when it runs
-    with another; return once the new one leads (schedules). The replacement takes over kwokctl's pid file and
-    log, so deleting the cluster stops it; restarting the control plane starts kwokctl's own command line."""
-    pidfile = layout.cluster_dir / "pids" / "kube-scheduler.pid"
+def _rerun(layout: Layout, component: str, command: Callable[[list[str]], list[str]]) -> bool:
+    """Restart `component` (kube-scheduler or kube-controller-manager) with `command(its command line)` when that
+    differs from what runs, and return once the new process leads; whether it restarted. The replacement takes
+    over kwokctl's pid file and log, so deleting the cluster stops it; restarting the control plane starts
+    kwokctl's own command line."""
+    pidfile = layout.cluster_dir / "pids" / f"{component}.pid"
     pid = pid_from(pidfile)
     if pid is None:
-        raise ClusterError("kube-scheduler does not run: start the dev cluster first ('make dev-cluster')")
+        raise ClusterError(f"{component} does not run: start the dev cluster first ('make dev-cluster')")
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    want = scheduler_argv(argv, qps, burst)
+    want = command(argv)
     if want == argv:
-        return
-    t0 = time.monotonic()
+        return False
     cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-    before = _scheduler_leader(layout)
-    stop_pid(pid, timeout=20)  # SIGTERM: it gives its lease up (ReleaseOnCancel), so the next one leads at once
-    log = layout.cluster_dir / "logs" / "kube-scheduler.log"
+    before = _leader(layout, component)
+    # SIGTERM: kube-scheduler gives its lease up (ReleaseOnCancel), so the next one leads at once; a new
+    # controller-manager may wait out the old one's lease (15 s by default).
+    stop_pid(pid, timeout=20)
+    log = layout.cluster_dir / "logs" / f"{component}.log"
     new = spawn(want, pidfile, log, cwd=cwd)
-    wait_ready(
-        "kube-scheduler", lambda: _scheduler_leader(layout) not in ("", before), new, log, READY_TIMEOUT, ClusterError
-    )
-    budget = f"QPS {qps}, burst {burst}" if qps else "its default budget"
-    say(f"kube-scheduler restarted with {budget}", t0)
+    wait_ready(component, lambda: _leader(layout, component) not in ("", before), new, log, READY_TIMEOUT, ClusterError)
+    return True
+
+
+def set_scheduler_budget(layout: Layout, qps: int | None, burst: int | None) -> None:
+    """Run kube-scheduler with the client budget `qps`/`burst` (None: its defaults), restarting it when it runs
+    with another; return once the new one leads (schedules)."""
+    t0 = time.monotonic()
+    if _rerun(layout, "kube-scheduler", lambda argv: scheduler_argv(argv, qps, burst)):
+        budget = f"QPS {qps}, burst {burst}" if qps else "its default budget"
+        say(f"kube-scheduler restarted with {budget}", t0)
+
+
+def set_controller_manager_lease(layout: Layout, long_lease: bool) -> None:
+    """Run kube-controller-manager with the long lease of LONG_LEASE_FLAGS (for a benchmark) or with Kubernetes'
+    default, restarting it when it runs with the other; return once the new one leads."""
+    t0 = time.monotonic()
+    if _rerun(layout, "kube-controller-manager", lambda argv: controller_manager_argv(argv, long_lease)):
+        say(f"kube-controller-manager restarted with {'a 60 s' if long_lease else 'its default'} lease", t0)
 
 
 def delete_control_plane(layout: Layout) -> None:

@@ -164,7 +164,7 @@ def test_a_busy_port_is_waited_for_briefly_then_named_with_its_holder(monkeypatc
     commands.ensure_port_free(port, "kube-apiserver")
 
 
-LEASE = list(controlplane.SCHEDULER_LEASE_FLAGS)
+LEASE = list(controlplane.LONG_LEASE_FLAGS)
 
 
 @pytest.mark.parametrize(
@@ -184,6 +184,26 @@ def test_scheduler_argv_sets_or_drops_the_client_budget_and_its_long_lease(
     argv: list[str], qps: int | None, burst: int | None, want: list[str]
 ) -> None:
     assert controlplane.scheduler_argv(argv, qps, burst) == want
+
+
+KCM = ["kube-controller-manager", "--kubeconfig=k", "--node-monitor-grace-period=40s"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "long_lease", "want"),
+    [
+        (KCM, True, [*KCM, *LEASE]),
+        ([*KCM, *LEASE], True, [*KCM, *LEASE]),  # already long: the same command line, so no restart
+        ([*KCM, *LEASE], False, KCM),  # back to Kubernetes' default lease; node monitoring kept
+        (KCM, False, KCM),
+        # a lease flag of another value (set by hand) is replaced, not repeated
+        ([*KCM, "--leader-elect-lease-duration=30s"], True, [*KCM, *LEASE]),
+    ],
+)
+def test_controller_manager_argv_sets_or_drops_the_long_lease_and_keeps_the_rest(
+    argv: list[str], long_lease: bool, want: list[str]
+) -> None:
+    assert controlplane.controller_manager_argv(argv, long_lease) == want
 
 
 def test_following_a_log_keeps_the_line_written_just_before_the_container_ended(tmp_path: Path) -> None:
