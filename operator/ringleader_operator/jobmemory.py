@@ -29,6 +29,7 @@ class JobMemory:
     fresh_read_at: float = field(default_factory=time.monotonic)
     foreign_pods: tuple[str, ...] = ()  # pods carrying its labels that are not its ranks, as last reported
     scrape_failures: int = 0  # progress scrapes failed in a row
+    page_served: bool = False  # worker 0's page was read at least once by this process
     next_scrape_at: float = 0.0  # monotonic: no scrape before this (failed reads back off: scraper.scrape_backoff)
     # The newest version of the job this process has seen (a watch event or the answer to its own write), its
     # managedFields left out; rounds read it instead of the API server. None: read it there.

@@ -37,6 +37,11 @@ SCRAPE_FAILURES_REPORTED = 3  # progress scrapes failed in a row before an event
 # every tick: a thousand jobs whose trainers serve no page (kwok's fake pods, a script without metrics) would
 # otherwise cost a connection attempt each every 5 s.
 SCRAPE_BACKOFF_MAX_SECONDS = 60.0
+# A job whose worker 0 has not served a page once since this operator started (a script without metrics, a
+# trainer that never came up) and whose policy watches neither stalls nor stragglers goes on doubling to ten
+# minutes: at a minute, a thousand such jobs were most of an idle operator's CPU. Its first page then shows up
+# to ten minutes late; a page once served brings the reads back to the job's interval.
+SCRAPE_UNSERVED_MAX_SECONDS = 600.0
 RANK_READS_AT_ONCE = 64  # rank pages read at once when a job stalls (each bounded by progress.SCRAPE_TIMEOUT)
 RANK_PAGES_PER_SECOND = 50.0  # the most rank pages a second the straggler watch reads for one job
 
@@ -65,13 +70,15 @@ def watches_progress(obj: Mapping[str, Any]) -> bool:
     return policy.get("progressDeadlineSeconds") is not None or policy.get("stragglerThreshold") is not None
 
 
-def scrape_backoff(failures: int, running_for: float | None = None) -> float:
+def scrape_backoff(failures: int, running_for: float | None = None, patient: bool = False) -> float:
     """Seconds until the next try after `failures` failed reads in a row of a worker 0 that has run for
     `running_for` seconds (None: not known): none after the first (the next tick) or while it has run less than
-    SCRAPE_GRACE_SECONDS, then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS."""
+    SCRAPE_GRACE_SECONDS, then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS, or up to
+    SCRAPE_UNSERVED_MAX_SECONDS if `patient` (a page never served, no policy that needs timely reads)."""
     if failures <= 1 or (running_for is not None and running_for < SCRAPE_GRACE_SECONDS):
         return 0.0
-    return min(SCRAPE_BACKOFF_MAX_SECONDS, 5.0 * 2.0 ** (failures - 1))
+    cap = SCRAPE_UNSERVED_MAX_SECONDS if patient else SCRAPE_BACKOFF_MAX_SECONDS
+    return min(cap, 5.0 * 2.0 ** min(failures - 1, 16))
 
 
 class ProgressScraper:
@@ -106,7 +113,7 @@ class ProgressScraper:
         if (record := self.memory(key)) is None:  # looked up again: the job may have gone while the page was read
             return
         if page is not None:
-            record.scrape_failures, record.next_scrape_at = 0, 0.0
+            record.scrape_failures, record.next_scrape_at, record.page_served = 0, 0.0, True
             await self._write_progress(obj, key, progress.progress_of(page, utcnow()))
         policy = _policy(obj)
         if policy is None:
@@ -130,7 +137,8 @@ class ProgressScraper:
             record = self.memory(key)
             if record is not None:
                 record.scrape_failures += 1
-                waited = scrape_backoff(record.scrape_failures, _running_for(worker0, time.time()))
+                patient = not record.page_served and not watches_progress(obj)
+                waited = scrape_backoff(record.scrape_failures, _running_for(worker0, time.time()), patient)
                 record.next_scrape_at = time.monotonic() + waited
                 if record.scrape_failures == SCRAPE_FAILURES_REPORTED:
                     self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, f"worker 0's metrics page: {e}")

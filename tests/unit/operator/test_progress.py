@@ -289,12 +289,15 @@ def test_failed_scrapes_are_counted_and_reported_once_per_streak(monkeypatch: py
             for _ in range(SCRAPE_FAILURES_REPORTED):
                 await scrape_when_due()
             assert len(events) == 1 and not patched and record.scrape_failures == 5
+            # never served, no stall or straggler policy: past the minute (80 s after the fifth failure)
+            assert record.next_scrape_at - time.monotonic() > 70
             serve["ok"] = True
             await scrape_when_due()
             assert patched and patched[-1]["progress"]["step"] == 1200 and record.next_scrape_at == 0
             serve["ok"] = False
-            for _ in range(SCRAPE_FAILURES_REPORTED):
+            for _ in range(SCRAPE_FAILURES_REPORTED + 2):
                 await scrape_when_due()
+            assert record.scrape_failures == 5 and record.next_scrape_at - time.monotonic() <= 60  # served once
             await r.close()
 
     asyncio.run(main())
@@ -418,17 +421,20 @@ def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: p
 
 
 @pytest.mark.parametrize(
-    ("failures", "running_for", "seconds"),
-    [(1, None, 0), (2, None, 10), (3, None, 20), (4, None, 40), (5, None, 60), (30, None, 60), (30, 600, 60),
-     (5, 59, 0), (5, 61, 60)],
+    ("failures", "running_for", "patient", "seconds"),
+    [(1, None, False, 0), (2, None, False, 10), (3, None, False, 20), (4, None, False, 40), (5, None, False, 60),
+     (30, None, False, 60), (30, 600, False, 60), (5, 59, False, 0), (5, 61, False, 60),
+     # a page never served, no policy that needs timely reads: on doubling to ten minutes
+     (1, None, True, 0), (5, 59, True, 0), (5, 61, True, 80), (7, None, True, 320), (8, None, True, 600),
+     (10_000, 3600, True, 600)],
 )  # fmt: skip
-def test_failed_reads_back_off_to_a_minute_once_worker_0_has_run_a_minute(
-    failures: int, running_for: float | None, seconds: float
+def test_failed_reads_back_off_once_worker_0_has_run_a_minute_to_ten_if_its_page_never_came(
+    failures: int, running_for: float | None, patient: bool, seconds: float
 ) -> None:
     """A trainer still importing torch serves no page yet: while worker 0 is young every tick tries again."""
     from ringleader_operator.scraper import scrape_backoff
 
-    assert scrape_backoff(failures, running_for) == seconds
+    assert scrape_backoff(failures, running_for, patient) == seconds
 
 
 @pytest.mark.parametrize(
