@@ -43,7 +43,7 @@ def start(command: list[str], env: dict[str, str], out: Path, err: Path) -> Proc
     """`command` with `env`, its output appended to `out` and `err`: forked if `PREFORK` (and the environment
     allows it: `prefork.can_fork`), else a new process."""
     if PREFORK and prefork.can_fork(env):
-        return prefork.start(command, env, out, err)
+        return prefork.Forked(command, env, out, err)
     with out.open("ab") as o, err.open("ab") as e:
         return subprocess.Popen(command, env=env, stdout=o, stderr=e)
 

@@ -87,7 +87,8 @@ def _child(command: list[str], env: dict[str, str], out: str, err: str) -> None:
 
 
 class Forked:
-    """The parts of `subprocess.Popen` the tests use, for a child of the forkserver."""
+    """The parts of `subprocess.Popen` the tests use, for a child of the forkserver running `command`
+    (`[python, -m, module, ...]` or `[python, script, ...]`); `env` must pass `can_fork`."""
 
     def __init__(self, command: list[str], env: dict[str, str], out: Path, err: Path) -> None:
         self.args = command
@@ -95,10 +96,6 @@ class Forked:
         self._process.start()
         assert self._process.pid is not None
         self.pid: int = self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.poll()
 
     def poll(self) -> int | None:
         return self._process.exitcode
@@ -114,9 +111,6 @@ class Forked:
         if self.poll() is None:  # as Popen: no signal to a process already reaped (its pid may be reused)
             os.kill(self.pid, sig)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
@@ -124,11 +118,3 @@ class Forked:
 def can_fork(env: dict[str, str]) -> bool:
     """Whether a rank with environment `env` runs as a forked child as it would as a process of its own."""
     return env.get("OMP_NUM_THREADS") == THREADS
-
-
-def start(command: list[str], env: dict[str, str], out: Path, err: Path) -> Forked:
-    """`command` (`[python, -m, module, ...]` or `[python, script, ...]`) as a child of the forkserver; `env`
-    must pass `can_fork`."""
-    if not can_fork(env):
-        raise ValueError(f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')!r}: a forked rank has {THREADS}")
-    return Forked(command, env, out, err)

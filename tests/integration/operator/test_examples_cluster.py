@@ -8,7 +8,6 @@ example is admitted where Pod Security "restricted" is enforced."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_operator.builders import build_pod, desired_ranks
 
-from tests.support.cluster import kubectl, logs
-from tests.support.jobs import condition, get, pods_of, wait_condition
+from tests.support.cluster import kubectl
+from tests.support.jobs import condition, get, pods_of, trainer_events, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -30,7 +29,6 @@ EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 STEPS = "60"
 HEAVY_STEPS = "4"  # large-mlp: a few seconds a step on CPU workers; wide-mlp: 100 MB of gradients a step
 HEAVY = ("large-mlp", "wide-mlp")
-DONE = re.compile(r'"index": (\d+), "event": "done"')
 
 
 def shortened(doc: dict[str, Any]) -> dict[str, Any]:
@@ -85,8 +83,8 @@ def test_example_runs_to_succeeded(
     assert job["status"]["worldSize"] == workers * procs + shards
     if "ringleader_trainer" in spec["workers"]["template"]["spec"]["containers"][0].get("command", []):
         for pod in range(workers):  # each worker pod ran its ranks to the end: pod 1 of 2x2 holds ranks 2 and 3
-            done = DONE.findall(logs(core, namespace, f"{name}-worker-{pod}", container="trainer"))
-            assert sorted(int(i) for i in done) == list(range(pod * procs, (pod + 1) * procs)), (pod, done)
+            done = [e["index"] for e in trainer_events(core, namespace, f"{name}-worker-{pod}", "done")]
+            assert sorted(done) == list(range(pod * procs, (pod + 1) * procs)), (pod, done)
     if "nvidia.com/gpu" in path.read_text():  # scheduled against GPUs a node advertises, one per pod
         pods = pods_of(core, namespace, name)
         assert pods and all((p.spec.containers[0].resources.limits or {}).get("nvidia.com/gpu") == "1" for p in pods)
