@@ -80,9 +80,14 @@ unit: venv ## unit and trainer tests (no cluster)
 	@$(PY) -m pytest --durations=10 tests/unit tests/integration/trainer
 
 # The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
+# The tests run INTEGRATION_WORKERS at a time (pytest-xdist; tests that count the process node's GPUs stay on one
+# worker), then those marked serial or lifecycle run alone: they restart or measure what every test shares.
+INTEGRATION_TESTS := tests/integration/devcluster tests/integration/operator tests/integration/cli tests/e2e
+INTEGRATION_WORKERS ?= 2
 integration: dev-cluster ## integration and end-to-end tests on the dev cluster
 	@$(PY) -m ringleader_devcluster images --push operator trainer
-	@$(PY) -m pytest --durations=10 tests/integration/devcluster tests/integration/operator tests/integration/cli tests/e2e
+	@$(PY) -m pytest --durations=10 -n $(INTEGRATION_WORKERS) --dist loadgroup -m "not serial and not lifecycle" $(INTEGRATION_TESTS)
+	@$(PY) -m pytest --durations=10 -m "serial or lifecycle" $(INTEGRATION_TESTS)
 
 test: lint unit integration ## lint, unit, integration: what CI runs
 

@@ -12,6 +12,8 @@ from kubernetes.client import ApiException
 from ringleader_devcluster import cluster, operatorprocess
 from ringleader_devcluster.layout import Layout
 
+from tests.support.shared import one_at_a_time
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked `lifecycle` take the whole dev cluster down and up again; they run after all others."""
@@ -27,7 +29,8 @@ def layout() -> Layout:
 def kubeconfig(layout: Layout) -> Path:
     """Starts the dev cluster unless it already runs (`make integration` starts it first)."""
     try:
-        cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+        with one_at_a_time(layout):
+            cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
     except cluster.ClusterError as e:
         pytest.fail(f"dev cluster: {e}")
     return layout.kubeconfig
@@ -44,10 +47,11 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
 
 
 @pytest.fixture(scope="session")
-def operator(kubeconfig: Path) -> None:
+def operator(layout: Layout, kubeconfig: Path) -> None:
     """The operator from this checkout, running against the dev cluster (started once, left running)."""
     try:
-        operatorprocess.operator_up()
+        with one_at_a_time(layout):
+            operatorprocess.operator_up()
     except cluster.ClusterError as e:
         pytest.fail(f"operator: {e}")
 

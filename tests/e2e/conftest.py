@@ -10,12 +10,15 @@ from kubernetes import client
 from ringleader_devcluster import images
 from ringleader_devcluster.layout import Layout
 
+from tests.support.shared import one_at_a_time
+
 
 @pytest.fixture(scope="session", autouse=True)
 def trainer_image(layout: Layout, kubeconfig: Path) -> None:
     """Built (again only when its inputs change) and pushed to the dev cluster's registry, which the real node
     pulls from."""
-    images.publish(layout, images.TRAINER)
+    with one_at_a_time(layout):
+        images.publish(layout, images.TRAINER)
 
 
 @pytest.fixture

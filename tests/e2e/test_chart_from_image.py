@@ -29,6 +29,9 @@ VALUES = {
     "tolerations": [{"key": realnode.TAINT, "operator": "Exists", "effect": "NoSchedule"}],
 }
 
+# Serial: the chart's operator replaces the one every other test uses while it runs.
+pytestmark = pytest.mark.serial
+
 
 def helm(layout: Layout, *args: str) -> str:
     out = subprocess.run([str(layout.binary("helm")), "--kubeconfig", str(layout.kubeconfig), *args],

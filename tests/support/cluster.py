@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 from ringleader_devcluster import realnode
@@ -16,6 +17,12 @@ from ringleader_devcluster.waiting import WaitTimeout, wait_until
 T = TypeVar("T")
 
 PROCESS_NODE_SELECTOR = {"ringleader.dev/process-node": "true"}
+
+# Tests whose assertions count the process node's free GPUs ("needs 6 nvidia.com/gpu, 2 free") run one after
+# another on one xdist worker (make integration runs the tests two at a time, --dist loadgroup).
+COUNTS_GPUS = pytest.mark.xdist_group("process-node-gpus")
+# Likewise tests that add kwok fake nodes and wait for every one of them gone again (`type=kwok`).
+SHARES_FAKE_NODES = pytest.mark.xdist_group("kwok-fake-nodes")
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, every: float = 0.2) -> T:

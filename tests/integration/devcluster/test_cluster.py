@@ -7,7 +7,16 @@ from kubernetes import client
 from ringleader_devcluster import controlplane
 from ringleader_devcluster.layout import Layout
 
-from tests.support.cluster import PROCESS_NODE_SELECTOR, gone, logs, python_pod, wait_for, wait_phase
+from tests.support.cluster import (
+    COUNTS_GPUS,
+    PROCESS_NODE_SELECTOR,
+    SHARES_FAKE_NODES,
+    gone,
+    logs,
+    python_pod,
+    wait_for,
+    wait_phase,
+)
 
 PEER_SCRIPT = """
 import os, socket, sys, threading, time
@@ -154,6 +163,7 @@ def test_deployment_runs_and_deleting_the_owner_garbage_collects_its_pods(
     )
 
 
+@COUNTS_GPUS
 def test_too_many_gpus_stays_pending_with_unschedulable_reason(core: client.CoreV1Api, namespace: str) -> None:
     pod = python_pod("greedy", "print(1)")
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "64"}}
@@ -168,6 +178,7 @@ def test_too_many_gpus_stays_pending_with_unschedulable_reason(core: client.Core
     assert core.read_namespaced_pod("greedy", namespace).status.phase == "Pending"
 
 
+@COUNTS_GPUS
 def test_gpus_are_handed_out_disjointly_through_cuda_visible_devices(core: client.CoreV1Api, namespace: str) -> None:
     script = "import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'none')); time.sleep(2)"
     for name in ("g1", "g2"):
@@ -215,6 +226,7 @@ def test_node_selector_for_process_nodes_matches_the_label(core: client.CoreV1Ap
     assert not gone(lambda: core.read_node("process-node"))
 
 
+@SHARES_FAKE_NODES
 def test_fake_nodes_are_tainted_and_run_only_tolerating_pods(
     core: client.CoreV1Api, namespace: str, layout: Layout
 ) -> None:

@@ -15,6 +15,7 @@ from ringleader_devcluster import images, realnode
 from ringleader_devcluster.layout import Layout
 
 from tests.support.cluster import busybox_pod, logs, wait_phase
+from tests.support.shared import one_at_a_time
 
 CHECK = (
     "import os, importlib.util, ringleader_operator.main as m; "
@@ -35,8 +36,9 @@ CHECK = (
 @pytest.fixture(scope="module", autouse=True)
 def operator_image(layout: Layout, kubeconfig: Path) -> None:
     """Built once into the cache (again only when its inputs change) and imported into the node's containerd."""
-    realnode.import_image(realnode.Paths.of(layout), images.build(layout, images.OPERATOR))
-    realnode.import_image(realnode.Paths.of(layout), realnode.busybox_archive(layout))
+    with one_at_a_time(layout):
+        realnode.import_image(realnode.Paths.of(layout), images.build(layout, images.OPERATOR))
+        realnode.import_image(realnode.Paths.of(layout), realnode.busybox_archive(layout))
 
 
 def restricted(pod: dict[str, Any]) -> dict[str, Any]:

@@ -12,13 +12,15 @@ from ringleader_devcluster import realnode, servicenet
 from ringleader_devcluster.layout import Layout, read_versions
 
 from tests.support.cluster import busybox_pod, kubectl, logs, wait_for, wait_phase
+from tests.support.shared import one_at_a_time
 
 
 @pytest.fixture(scope="module", autouse=True)
 def busybox_image(layout: Layout, kubeconfig: Path) -> None:
     """The node-test image, built once into the cache and imported into the node's containerd."""
     paths = realnode.Paths.of(layout)
-    realnode.import_image(paths, realnode.busybox_archive(layout))
+    with one_at_a_time(layout):
+        realnode.import_image(paths, realnode.busybox_archive(layout))
 
 
 def test_the_real_node_is_ready_labelled_and_tainted(core: client.CoreV1Api) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.support.cluster import wait_for
+from tests.support.cluster import SHARES_FAKE_NODES, wait_for
 from tests.support.fakenodes import add_fake_nodes, fake_node, pool_job, remove_fake_nodes
 from tests.support.jobs import create, get, pods_of
 
-pytestmark = pytest.mark.usefixtures("operator")
+pytestmark = [pytest.mark.usefixtures("operator"), SHARES_FAKE_NODES]
 
 POOL = "ringleader.dev/pool"
 

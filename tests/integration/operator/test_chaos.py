@@ -20,7 +20,8 @@ from ringleader_trainer import checkpoint as ckpt
 from tests.support.cluster import logs
 from tests.support.jobs import condition, create, finished, get, pods_of, training_job
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: it kills the operator every test uses.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 # Worker 0 sleeps 30 ms a step so that 600 steps take long enough to be interrupted a few times.
 TRAINER = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--log-every", "20",

@@ -13,7 +13,8 @@ from ringleader_devcluster import controlplane, operatorprocess
 from tests.support.cluster import wait_for
 from tests.support.jobs import condition, create, get, pods_of, rank_status, training_job, wait_condition
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: it restarts the control plane every test uses.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 # Both ranks wait for the flag file the test creates once the control plane is back; then worker 1's first
 # attempt exits as if SIGTERMed (143, retried under ExitCode) and its replacement and worker 0 finish.

@@ -14,7 +14,7 @@ from kubernetes import client
 from ringleader_devcluster.layout import Layout
 from ringleader_trainer import checkpoint as ckpt
 
-from tests.support.cluster import kubectl, logs, wait_for
+from tests.support.cluster import COUNTS_GPUS, kubectl, logs, wait_for
 from tests.support.jobs import (
     GROUP,
     PLURAL,
@@ -29,7 +29,7 @@ from tests.support.jobs import (
     wait_condition,
 )
 
-pytestmark = pytest.mark.usefixtures("operator")
+pytestmark = [pytest.mark.usefixtures("operator"), COUNTS_GPUS]
 
 
 def steps_of_world(directory: Path, workers: int) -> list[int]:

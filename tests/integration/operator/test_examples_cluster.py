@@ -20,10 +20,10 @@ from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_operator.builders import build_pod, desired_ranks
 
-from tests.support.cluster import kubectl
+from tests.support.cluster import COUNTS_GPUS, kubectl
 from tests.support.jobs import condition, get, pods_of, trainer_events, wait_condition
 
-pytestmark = pytest.mark.usefixtures("operator")
+pytestmark = [pytest.mark.usefixtures("operator"), COUNTS_GPUS]
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 STEPS = "60"

@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client
 
 from tests.integration.operator.conftest import PodLog
-from tests.support.cluster import wait_for
+from tests.support.cluster import COUNTS_GPUS, wait_for
 from tests.support.jobs import condition, create, get, pods_of, training_job, wait_condition
 
-pytestmark = pytest.mark.usefixtures("operator")
+pytestmark = [pytest.mark.usefixtures("operator"), COUNTS_GPUS]
 
 GPUS_PER_NODE = 8  # the dev cluster's process node (tests/conftest.py)
 

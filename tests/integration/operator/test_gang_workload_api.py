@@ -18,6 +18,9 @@ from tests.support.jobs import condition, create, pods_of, wait_condition
 
 API = ("scheduling.k8s.io", "v1alpha2")
 
+# Serial: it restarts the operator with another gang backend.
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module", autouse=True)
 def workload_api_operator(kubeconfig: Any) -> Iterator[None]:

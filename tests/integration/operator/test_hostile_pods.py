@@ -14,7 +14,8 @@ from ringleader_devcluster import operatorprocess
 from tests.support.cluster import wait_for
 from tests.support.jobs import create, round_durations, training_job, wait_condition
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: the operator's memory and round durations must see these jobs alone.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 # Worker 0 answers /metrics on the metrics port with 100 MB of valid-looking metrics, streamed without a length.
 HOSTILE = """

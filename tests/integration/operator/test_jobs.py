@@ -301,6 +301,7 @@ def test_deleting_the_job_deletes_its_pods(
     wait_for("pods garbage-collected", lambda: not pods_of(core, namespace, "gc"), timeout=60)
 
 
+@pytest.mark.serial  # it stops the controller-manager every test uses
 def test_a_job_created_again_under_the_same_name_runs_its_own_pods(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, layout: Layout
 ) -> None:
@@ -364,6 +365,7 @@ def test_pods_that_only_carry_the_jobs_labels_are_never_taken_for_its_ranks(
     assert "my own rank" in logs(core, namespace, "stray-worker-0", container="trainer")
 
 
+@pytest.mark.serial  # it restarts the operator every test uses
 def test_restarting_the_operator_mid_job_creates_no_duplicate_pod(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
 ) -> None:

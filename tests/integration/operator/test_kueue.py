@@ -29,6 +29,7 @@ from tests.support.jobs import (
     training_job,
     wait_condition,
 )
+from tests.support.shared import one_at_a_time
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -42,7 +43,8 @@ WORKER_CPU = "1"
 def kueue(layout: Layout, custom: client.CustomObjectsApi) -> None:
     """Kueue's manager running, with a ResourceFlavor for the process node and two WorkloadPriorityClasses."""
     try:
-        devkueue.start(layout)
+        with one_at_a_time(layout):
+            devkueue.start(layout)
     except ClusterError as e:
         pytest.fail(f"kueue: {e}")
     flavor = {"metadata": {"name": FLAVOR}, "spec": {"nodeLabels": {"ringleader.dev/process-node": "true"}}}

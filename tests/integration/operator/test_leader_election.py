@@ -17,7 +17,8 @@ from ringleader_devcluster.layout import Layout
 from tests.support.cluster import wait_for
 from tests.support.jobs import create, training_job, wait_condition
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: it kills the operator every test uses.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 
 @pytest.fixture

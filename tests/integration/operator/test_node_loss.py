@@ -19,7 +19,8 @@ from tests.support.cluster import logs, wait_for
 from tests.support.diagnosis import diagnose_job
 from tests.support.jobs import condition, create, finished, get, pods_of, rank_status, training_job
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: its spare node, where other tests' pods may land, is powered off.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 SPARE = "spare-node"
 SPARE_INDEX = 8  # pod CIDR 198.18.9.0/24, clear of the main agent's nodes

@@ -20,7 +20,8 @@ from tests.support.cluster import wait_for
 from tests.support.fakenodes import add_fake_nodes, fake_node, pool_job, remove_fake_nodes
 from tests.support.jobs import create, get, operator_rounds
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: the operator's own request and round counters must see this job alone.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 POOL = "ringleader.dev/pool"
 WORKERS = 2000

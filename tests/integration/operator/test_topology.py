@@ -17,7 +17,8 @@ from tests.support.cluster import wait_for
 from tests.support.fakenodes import add_fake_nodes, fake_node, pool_job, remove_fake_nodes
 from tests.support.jobs import condition, create, get, pods_of, wait_condition
 
-pytestmark = pytest.mark.usefixtures("operator")
+# Serial: it restarts the operator with another gang backend.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.serial]
 
 RACK = "topology.kubernetes.io/rack"
 
