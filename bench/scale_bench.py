@@ -1,7 +1,7 @@
 """One job of thousands of ranks, and a thousand small jobs: what the operator costs as n grows (issue 29).
 
     python -m bench.scale_bench [--workers 1000 2000 5000 10000] [--small-jobs 1000] [--reps 3]
-                                [--subjects floor ringleader training-operator] [--idle 60]
+                                [--subjects floor ringleader training-operator] [--idle 60] [--late-idle 300]
                                 [--fresh] [--profile] [--operator-tree PATH]
 
 On the dev cluster's kwok fake nodes (sized to hold the largest point; kwok runs nothing, so a pod is Running as
@@ -16,9 +16,11 @@ point and subject, interleaved in an order that rotates by repetition:
 
 Per run: created_s (the last pod exists), running_s (every pod Running), the operator's CPU seconds to all
 Running (cpu_running_s) and per pod, its CPU seconds in the `--idle` seconds after (per minute, the job running
-and nothing changing), its peak RSS, the job object's size and its status's size as the API server returns them
-(managedFields included), its API requests per pod (audit log, until 10 s after Running), and how often a node
-turned not Ready during the run (a run that saw one is flagged: its figures are not clean). Results go to
+and nothing changing) and again in as many seconds from `--late-idle` seconds after the first window began (the
+steady state: the first window still holds the tail of the start's events on a saturated machine), its peak
+RSS, the job object's size and its status's size as the API server returns them (managedFields included), its
+API requests per pod (audit log, until 10 s after Running), and how often a node turned not Ready during the
+run (a run that saw one is flagged: its figures are not clean). Results go to
 bench/results/scale.json, which keeps its runs of the points not measured this time (unless --fresh);
 `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts.
 Nothing is asserted.
@@ -117,41 +119,50 @@ def floor_run(core: client.CoreV1Api, total: int) -> dict[str, Any]:
     return out
 
 
-def at_running(custom: client.CustomObjectsApi, subject: Subject, idle_s: float, profile: Profile | None = None) -> Any:
-    """What `control_plane_bench.run` measures once every pod runs: the object's size, then the idle CPU;
-    `profile`: py-spy's samples of the operator's start (stopped here) and of its idle seconds (their top frames
-    join the figures)."""
+def at_running(
+    custom: client.CustomObjectsApi, subject: Subject, idle_s: float, late_s: float, profile: Profile | None = None
+) -> Any:
+    """What `control_plane_bench.run` measures once every pod runs: the object's size, then the idle CPU over
+    `idle_s` seconds, and again over `idle_s` seconds from `late_s` seconds after the first window began (none
+    when `late_s` is 0); `profile`: py-spy's samples of the operator's start (stopped here) and of each idle
+    window (their top frames join the figures)."""
+
+    def idle_window(pid: int, key: str, out_file: Path | None) -> dict[str, Any]:
+        spy = profiling.Recording(pid, out_file, idle_s) if out_file is not None else None
+        cpu0 = proc_stats(pid)["cpu_seconds"]
+        time.sleep(idle_s)
+        idle = proc_stats(pid)["cpu_seconds"] - cpu0
+        out: dict[str, Any] = {f"{key}_cpu_s_per_min": idle * 60 / idle_s}
+        if spy is not None:
+            out[f"{key}_profile"] = spy.stop(idle)
+            _show(key.replace("_", " "), out[f"{key}_profile"])
+        return out
 
     def measure(ns: str, pid: int) -> dict[str, Any]:
         objs = custom.list_namespaced_custom_object(subject.group, subject.version, ns, subject.plural)["items"]
         sizes = [len(json.dumps(o)) for o in objs]
         status = [len(json.dumps(o.get("status") or {})) for o in objs]
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"object_bytes": max(sizes, default=0), "status_bytes": max(status, default=0)}
         if profile is not None and profile.start is not None:
             out["start_profile"] = profile.start.stop(proc_stats(pid)["cpu_seconds"] - profile.start_cpu)
             _show("start", out["start_profile"])
-        idle_spy = profiling.Recording(pid, profile.idle, idle_s) if profile is not None else None
-        cpu0 = proc_stats(pid)["cpu_seconds"]
-        time.sleep(idle_s)
-        idle = proc_stats(pid)["cpu_seconds"] - cpu0
-        out |= {
-            "object_bytes": max(sizes, default=0),
-            "status_bytes": max(status, default=0),
-            "idle_cpu_s_per_min": idle * 60 / idle_s,
-        }
-        if idle_spy is not None:
-            out["idle_profile"] = idle_spy.stop(idle)
-            _show("idle", out["idle_profile"])
+        began = time.monotonic()
+        out |= idle_window(pid, "idle", profile.idle if profile is not None else None)
+        if late_s > 0:
+            print(f"[bench]   waiting for the late idle window, {late_s:g} s after the first began", flush=True)
+            time.sleep(max(0.0, began + late_s - time.monotonic()))
+            out |= idle_window(pid, "late_idle", profile.late_idle if profile is not None else None)
         return out
 
     return measure
 
 
 class Profile:
-    """Where py-spy's samples of one run go: from the operator's start to all Running, then its idle seconds."""
+    """Where py-spy's samples of one run go: from the operator's start to all Running, then each idle window."""
 
     def __init__(self, directory: Path, run: str) -> None:
         self.started, self.idle = directory / f"start-{run}.txt", directory / f"idle-{run}.txt"
+        self.late_idle = directory / f"late-idle-{run}.txt"
         self.start: profiling.Recording | None = None
         self.start_cpu = 0.0
 
@@ -210,6 +221,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--subjects", nargs="+", choices=[FLOOR, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
     p.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured after all Running")
+    p.add_argument(
+        "--late-idle", type=float, default=300.0, help="seconds after the first idle window began that a second "
+        "one begins (the steady state; 0: none)",
+    )  # fmt: skip
     p.add_argument("--profile", action="store_true", help="py-spy the operator's start and idle seconds: top frames")
     p.add_argument(
         "--fresh", dest="keep", action="store_false", help="drop the result file's runs of other points (kept by "
@@ -256,7 +271,12 @@ def main() -> None:
         "(controlplane.LONG_LEASE_FLAGS): at Kubernetes' 15 s either lost it under a 5,000-pod start and exited",
         *(f"{op}: {', '.join(f'{k} {v}' for k, v in CONFIG.settings[op].items())}" for op in plan.OPERATORS),
         f"floor: the same pods created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
-        f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)",
+        f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)"
+        + (
+            f", and again over {args.idle:g} s from {args.late_idle:g} s after that (late idle)"
+            if args.late_idle
+            else ""
+        ),
     ]
     for line in settings:
         print(f"[bench] {line}", flush=True)
@@ -280,7 +300,7 @@ def main() -> None:
                 if args.profile and name == plan.RINGLEADER:
                     profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}")
                     s = profile.profiled(s)
-                measure = at_running(custom, s, args.idle, profile)
+                measure = at_running(custom, s, args.idle, args.late_idle, profile)
                 r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, measure)
                 r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
                 r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
@@ -295,7 +315,16 @@ def main() -> None:
         controlplane.set_scheduler_budget(layout, None, None)
         controlplane.set_controller_manager_lease(layout, False)
         controlplane.scale_fake_nodes(layout, 0)
-        write_result(result, {"settings": settings + earlier, "reps": args.reps, "idle_s": args.idle, "runs": runs})
+        write_result(
+            result,
+            {
+                "settings": settings + earlier,
+                "reps": args.reps,
+                "idle_s": args.idle,
+                "late_idle_s": args.late_idle,
+                "runs": runs,
+            },
+        )
 
 
 if __name__ == "__main__":
