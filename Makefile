@@ -76,20 +76,28 @@ lint: venv binaries ## ruff (with complexity limits), mypy, the import-layer con
 	@$(HELM) lint --strict helm/ringleader
 	@$(VENV)/bin/hadolint Dockerfile trainer-image/Dockerfile
 
+UNIT_PYTEST = $(PY) -m pytest --durations=10 tests/unit tests/integration/trainer
 unit: venv ## unit and trainer tests (no cluster)
-	@$(PY) -m pytest --durations=10 tests/unit tests/integration/trainer
+	@$(UNIT_PYTEST)
 
 # The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
 # The tests run INTEGRATION_WORKERS at a time (pytest-xdist; tests that count the process node's GPUs stay on one
 # worker), then those marked serial or lifecycle run alone: they restart or measure what every test shares.
 INTEGRATION_TESTS := tests/integration/devcluster tests/integration/operator tests/integration/cli tests/e2e
 INTEGRATION_WORKERS ?= 2
+SHARED_PYTEST = $(PY) -m pytest --durations=10 -n $(INTEGRATION_WORKERS) --dist loadgroup -m "not serial and not lifecycle" $(INTEGRATION_TESTS)
+SERIAL_PYTEST = $(PY) -m pytest --durations=10 -m "serial or lifecycle" $(INTEGRATION_TESTS)
 integration: dev-cluster ## integration and end-to-end tests on the dev cluster
 	@$(PY) -m ringleader_devcluster images --push operator trainer
-	@$(PY) -m pytest --durations=10 -n $(INTEGRATION_WORKERS) --dist loadgroup -m "not serial and not lifecycle" $(INTEGRATION_TESTS)
-	@$(PY) -m pytest --durations=10 -m "serial or lifecycle" $(INTEGRATION_TESTS)
+	@$(SHARED_PYTEST)
+	@$(SERIAL_PYTEST)
 
-test: lint unit integration ## lint, unit, integration: what CI runs
+# The serial dev-cluster tests mostly wait (the cores were 41 % busy), so the unit and trainer tests run beside
+# them, each line prefixed with its part.
+test: lint dev-cluster ## lint, unit, integration: what CI runs
+	@$(PY) -m ringleader_devcluster images --push operator trainer
+	@$(SHARED_PYTEST)
+	@tests/overlapped.sh unit '$(UNIT_PYTEST)' serial '$(SERIAL_PYTEST)'
 
 # Each part ends by refreshing BENCHMARKS.md and bench/plots/ from whatever results exist.
 bench: bench-cluster bench-trainer ## all benchmarks: bench/results/, BENCHMARKS.md, bench/plots/
