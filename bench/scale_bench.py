@@ -2,7 +2,7 @@
 
     python -m bench.scale_bench [--workers 1000 2000 5000 10000] [--small-jobs 1000] [--reps 3]
                                 [--subjects floor ringleader training-operator] [--idle 60] [--late-idle 300]
-                                [--fresh] [--profile] [--operator-tree PATH]
+                                [--fresh] [--profile] [--operator-tree PATH] [--gang-backend gates]
 
 On the dev cluster's kwok fake nodes (sized to hold the largest point; kwok runs nothing, so a pod is Running as
 soon as it is bound), at matched client budgets (bench/control_plane_plan.py's "matched": both operators and
@@ -22,7 +22,10 @@ RSS, the job object's size and its status's size as the API server returns them 
 API requests per pod (audit log, until 10 s after Running), and how often a node turned not Ready during the
 run (a run that saw one is flagged: its figures are not clean). Results go to
 bench/results/scale.json, which keeps its runs of the points not measured this time (unless --fresh);
-`bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts.
+`bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts. `--gang-backend` runs
+Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, which
+the report leaves out, so run the floor beside it): the dev cluster serves Kubernetes' Workload API, which the
+operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate.
 Nothing is asserted.
 """
 
@@ -231,10 +234,24 @@ def parse_args() -> argparse.Namespace:
         "default: each point may come from its own invocation)",
     )  # fmt: skip
     p.add_argument(
+        "--gang-backend", choices=["gates", "workload-api"], help="Ringleader's --gang-backend (default: its own, "
+        "auto: the Workload API where served, as on the dev cluster); its runs are the subject ringleader/<backend>",
+    )  # fmt: skip
+    p.add_argument(
         "--operator-tree", type=Path, help="another checkout's operator and CRD (an earlier commit: its results go "
         "to scale-<commit>.json, not into BENCHMARKS.md)",
     )  # fmt: skip
     return p.parse_args()
+
+
+def operator_flags(name: str, gang_backend: str | None) -> list[str]:
+    """The flags `--gang-backend` adds to subject `name`'s operator (Ringleader's only)."""
+    return [f"--gang-backend={gang_backend}"] if gang_backend and name == plan.RINGLEADER else []
+
+
+def subject_label(name: str, gang_backend: str | None) -> str:
+    """The subject a run is recorded under: Ringleader with a chosen gang backend is a row of its own."""
+    return f"{name}/{gang_backend}" if operator_flags(name, gang_backend) else name
 
 
 def make_subjects(
@@ -250,6 +267,36 @@ def make_subjects(
     return subjects
 
 
+def provenance(args: argparse.Namespace) -> tuple[str, Path, str]:
+    """The commit the runs are recorded at, the tree the operator runs from, and the result file's stem: another
+    checkout's operator (`--operator-tree`) or another gang backend are not the default's figures, so their runs
+    go to a file of their own (with their own floor), which the report leaves out."""
+    commit, tree, result = machine()["commit"], REPO_ROOT, RESULT.stem
+    if args.operator_tree is not None:
+        tree = args.operator_tree.resolve()
+        other = commit_of(tree)
+        commit, result = f"{other} (the operator; the benchmark at {commit})", f"{RESULT.stem}-{other}"
+    if args.gang_backend:
+        result = f"{result}-{args.gang_backend}"
+    return commit, tree, result
+
+
+def settings_lines(args: argparse.Namespace, commit: str, points: list[tuple[int, int]], nodes: int) -> list[str]:
+    """What the benchmark prints before its runs and keeps with its results."""
+    late = f", and again over {args.idle:g} s from {args.late_idle:g} s after that (late idle)"
+    return [
+        f"Ringleader at commit {commit}; points (jobs x workers): {', '.join(f'{j}x{w}' for j, w in points)}",
+        f"{nodes} kwok fake nodes of {PODS_PER_NODE} pods; {CONFIG.scheduler_setting()}; {args.reps} repetitions",
+        "kube-scheduler and kube-controller-manager hold a 60 s leader lease renewed within 40 s "
+        "(controlplane.LONG_LEASE_FLAGS): at Kubernetes' 15 s either lost it under a 5,000-pod start and exited",
+        *(f"{op}: {', '.join(f'{k} {v}' for k, v in CONFIG.settings[op].items())}" for op in plan.OPERATORS),
+        f"ringleader's gang backend: {args.gang_backend or 'auto (the Workload API, which the dev cluster serves)'}",
+        f"floor: the same pods created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
+        f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)"
+        + (late if args.late_idle else ""),
+    ]
+
+
 def main() -> None:
     args = parse_args()
     layout = Layout.from_env()
@@ -259,25 +306,8 @@ def main() -> None:
     points = [(1, w) for w in args.workers] + ([(args.small_jobs, 8)] if args.small_jobs else [])
     largest = max(jobs * workers for jobs, workers in points)
     nodes = math.ceil(largest / PODS_PER_NODE) + 1
-    commit, tree, result = machine()["commit"], REPO_ROOT, RESULT.stem
-    if args.operator_tree is not None:
-        tree = args.operator_tree.resolve()
-        other = commit_of(tree)
-        commit, result = f"{other} (the operator; the benchmark at {commit})", f"{RESULT.stem}-{other}"
-    settings = [
-        f"Ringleader at commit {commit}; points (jobs x workers): {', '.join(f'{j}x{w}' for j, w in points)}",
-        f"{nodes} kwok fake nodes of {PODS_PER_NODE} pods; {CONFIG.scheduler_setting()}; {args.reps} repetitions",
-        "kube-scheduler and kube-controller-manager hold a 60 s leader lease renewed within 40 s "
-        "(controlplane.LONG_LEASE_FLAGS): at Kubernetes' 15 s either lost it under a 5,000-pod start and exited",
-        *(f"{op}: {', '.join(f'{k} {v}' for k, v in CONFIG.settings[op].items())}" for op in plan.OPERATORS),
-        f"floor: the same pods created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
-        f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)"
-        + (
-            f", and again over {args.idle:g} s from {args.late_idle:g} s after that (late idle)"
-            if args.late_idle
-            else ""
-        ),
-    ]
+    commit, tree, result = provenance(args)
+    settings = settings_lines(args, commit, points, nodes)
     for line in settings:
         print(f"[bench] {line}", flush=True)
     controlplane.scale_fake_nodes(layout, nodes)
@@ -301,14 +331,24 @@ def main() -> None:
                     profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}")
                     s = profile.profiled(s)
                 measure = at_running(custom, s, args.idle, args.late_idle, profile)
-                r = cpb.run(s, CONFIG.args[name], core, custom, layout, jobs, workers, measure)
+                flags = [*CONFIG.args[name], *operator_flags(name, args.gang_backend)]
+                r = cpb.run(s, flags, core, custom, layout, jobs, workers, measure)
                 r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
                 r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
             r |= flaps.stop()
             if r["node_flaps"]:
                 print(f"[bench] WARNING: {r['node_flaps']} times a node turned not Ready during this run "
                       f"({', '.join(r['nodes_flapped'])}): its figures are not clean", flush=True)  # fmt: skip
-            runs.append({**r, "subject": name, "jobs": jobs, "workers": workers, "rep": rep, "commit": commit})
+            runs.append(
+                {
+                    **r,
+                    "subject": subject_label(name, args.gang_backend),
+                    "jobs": jobs,
+                    "workers": workers,
+                    "rep": rep,
+                    "commit": commit,
+                }
+            )
             shown = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float | int) and k != "jobs")
             print(f"[bench] ({i + 1}/{len(order)}) {jobs}x{workers} {name} rep {rep + 1}: {shown}", flush=True)
     finally:

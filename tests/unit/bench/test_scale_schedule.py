@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
-from bench.scale_bench import kept_runs, schedule
+import pytest
+
+from bench.scale_bench import kept_runs, operator_flags, provenance, schedule, subject_label
 
 
 def test_every_subject_runs_every_point_once_per_repetition_and_none_always_first() -> None:
@@ -33,3 +36,28 @@ def test_a_run_of_some_points_keeps_the_earlier_runs_of_the_others(tmp_path: Pat
     assert settings[1:] == ["  Ringleader at commit a1; points (jobs x workers): 1x1000, 1x2000", "  3 kwok fake nodes"]
     assert kept_runs(path, [(1, 1000), (1, 2000)]) == ([], [])
     assert kept_runs(tmp_path / "none.json", [(1, 1000)]) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("name", "backend", "flags", "label"),
+    [
+        ("ringleader", None, [], "ringleader"),
+        ("ringleader", "gates", ["--gang-backend=gates"], "ringleader/gates"),
+        ("training-operator", "gates", [], "training-operator"),  # it has no such flag
+        ("floor", "workload-api", [], "floor"),
+    ],
+)
+def test_a_chosen_gang_backend_is_ringleaders_alone_and_a_subject_of_its_own(
+    name: str, backend: str | None, flags: list[str], label: str
+) -> None:
+    assert operator_flags(name, backend) == flags
+    assert subject_label(name, backend) == label
+
+
+@pytest.mark.parametrize(
+    ("backend", "stem"),
+    [(None, "scale"), ("gates", "scale-gates")],
+)
+def test_another_gang_backends_runs_go_to_a_file_the_report_leaves_out(backend: str | None, stem: str) -> None:
+    args = argparse.Namespace(operator_tree=None, gang_backend=backend)
+    assert provenance(args)[2] == stem
