@@ -351,10 +351,7 @@ def main() -> None:
             )
             shown = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float | int) and k != "jobs")
             print(f"[bench] ({i + 1}/{len(order)}) {jobs}x{workers} {name} rep {rep + 1}: {shown}", flush=True)
-    finally:
-        controlplane.set_scheduler_budget(layout, None, None)
-        controlplane.set_controller_manager_lease(layout, False)
-        controlplane.scale_fake_nodes(layout, 0)
+    finally:  # the runs are written first: a control plane that gave way must not lose them
         write_result(
             result,
             {
@@ -365,6 +362,9 @@ def main() -> None:
                 "runs": runs,
             },
         )
+        controlplane.set_scheduler_budget(layout, None, None)
+        controlplane.set_controller_manager_lease(layout, False)
+        controlplane.scale_fake_nodes(layout, 0)
 
 
 if __name__ == "__main__":
