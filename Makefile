@@ -82,7 +82,8 @@ unit: venv ## unit and trainer tests (no cluster)
 
 # The images are built and pushed before pytest: a first build of the trainer image takes minutes (torch's wheels).
 # The tests run INTEGRATION_WORKERS at a time (pytest-xdist; tests that count the process node's GPUs stay on one
-# worker), then those marked serial or lifecycle run alone: they restart or measure what every test shares.
+# worker, so do those that add kwok fake nodes), then those marked serial or lifecycle run alone: they restart or
+# measure what every test shares.
 INTEGRATION_TESTS := tests/integration/devcluster tests/integration/operator tests/integration/cli tests/e2e
 INTEGRATION_WORKERS ?= 2
 SHARED_PYTEST = $(PY) -m pytest --durations=10 -n $(INTEGRATION_WORKERS) --dist loadgroup -m "not serial and not lifecycle" $(INTEGRATION_TESTS)
