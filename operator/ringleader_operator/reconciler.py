@@ -28,7 +28,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -124,21 +124,18 @@ def status_json(status: TrainingJobStatus, with_progress: bool = False) -> dict[
     )
 
 
-def merge_patch(stored: Mapping[str, Any], new: Mapping[str, Any], keep: Collection[str] = ()) -> dict[str, Any]:
-    """A JSON merge patch (RFC 7386) that turns `stored` into `new`. A merge patch keeps what it does not name,
-    and the status the operator writes leaves out what is none or, in rank entries, at its default, so each key
-    `stored` has and `new` leaves out is removed by null (the API server then puts back the CRD's default, if
-    any): a rank entry whose ranks are grouped under another key now, a podSeen turned false, an elastic status
-    cleared. Objects are patched the same way, key by key; lists and values are replaced. `keep`: top-level keys
-    `new` leaves to another writer (the scraper's progress), left alone even when absent."""
+def ranks_patch(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """status.ranks as a merge patch that turns the `stored` entries into `new` ones. A merge patch keeps what it
+    does not name, and the entries leave out fields at their defaults (or none), so each stored field a kept entry
+    leaves out is removed by null (the API server then puts back the CRD's default), and so is each entry that
+    is gone (its ranks are grouped under another key now)."""
     patch: dict[str, Any] = dict(new)
     for key, old in stored.items():
-        if key in keep:
-            continue
-        if key not in new:
+        entry = new.get(key)
+        if entry is None:
             patch[key] = None
-        elif isinstance(old, Mapping) and isinstance(new[key], Mapping):
-            patch[key] = merge_patch(old, new[key])
+        elif isinstance(old, Mapping) and isinstance(entry, Mapping):
+            patch[key] = {**dict.fromkeys(old.keys() - entry.keys()), **entry}
     return patch
 
 
@@ -523,12 +520,12 @@ class Reconciler:
     async def _write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Write the planned status if it changed, conditional on the resourceVersion the round read."""
         new_status = status_json(p.status, with_progress=p.final_progress)
-        stored = obj.get("status") or {}
-        regrouped = (stored.get("ranks") or {}).keys() - new_status.get("ranks", {}).keys()
-        if regrouped or new_status != status_json(job.status, with_progress=p.final_progress):
-            patch = merge_patch(stored, new_status, keep=() if p.final_progress else ("progress",))
+        stored = ((obj.get("status") or {}).get("ranks")) or {}
+        gone = stored.keys() - new_status.get("ranks", {}).keys()
+        if gone or new_status != status_json(job.status, with_progress=p.final_progress):
+            new_status["ranks"] = ranks_patch(stored, new_status.get("ranks", {}))
             version = (obj.get("metadata") or {}).get("resourceVersion")
-            written = await self.kube.patch_status(job.namespace, job.name, patch, resource_version=version)
+            written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and (record := self.jobs.get((job.namespace, job.name))) is not None:
                 record.saw(written)  # the next round reads it, not the version its watch event replaces
 

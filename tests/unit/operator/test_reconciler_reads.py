@@ -279,40 +279,17 @@ def test_the_ranks_patch_leaves_the_stored_ranks_as_written(
     removed, not kept from the stored entry."""
     held = {key: stored_form(rank.model_dump(by_alias=True, mode="json")) for key, rank in stored.items()}
     written = {key: rank.model_dump(by_alias=True, mode="json", exclude_defaults=True) for key, rank in new.items()}
-    merged = merge(held, reconciler_module.merge_patch(held, written))
+    merged = merge(held, reconciler_module.ranks_patch(held, written))
     assert {key: stored_form(entry) for key, entry in merged.items()} == {
         key: stored_form(entry) for key, entry in written.items()
     }
-
-
-@pytest.mark.parametrize(
-    ("stored", "new", "keep", "merged"),
-    [
-        # an elastic job's size cleared, a finished job restarted: fields turned none are removed
-        ({"phase": "Running", "elastic": {"workers": 2, "requested": 4}, "completionTime": "t"},
-         {"phase": "Running"}, (), {"phase": "Running"}),
-        # the scraper's progress is left alone while the round leaves it out, replaced when the round writes it
-        ({"phase": "Running", "progress": {"step": 7, "loss": 0.5}}, {"phase": "Running"}, ("progress",),
-         {"phase": "Running", "progress": {"step": 7, "loss": 0.5}}),
-        ({"phase": "Running", "progress": {"step": 7, "loss": 0.5}}, {"phase": "Succeeded", "progress": {"step": 9}},
-         (), {"phase": "Succeeded", "progress": {"step": 9}}),
-        # nested objects patched key by key, lists replaced whole
-        ({"replicaStatuses": {"worker": {"active": 2}, "ps": {"active": 1}}, "conditions": [{"type": "A"}]},
-         {"replicaStatuses": {"worker": {"active": 3}}, "conditions": []}, (),
-         {"replicaStatuses": {"worker": {"active": 3}}, "conditions": []}),
-    ],
-)  # fmt: skip
-def test_the_status_patch_removes_what_the_new_status_leaves_out(
-    stored: dict[str, Any], new: dict[str, Any], keep: tuple[str, ...], merged: dict[str, Any]
-) -> None:
-    assert merge(stored, reconciler_module.merge_patch(stored, new, keep)) == merged
 
 
 def test_a_replaced_ranks_pod_seen_is_removed_from_its_stored_entry() -> None:
     """The regression make test found: the default podSeen false was left out of the patch, the stored true
     stayed, and the next round counted the replaced pod's deletion as one more failure."""
     held = {"worker-1": stored_form({"podSeen": True})}
-    patch = reconciler_module.merge_patch(held, {"worker-1": {"restarts": 1, "restartAfter": "2026-01-01T00:00:00Z"}})
+    patch = reconciler_module.ranks_patch(held, {"worker-1": {"restarts": 1, "restartAfter": "2026-01-01T00:00:00Z"}})
     assert patch["worker-1"]["podSeen"] is None
     assert merge(held, patch)["worker-1"].get("podSeen") is None
 
