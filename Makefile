@@ -88,15 +88,16 @@ INTEGRATION_TESTS := tests/integration/devcluster tests/integration/operator tes
 INTEGRATION_WORKERS ?= 2
 SHARED_PYTEST = $(PY) -m pytest --durations=10 -n $(INTEGRATION_WORKERS) --dist loadgroup -m "not serial and not lifecycle" $(INTEGRATION_TESTS)
 SERIAL_PYTEST = $(PY) -m pytest --durations=10 -m "serial or lifecycle" $(INTEGRATION_TESTS)
+PUSH_IMAGES = $(PY) -m ringleader_devcluster images --push operator trainer
 integration: dev-cluster ## integration and end-to-end tests on the dev cluster
-	@$(PY) -m ringleader_devcluster images --push operator trainer
+	@$(PUSH_IMAGES)
 	@$(SHARED_PYTEST)
 	@$(SERIAL_PYTEST)
 
 # The serial dev-cluster tests mostly wait (the cores were 41 % busy), so the unit and trainer tests run beside
 # them, each line prefixed with its part.
 test: lint dev-cluster ## lint, unit, integration: what CI runs
-	@$(PY) -m ringleader_devcluster images --push operator trainer
+	@$(PUSH_IMAGES)
 	@$(SHARED_PYTEST)
 	@tests/overlapped.sh unit '$(UNIT_PYTEST)' serial '$(SERIAL_PYTEST)'
 
