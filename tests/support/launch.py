@@ -78,6 +78,11 @@ class Rank:
     def stderr(self) -> str:
         return self.err.read_text()
 
+    def last_error(self) -> str:
+        """The last non-blank line this rank wrote to stderr ("" if none)."""
+        lines = [line for line in self.stderr[-4000:].splitlines() if line.strip()]
+        return lines[-1].strip() if lines else ""
+
     def last_step(self) -> int:
         """The newest step this rank logged on a progress line (0 before its first)."""
         return max((e["step"] for e in self.events() if "step" in e and "event" not in e), default=0)
@@ -120,9 +125,19 @@ class LocalJob:
             r.proc.wait()
 
     def logs(self) -> str:
-        return "\n".join(
+        """Every rank's output tails, after a first line naming the ranks that have ended (their exit codes and
+        last stderr lines): pytest's short summary and a CI log's tail show only that first line."""
+        tails = [
             f"--- {r.role}-{r.index} (exit {r.proc.poll()})\n{r.stdout[-3000:]}{r.stderr[-3000:]}" for r in self.ranks
-        )
+        ]
+        return "\n".join([self.ended(), *tails])
+
+    def ended(self) -> str:
+        """One line: each rank that has ended, its exit code and the last line it wrote to stderr."""
+        done = [r for r in self.ranks if r.proc.poll() is not None]
+        if not done:
+            return "no rank has ended"
+        return "ended: " + "; ".join(f"{r.role}-{r.index} exit {r.proc.poll()}: {r.last_error()!r}" for r in done)
 
 
 def job_spec(name: str, strategy: str, workers: int, ps: int = 0, **spec: Any) -> TrainingJob:

@@ -16,7 +16,7 @@ from ringleader_trainer import checkpoint as ckpt
 
 from tests.support.launch import LocalJob, job_spec, launch
 
-ARGS = ["--example", "digits-mlp", "--steps", "60", "--log-every", "10", "--timeout", "30"]
+ARGS = ["--example", "digits-mlp", "--steps", "60", "--log-every", "10", "--timeout", "120"]
 
 
 def start(tmp_path: Path, name: str, pods: int, procs: int, **spec: Any) -> tuple[LocalJob, Path]:

@@ -16,7 +16,7 @@ from tests.support.launch import LocalJob, job_spec, launch
 
 PS_SYNC = {"parameterServer": {"mode": "synchronous"}}
 # Worker 0 sleeps 40 ms a step so the kill lands mid-run; it changes no numbers.
-ARGS = ["--example", "digits-mlp", "--steps", "80", "--log-every", "10", "--straggler", "0:0.04", "--timeout", "30"]
+ARGS = ["--example", "digits-mlp", "--steps", "80", "--log-every", "10", "--straggler", "0:0.04", "--timeout", "120"]
 
 
 def start(tmp_path: Path, name: str, strategy: str, ps: int, spec: dict[str, Any]) -> tuple[LocalJob, Path, Path]:
