@@ -9,6 +9,8 @@ server runs again in reconciler.RETRY_SECONDS."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -16,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
+from kubernetes_asyncio import client
 from ringleader_api import GROUP, LABEL_INDEX, LABEL_JOB, LABEL_ROLE, PLURAL, VERSION
 
 from . import kueue, workload_api
@@ -23,7 +26,8 @@ from .admission import node_digest
 from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
-from .podcache import PodCache, digest
+from .podcache import PodCache, PodIndexes
+from .podwatch import PodWatch
 from .ratelimit import ClientBudget
 from .reconciler import Reconciler
 
@@ -43,10 +47,10 @@ GANG_BACKENDS = {
     "gates": "the operator's own gate (pods released together once they fit)",
     "workload-api": "kube-scheduler's gang scheduling (scheduling.k8s.io/v1alpha2 Workloads and PodGroups)",
 }
-# TrainingJobs, pods, Kueue's Workloads, the Workload API's PodGroups, the peering object and the Nodes (one
+# TrainingJobs, Kueue's Workloads, the Workload API's PodGroups, the peering object and the Nodes (one
 # cluster-wide watch; counted per namespace, so there is room to spare when several namespaces are watched). The
-# cluster counts as one namespace.
-WATCHES_PER_NAMESPACE = 6
+# cluster counts as one namespace. Pods are watched by the operator's own client (podwatch.py), not kopf's.
+WATCHES_PER_NAMESPACE = 5
 # Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
 # gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
 # outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
@@ -72,36 +76,30 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.peering.lifetime = PEERING_LIFETIME
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     cache = PodCache(LABEL_JOB)
-    memo.reconciler = Reconciler(
-        Kube(await load_config(), wrote=lambda pod: cache.wrote(pod, time.monotonic()), budget=_budget(memo)),
+    namespaces = list(memo.get("namespaces") or [])
+    api = await load_config(watches=max(1, len(namespaces)))
+    reconciler = memo.reconciler = Reconciler(
+        Kube(api, wrote=lambda pod: cache.wrote(pod, time.monotonic()), budget=_budget(memo)),
         _emit,
         cache,
-        clusterwide=bool(memo.get("clusterwide", True)),
+        clusterwide=not namespaces,
         max_ranks=int(memo.get("max_ranks", DEFAULT_MAX_RANKS)),
         operator_pods=memo.get("operator_pods"),
     )
+    indexes = PodIndexes(LABEL_JOB, LABEL_ROLE, LABEL_INDEX)
+
+    def listed() -> None:  # from now on rounds read pods from the indexes, not the API server
+        cache.index, reconciler.first_workers = indexes.by_job, indexes.first_workers
+        logging.getLogger("ringleader").info("pod watch: %d pods listed", indexes.by_job.pods())
+
+    pods = PodWatch(client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=listed)
+    reconciler.pods_listed = pods.ready
+    memo.pod_watch = asyncio.create_task(pods.run(), name="pod watch")
     try:
         chosen = await memo.reconciler.use_backend(str(memo.get("gang_backend", "auto")))
     except ValueError as e:  # the operator stops, saying why
         raise kopf.PermanentError(str(e)) from e
     logging.getLogger("ringleader").info("gangs are admitted by %s", GANG_BACKENDS[chosen])
-
-
-@kopf.index("", "v1", "pods")
-async def pods_by_job(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """Every pod kopf watches (all of the cluster's, or of the watched namespaces), by (namespace, job label),
-    as the digest of what the operator reads of it.
-    kopf fills it from its list and watch before any handler runs. Async, so that kopf runs it in its event
-    loop: a sync one would go through a thread pool for every pod event."""
-    return {(namespace, labels.get(LABEL_JOB)): digest(body)}
-
-
-@kopf.index("", "v1", "pods", labels={LABEL_ROLE: "worker", LABEL_INDEX: "0"})
-async def first_workers(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """Every job's worker-0 pod by (namespace, job label), as its digest: the progress scrape reads worker 0's
-    page every few seconds, and finding it among all of a 10,000-rank job's pods each time was most of what a
-    running job cost."""
-    return {(namespace, labels.get(LABEL_JOB)): digest(body)}
 
 
 @kopf.index("", "v1", "nodes")
@@ -123,10 +121,7 @@ async def node_event(type: str | None, name: str | None, body: kopf.Body, memo: 
 
 
 def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
-    """Hand the pod and node indexes (kopf passes them to every handler, by the index functions' names) to the
-    reconciler."""
-    memo.reconciler.cache.index = kwargs["pods_by_job"]
-    memo.reconciler.first_workers = kwargs["first_workers"]
+    """Hand the node index (kopf passes it to every handler, by the index function's name) to the reconciler."""
     memo.reconciler.nodes = kwargs["nodes_by_name"]
 
 
@@ -183,6 +178,11 @@ async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **kwa
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    watching: asyncio.Task[None] | None = memo.get("pod_watch")
+    if watching is not None:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
     await memo.reconciler.close()
 
 
@@ -221,34 +221,3 @@ async def _job_object_event(
     _attach(memo, kwargs)
     if seen(memo.reconciler, namespace, job, None if type == "DELETED" else dict(body)):
         await _reconcile(memo, kwargs, namespace, job)
-
-
-@kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})
-async def pod_event(
-    type: str | None,
-    labels: Mapping[str, str],
-    namespace: str | None,
-    status: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    body: kopf.Body,
-    memo: kopf.Memo,
-    **kwargs: Any,
-) -> None:
-    """A pod that ends or is being deleted gets its job a round now: the round must see it while it still
-    exists to tell why it went (an eviction, a lost node, an exit code). Other changes (pods being bound,
-    starting) are grouped: a job's events within its window (POD_EVENTS_SECONDS, longer for a large job) share
-    one round."""
-    _attach(memo, kwargs)
-    reconciler: Reconciler = memo.reconciler
-    ended = type == "DELETED" or status.get("phase") in ("Succeeded", "Failed")
-    if ended:
-        reconciler.room_freed()  # jobs waiting for gang admission look again
-    if type == "DELETED" and reconciler.cache is not None:
-        reconciler.cache.deleted(body, time.monotonic())  # how it ended, for the round it wakes
-    job = labels.get(LABEL_JOB)
-    if not namespace or not job:
-        return
-    if ended or meta.get("deletionTimestamp"):
-        await _reconcile(memo, kwargs, namespace, job)
-    else:
-        reconciler.wake_after(namespace, job, reconciler.pod_events_window(namespace, job))

@@ -88,14 +88,15 @@ def _message(e: ApiException) -> str:
         return str(e.reason)
 
 
-async def load_config() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+async def load_config(watches: int = 0) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config); its
+    connection pool has room for `watches` long watch streams beside API_CONNECTIONS requests."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
         await config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = API_CONNECTIONS
+    configuration.connection_pool_maxsize = API_CONNECTIONS + watches
     api = client.ApiClient(configuration)
     if not environment_proxies(os.environ):
         await ignore_environment(api)

@@ -1,6 +1,6 @@
-"""What the operator knows of pods without asking the API server: kopf's in-memory index of pods (filled by its
-watch before any handler runs, kept current by it), overlaid with the pods the operator itself wrote and the
-watch has not delivered yet. Both hold each pod's digest: the few fields the operator reads.
+"""What the operator knows of pods without asking the API server: the in-memory indexes of pods (`PodIndexes`,
+filled and kept current by the operator's own pod watch, podwatch.py), overlaid with the pods the operator
+itself wrote and the watch has not delivered yet. Both hold each pod's digest: the few fields the operator reads.
 
 A read from here may be a moment behind the API server; the reconcile is built for that (each pod carries the
 attempt it was made for, creates of an existing pod count as done, deletes of a gone one too). The overlay
@@ -13,7 +13,7 @@ server instead, so whatever a watch gap left behind in the index is corrected wi
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from ringleader_api import GROUP
@@ -22,6 +22,7 @@ OVERLAY_SECONDS = 60.0
 GONE_SECONDS = 60.0  # how long the last state of a deleted pod is kept for the rounds after its deletion
 Key = tuple[str, str]
 Pod = dict[str, Any]
+Group = tuple[str, str | None]  # (namespace, the value of a label or None)
 
 
 # What of a pod the operator reads (reconcile.ObservedPod, reconcile.earlier_job_leftovers, admission, progress).
@@ -105,7 +106,7 @@ def overlay(indexed: Iterable[Pod], groups: Iterable[Written], now: float) -> li
 
 
 class PodCache:
-    """kopf's pod index (key: (namespace, job label or None)) plus the operator's own recent writes, kept under
+    """The pod watch's index (key: (namespace, job label or None)) plus the operator's own recent writes, kept under
     the same keys so that reading one job's pods looks only at that job's writes."""
 
     def __init__(self, label: str) -> None:
@@ -168,3 +169,91 @@ class PodCache:
         out = overlay((p for store in self.index.values() for p in store), self.written.values(), now)
         self.written = {g: w for g, w in self.written.items() if w}
         return out
+
+
+class Grouped(Mapping[Group, Collection[Pod]]):
+    """Pod digests grouped by (namespace, the value of `label`): the groups podcache.PodCache and the progress
+    scraper read. `accept` picks the pods kept (all by default)."""
+
+    def __init__(self, label: str, accept: Callable[[Mapping[str, str]], bool] = lambda _: True) -> None:
+        self.label, self.accept = label, accept
+        self._groups: dict[Group, dict[str, Pod]] = {}
+        self._where: dict[Key, Group] = {}  # each kept pod's group: a pod whose label changed moves
+
+    def __getitem__(self, group: Group) -> Collection[Pod]:
+        return self._groups[group].values()
+
+    def __iter__(self) -> Iterator[Group]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def pods(self) -> int:
+        return len(self._where)
+
+    def put(self, pod: Pod) -> None:
+        """Keep `pod` (a digest) in its group, or drop it if it is no longer accepted."""
+        k = key(pod)
+        labels = pod["metadata"].get("labels") or {}
+        if not self.accept(labels):
+            self.remove(k)
+            return
+        group = (k[0], labels.get(self.label))
+        if self._where.get(k, group) != group:
+            self.remove(k)
+        self._groups.setdefault(group, {})[k[1]] = pod
+        self._where[k] = group
+
+    def remove(self, k: Key) -> None:
+        group = self._where.pop(k, None)
+        if group is not None:
+            pods = self._groups[group]
+            pods.pop(k[1], None)
+            if not pods:
+                del self._groups[group]
+
+    def keys_in(self, namespace: str | None) -> list[Key]:
+        """The kept pods of `namespace` (None: all)."""
+        return [k for k in self._where if namespace is None or k[0] == namespace]
+
+
+class PodIndexes:
+    """The indexes one watch keeps: every pod by (namespace, job label), and the worker-0 pods the same way."""
+
+    def __init__(self, job_label: str, role_label: str, index_label: str) -> None:
+        self.by_job = Grouped(job_label)
+        self.first_workers = Grouped(
+            job_label, lambda lb: lb.get(role_label) == "worker" and lb.get(index_label) == "0"
+        )
+        self.pods: dict[Key, Pod] = {}  # the last digest of every pod, to tell a relist's changes
+
+    def apply(self, kind: str, pod: Pod) -> None:
+        k = key(pod)
+        if kind == "DELETED":
+            self.pods.pop(k, None)
+            self.by_job.remove(k)
+            self.first_workers.remove(k)
+        else:
+            self.pods[k] = pod
+            self.by_job.put(pod)
+            self.first_workers.put(pod)
+
+    def relisted(self, namespace: str | None, listed: list[Pod]) -> list[tuple[str, Pod]]:
+        """Take a new list of `namespace`'s pods (None: the cluster's) in place of what was kept; returns what
+        changed as events: (DELETED, last digest) for pods gone, (ADDED or MODIFIED, digest) for pods new or
+        of another resourceVersion."""
+        fresh = {key(p): p for p in listed}
+        events: list[tuple[str, Pod]] = []
+        for k in [k for k in self.pods if namespace is None or k[0] == namespace]:
+            if k not in fresh:
+                events.append(("DELETED", self.pods[k]))
+        for k, pod in fresh.items():
+            before = self.pods.get(k)
+            if before is None:
+                events.append(("ADDED", pod))
+            elif before["metadata"].get("resourceVersion") != pod["metadata"].get("resourceVersion"):
+                events.append(("MODIFIED", pod))
+        for kind, pod in events:
+            self.apply(kind, pod)
+        return events

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from ringleader_api import (
+    LABEL_JOB,
     MANAGED_BY_RINGLEADER,
     ConditionType,
     Goodput,
@@ -76,6 +77,9 @@ MAX_EVENTS_SECONDS = 5.0
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
 RETRY_SECONDS = 5.0  # a round that could not reach the API server runs again this much later
+# How long a round waits, at the operator's start, for the pod watch's first list before it reads its job's
+# pods from the API server instead: a thousand jobs' first rounds would otherwise be a thousand lists.
+PODS_LISTED_SECONDS = 60.0
 # Rounds in progress at once, all jobs together. Each holds its job, pods and plan and the requests it has in
 # flight; a burst of 500 new jobs had 500 at once, for no more throughput (decisions take turns under the
 # admission lock and requests share one client budget).
@@ -170,7 +174,7 @@ class Reconciler:
         max_ranks: int = DEFAULT_MAX_RANKS,
         operator_pods: tuple[str, dict[str, str]] | None = None,
     ) -> None:
-        """`cache`: pods as kopf's watch sees them (without one, every round lists them); `clusterwide`: the
+        """`cache`: pods as the pod watch sees them (without one, every round lists them); `clusterwide`: the
         cache holds every pod of the cluster, so gang admission weighs it instead of listing all pods;
         `max_ranks`: the most pods one job may have (more fails it as an invalid spec); `operator_pods`: (the
         operator's namespace, its pods' labels) to give every job a NetworkPolicy admitting only its own pods
@@ -197,12 +201,13 @@ class Reconciler:
             kube, emit, self.jobs.get, lambda namespace, job: self._pods(namespace, job, False), self._wake_now,
             self._first_worker,
         )  # fmt: skip
-        # kopf's index of every job's worker-0 pods (handlers.first_workers), once attached
+        # every job's worker-0 pods (the pod watch's first_workers index), once it has listed them
         self.first_workers: Mapping[Any, Iterable[dict[str, Any]]] | None = None
         # Each running job's next scrape: one timer per job on the event loop, no kopf timer (whose every tick
         # went through kopf's handler machinery, for every running job every 5 s).
         self.scrapes: WorkQueue[Key] = WorkQueue(self._scrape, self._scrape_failed, SCRAPES_AT_ONCE)
         self.running: set[Key] = set()  # jobs whose status says they run: their number paces the scrapes
+        self.pods_listed: asyncio.Event | None = None  # set by the pod watch once its indexes hold every pod
 
     def memory(self, key: Key) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
@@ -242,6 +247,28 @@ class Reconciler:
             return False
         record.generation = generation
         return True
+
+    def pod_seen(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """The pod watch (podwatch.py) saw `pod` (a digest) added, modified or deleted. A pod that ends or is
+        being deleted gets its job a round at once: the round must see it while it still exists to tell why it
+        went (an eviction, a lost node, an exit code). Other changes (pods being bound, starting) are grouped: a
+        job's events within its window (POD_EVENTS_SECONDS, longer for a large job) share one round. Only jobs
+        this replica's job watch has shown it get rounds: a standby of a leader election keeps its indexes warm
+        and acts on nothing."""
+        meta = pod.get("metadata") or {}
+        ended = kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if ended:
+            self.room_freed()  # jobs waiting for gang admission look again
+        if kind == "DELETED" and self.cache is not None:
+            self.cache.deleted(pod, time.monotonic())  # how it ended, for the round it wakes
+        job = (meta.get("labels") or {}).get(LABEL_JOB)
+        key = (str(meta.get("namespace", "")), str(job or ""))
+        if not job or key not in self.jobs:
+            return
+        if ended or meta.get("deletionTimestamp"):
+            self._wake_now(key)
+        else:
+            self.wake_after(*key, self.pod_events_window(*key))
 
     def job_gone(self, namespace: str, name: str) -> None:
         """A watch event says the job was deleted."""
@@ -316,11 +343,11 @@ class Reconciler:
 
     # ---- reads ---------------------------------------------------------------------------------------
     def _cached(self) -> PodCache | None:
-        """The pod cache once kopf has filled it, else None (read from the API server)."""
+        """The pod cache once the pod watch has filled it, else None (read from the API server)."""
         return self.cache if self.cache is not None and self.cache.ready else None
 
     async def _first_worker(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
-        """The job's worker-0 pods from kopf's index of them; None before kopf has attached it."""
+        """The job's worker-0 pods from the pod watch's index of them; None before it has listed them."""
         if self.first_workers is None or self._cached() is None:
             return None
         return list(self.first_workers.get((namespace, job), ()))
@@ -370,6 +397,9 @@ class Reconciler:
         if job is None:
             return
         uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if self.pods_listed is not None and not self.pods_listed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.pods_listed.wait(), PODS_LISTED_SECONDS)
         pods = await self._pods(namespace, name, fresh)
         service = None
         record = self.memory(key)

@@ -1,4 +1,5 @@
-"""The pod cache: the overlay of the operator's own writes on kopf's index, and the pod digests both hold."""
+"""The pod cache: the overlay of the operator's own writes on the pod watch's index, and the pod digests both
+hold."""
 
 from __future__ import annotations
 
