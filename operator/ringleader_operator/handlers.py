@@ -92,9 +92,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         cache.index, reconciler.first_workers = indexes.by_job, indexes.first_workers
         logging.getLogger("ringleader").info("pod watch: %d pods listed", indexes.by_job.pods())
 
-    pods = PodWatch(client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=listed)
-    reconciler.pods_listed = pods.ready
-    memo.pod_watch = asyncio.create_task(pods.run(), name="pod watch")
+    memo.pods = PodWatch(client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=listed)
+    memo.pod_watch = None  # started by the first job event (_start_pod_watch)
     try:
         chosen = await memo.reconciler.use_backend(str(memo.get("gang_backend", "auto")))
     except ValueError as e:  # the operator stops, saying why
@@ -123,6 +122,17 @@ async def node_event(type: str | None, name: str | None, body: kopf.Body, memo: 
 def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
     """Hand the node index (kopf passes it to every handler, by the index function's name) to the reconciler."""
     memo.reconciler.nodes = kwargs["nodes_by_name"]
+
+
+def _start_pod_watch(memo: kopf.Memo) -> None:
+    """Start the pod watch (podwatch.py) once, from the first job event this replica handles. Not at startup:
+    kopf shows a standby of a leader election no job, so a standby watches no pods (as kopf's own watches
+    pause there); and the watch's task then inherits a handler's context, where kopf keeps what `kopf.event`
+    needs, so rounds it wakes can post events (from startup's context they raised LookupError)."""
+    if memo.get("pod_watch") is None:
+        pods: PodWatch = memo.pods
+        memo.reconciler.pods_listed = pods.ready
+        memo.pod_watch = asyncio.create_task(pods.run(), name="pod watch")
 
 
 @kopf.on.login()
@@ -163,6 +173,7 @@ async def job_event(
     if not namespace or not name:
         return
     _attach(memo, kwargs)
+    _start_pod_watch(memo)
     reconciler: Reconciler = memo.reconciler
     if type == "DELETED":
         reconciler.job_gone(namespace, name)

@@ -13,9 +13,9 @@ changed as modifications), so no round misses a pod's end. Failures (the API ser
 a line too long) are retried after ERROR_BACKOFFS, forever, with a warning: a watch that gives up would leave
 the operator blind without stopping it.
 
-Every replica runs it, the standbys of a leader election too (their indexes are warm when they take over);
-the callback (Reconciler.pod_seen) acts only for jobs the replica's own job watch, which kopf pauses on
-standbys, has shown it.
+It starts with the first job event a replica handles (handlers._start_pod_watch), so a standby of a leader
+election, which kopf shows no job, watches no pods; and the callback (Reconciler.pod_seen) acts only for jobs
+the replica's job watch has shown it.
 """
 
 from __future__ import annotations

@@ -253,8 +253,7 @@ class Reconciler:
         being deleted gets its job a round at once: the round must see it while it still exists to tell why it
         went (an eviction, a lost node, an exit code). Other changes (pods being bound, starting) are grouped: a
         job's events within its window (POD_EVENTS_SECONDS, longer for a large job) share one round. Only jobs
-        this replica's job watch has shown it get rounds: a standby of a leader election keeps its indexes warm
-        and acts on nothing."""
+        this replica's job watch has shown it get rounds."""
         meta = pod.get("metadata") or {}
         ended = kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         if ended:

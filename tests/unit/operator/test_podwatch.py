@@ -236,7 +236,8 @@ def test_a_known_jobs_pod_event_wakes_it_now_or_within_its_window(
 
 
 def test_a_pod_of_a_job_this_replica_does_not_know_gets_no_round() -> None:
-    """A standby of a leader election (kopf shows it no job) keeps its indexes and acts on nothing."""
+    """Its pods are indexed, and nothing else: a job this replica's job watch has not shown it is not its own
+    (another controller's, or one a demoted leader no longer sees)."""
     r, wakes = reconciler_with_wakes()
     r.pod_seen("MODIFIED", pod("j-worker-1", 5, phase="Failed"))
     r.pod_seen("ADDED", pod("other", 6, job=None))
