@@ -9,8 +9,6 @@ server runs again in reconciler.RETRY_SECONDS."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import socket
 import time
@@ -92,8 +90,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         cache.index, reconciler.first_workers = indexes.by_job, indexes.first_workers
         logging.getLogger("ringleader").info("pod watch: %d pods listed", indexes.by_job.pods())
 
+    # started by the first job event (_start_pod_watch)
     memo.pods = PodWatch(client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=listed)
-    memo.pod_watch = None  # started by the first job event (_start_pod_watch)
+    reconciler.pods_listed = memo.pods.ready
     try:
         chosen = await memo.reconciler.use_backend(str(memo.get("gang_backend", "auto")))
     except ValueError as e:  # the operator stops, saying why
@@ -129,10 +128,8 @@ def _start_pod_watch(memo: kopf.Memo) -> None:
     kopf shows a standby of a leader election no job, so a standby watches no pods (as kopf's own watches
     pause there); and the watch's task then inherits a handler's context, where kopf keeps what `kopf.event`
     needs, so rounds it wakes can post events (from startup's context they raised LookupError)."""
-    if memo.get("pod_watch") is None:
-        pods: PodWatch = memo.pods
-        memo.reconciler.pods_listed = pods.ready
-        memo.pod_watch = asyncio.create_task(pods.run(), name="pod watch")
+    pods: PodWatch = memo.pods  # the same object in every handler's memo (kopf gives each object a shallow copy
+    pods.start()  # of the operator's: a flag set on one object's copy would start a watch per job)
 
 
 @kopf.on.login()
@@ -189,11 +186,9 @@ async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **kwa
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    watching: asyncio.Task[None] | None = memo.get("pod_watch")
-    if watching is not None:
-        watching.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watching
+    pods: PodWatch | None = memo.get("pods")
+    if pods is not None:
+        await pods.stop()
     await memo.reconciler.close()
 
 

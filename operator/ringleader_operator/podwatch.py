@@ -21,6 +21,7 @@ the replica's job watch has shown it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -87,6 +88,19 @@ class PodWatch:
         self.scopes: list[str | None] = list(namespaces) or [None]
         self.listed: set[str | None] = set()
         self.ready = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run the streams in a task of their own, once: later calls do nothing. The task inherits the caller's
+        context."""
+        if self.task is None:
+            self.task = asyncio.create_task(self.run(), name="pod watch")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
 
     async def run(self) -> None:
         """One stream per scope, until cancelled."""

@@ -242,3 +242,21 @@ def test_a_pod_of_a_job_this_replica_does_not_know_gets_no_round() -> None:
     r.pod_seen("MODIFIED", pod("j-worker-1", 5, phase="Failed"))
     r.pod_seen("ADDED", pod("other", 6, job=None))
     assert wakes == []
+
+
+def test_the_watch_starts_once_however_many_jobs_ask() -> None:
+    """Every job event asks (handlers._start_pod_watch); one stream runs, and stop ends it."""
+
+    async def scenario() -> tuple[int, bool]:
+        watch, core = scripted([listing("1", []), *[Response(events=[{"type": "ADDED", "object": pod("a", 2)}])] * 50])
+        for _ in range(3):
+            watch.start()
+        first = watch.task
+        await watch.ready.wait()
+        watch.start()
+        assert watch.task is first
+        await watch.stop()
+        return sum(1 for r in core.requests if not r.get("watch")), first is not None and first.cancelled()
+
+    lists, cancelled = asyncio.run(scenario())
+    assert lists == 1 and cancelled
