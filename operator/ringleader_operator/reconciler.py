@@ -77,8 +77,9 @@ MAX_EVENTS_SECONDS = 5.0
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.
 FRESH_SECONDS = 300.0
 RETRY_SECONDS = 5.0  # a round that could not reach the API server runs again this much later
-# How long a round waits, at the operator's start, for the pod watch's first list before it reads its job's
-# pods from the API server instead: a thousand jobs' first rounds would otherwise be a thousand lists.
+# How long rounds wait, at the operator's start, for the pod watch's first list before they read their jobs'
+# pods from the API server instead (once: after that, none waits): a thousand jobs' first rounds would otherwise
+# be a thousand lists.
 PODS_LISTED_SECONDS = 60.0
 # Rounds in progress at once, all jobs together. Each holds its job, pods and plan and the requests it has in
 # flight; a burst of 500 new jobs had 500 at once, for no more throughput (decisions take turns under the
@@ -365,6 +366,19 @@ class Reconciler:
             self.memory(key).saw(obj)
         return obj
 
+    async def _pods_listed(self) -> None:
+        """At start: wait up to PODS_LISTED_SECONDS for the pod watch's first list. Once that has run out, no
+        round waits again (the list may never come): they read pods from the API server until it does."""
+        if self.pods_listed is None or self.pods_listed.is_set():
+            return
+        try:
+            await asyncio.wait_for(self.pods_listed.wait(), PODS_LISTED_SECONDS)
+        except TimeoutError:
+            if self.pods_listed is not None:  # said once, by the first round to give up
+                log.warning("the pod watch has not listed the pods after %.0f s: rounds read them from the API "
+                            "server until it has", PODS_LISTED_SECONDS)  # fmt: skip
+            self.pods_listed = None
+
     async def _pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
         if not fresh and (pods := self._cached_pods(namespace, name)) is not None:
             return pods
@@ -396,9 +410,7 @@ class Reconciler:
         if job is None:
             return
         uid = str((obj.get("metadata") or {}).get("uid", ""))
-        if self.pods_listed is not None and not self.pods_listed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.pods_listed.wait(), PODS_LISTED_SECONDS)
+        await self._pods_listed()
         pods = await self._pods(namespace, name, fresh)
         service = None
         record = self.memory(key)

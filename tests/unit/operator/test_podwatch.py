@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from ringleader_api import LABEL_INDEX, LABEL_JOB, LABEL_ROLE
+from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.podcache import PodCache, PodIndexes
 from ringleader_operator.podwatch import Gone, PodWatch, watch_events
 from ringleader_operator.ratelimit import ClientBudget
@@ -260,3 +262,25 @@ def test_the_watch_starts_once_however_many_jobs_ask() -> None:
 
     lists, cancelled = asyncio.run(scenario())
     assert lists == 1 and cancelled
+
+
+def test_rounds_wait_for_the_first_pod_list_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round at start waits for the pod watch's first list; if it never comes (the list refused), the round
+    reads from the API server after PODS_LISTED_SECONDS and later rounds do not wait again."""
+    monkeypatch.setattr(reconciler_module, "PODS_LISTED_SECONDS", 0.2)
+
+    async def scenario() -> list[float]:
+        kube = FakeKube(service_exists=True)
+        r = Reconciler(kube, emit=lambda *_: None, cache=PodCache(LABEL_JOB))
+        r.pods_listed = asyncio.Event()  # never set
+        took = []
+        for _ in range(2):
+            began = time.monotonic()
+            await r.round("ns", "j", False)
+            took.append(time.monotonic() - began)
+        assert "list_pods" in kube.calls  # read from the API server, the cache never filled
+        r.queue.close()
+        return took
+
+    first, second = asyncio.run(scenario())
+    assert first >= 0.2 and second < 0.2
