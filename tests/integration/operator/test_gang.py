@@ -36,8 +36,9 @@ def test_a_job_larger_than_the_cluster_never_runs_a_pod_and_says_why(
     assert admitted["reason"] == "Unschedulable"
     assert admitted["message"] == f"needs {2 * GPUS_PER_NODE} nvidia.com/gpu, {GPUS_PER_NODE} allocatable"
     assert job["status"]["phase"] == "Pending"
-    pods = pods_of(core, namespace, "huge")
-    assert len(pods) == 2 and all(p.spec.scheduling_gates and not p.spec.node_name for p in pods)
+    # The round writes its status before it creates the pods: both exist a moment later, not at once.
+    pods = wait_for("both pods", lambda: ps if len(ps := pods_of(core, namespace, "huge")) == 2 else None, timeout=15)
+    assert all(p.spec.scheduling_gates and not p.spec.node_name for p in pods)
     warnings = core.list_namespaced_event(namespace, field_selector="involvedObject.name=huge").items
     assert any(e.reason == "Unschedulable" and "needs 16 nvidia.com/gpu" in e.message for e in warnings)
 
