@@ -217,6 +217,11 @@ class Grouped(Mapping[Group, Collection[Pod]]):
         """The kept pods of `namespace` (None: all)."""
         return [k for k in self._where if namespace is None or k[0] == namespace]
 
+    def pod(self, k: Key) -> Pod | None:
+        """The kept digest of pod `k`, if any."""
+        group = self._where.get(k)
+        return None if group is None else self._groups[group][k[1]]
+
 
 class PodIndexes:
     """The indexes one watch keeps: every pod by (namespace, job label), and the worker-0 pods the same way."""
@@ -226,16 +231,13 @@ class PodIndexes:
         self.first_workers = Grouped(
             job_label, lambda lb: lb.get(role_label) == "worker" and lb.get(index_label) == "0"
         )
-        self.pods: dict[Key, Pod] = {}  # the last digest of every pod, to tell a relist's changes
 
     def apply(self, kind: str, pod: Pod) -> None:
         k = key(pod)
         if kind == "DELETED":
-            self.pods.pop(k, None)
             self.by_job.remove(k)
             self.first_workers.remove(k)
         else:
-            self.pods[k] = pod
             self.by_job.put(pod)
             self.first_workers.put(pod)
 
@@ -245,11 +247,12 @@ class PodIndexes:
         of another resourceVersion."""
         fresh = {key(p): p for p in listed}
         events: list[tuple[str, Pod]] = []
-        for k in [k for k in self.pods if namespace is None or k[0] == namespace]:
-            if k not in fresh:
-                events.append(("DELETED", self.pods[k]))
+        for k in self.by_job.keys_in(namespace):  # by_job keeps every pod: its digests are the last seen
+            last = self.by_job.pod(k)
+            if k not in fresh and last is not None:
+                events.append(("DELETED", last))
         for k, pod in fresh.items():
-            before = self.pods.get(k)
+            before = self.by_job.pod(k)
             if before is None:
                 events.append(("ADDED", pod))
             elif before["metadata"].get("resourceVersion") != pod["metadata"].get("resourceVersion"):
