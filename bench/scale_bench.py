@@ -9,8 +9,9 @@ soon as it is bound), at matched client budgets (bench/control_plane_plan.py's "
 kube-scheduler with a generous budget, so neither operator is held back by a client limit the other lacks), per
 point and subject, interleaved in an order that rotates by repetition:
 
-- floor: the same pods created by a plain client (16 threads), no operator: how fast this cluster can make and
-  run that many pods at all;
+- floor: the same objects created by a plain client (16 threads), no operator: the TrainingJobs, then the
+  Secrets, Services and pods Ringleader's operator makes for them, built by its code: how fast this cluster can
+  make and run those pods at all;
 - ringleader: one TrainingJob of n workers (this checkout's operator, a fresh process per run);
 - training-operator: one PyTorchJob of n workers (Kubeflow's, bench/peer), for comparison.
 
@@ -35,6 +36,7 @@ import argparse
 import dataclasses
 import json
 import math
+import secrets
 import subprocess
 import threading
 import time
@@ -44,8 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+from ringleader_api import TrainingJob
 from ringleader_devcluster import commands, controlplane, operatorprocess
 from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_operator import admission, builders
+from ringleader_operator.job_objects import build_service, build_token_secret
 
 from bench import control_plane_bench as cpb
 from bench import control_plane_plan as plan
@@ -53,7 +58,7 @@ from bench import profile as profiling
 from bench.common import delete_namespace, new_namespace, proc_stats
 from bench.identity import ensure_namespace
 from bench.record import RESULTS, commit_of, machine, point_order, write_result
-from bench.subjects import Subject, kubeflow_training_operator, ringleader
+from bench.subjects import Subject, install_crd, kubeflow_training_operator, ringleader, ringleader_job
 
 RESULT = RESULTS / "scale.json"
 FLOOR = "floor"
@@ -105,15 +110,40 @@ def _ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
-def floor_run(core: client.CoreV1Api, total: int) -> dict[str, Any]:
-    """The same pods made by a plain client: created and Running, no operator."""
+def floor_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """What Ringleader's operator makes for the stored TrainingJob `job` (its uid set), built by the operator's own
+    code: the token Secret, the headless Service, and every pod as a job admitted at once has it (ungated). The
+    floor creates these itself, so its pods cost the control plane what the operator's do (their env, owner
+    reference, token volume and the Service's endpoints), and the ratio to it is the operator's own overhead."""
+    model = TrainingJob.model_validate(job)
+    pods = [builders.build_pod(model, role, index) for role, index in builders.desired_ranks(model)]
+    for pod in pods:
+        admission.lift_gate(pod)
+    return [build_token_secret(model, secrets.token_hex(32)), build_service(model), *pods]
+
+
+def floor_run(core: client.CoreV1Api, custom: client.CustomObjectsApi, jobs: int, workers: int) -> dict[str, Any]:
+    """Ringleader's objects for `jobs` jobs of `workers` made by a plain client, no operator running: the
+    TrainingJobs (left without status), then their Secrets, Services and pods. Created and Running are timed
+    from the first job's create, as an operator's run is."""
     ns = new_namespace(core)
+    total = jobs * workers
     pods = cpb.PodWatch(core, ns, total)
-    body = {"apiVersion": "v1", "kind": "Pod", "spec": cpb.FAKE_POD}
+    create = {
+        "Pod": core.create_namespaced_pod,
+        "Service": core.create_namespaced_service,
+        "Secret": core.create_namespaced_secret,
+    }
     t0 = time.monotonic()
     with ThreadPoolExecutor(cpb.CREATE_THREADS) as pool:
-        list(pool.map(lambda i: core.create_namespaced_pod(
-            ns, {**body, "metadata": {"name": f"big-{i}"}}, _request_timeout=60), range(total)))  # fmt: skip
+        names = [f"j{i}" if jobs > 1 else "big" for i in range(jobs)]
+        stored = list(pool.map(lambda name: custom.create_namespaced_custom_object(
+            "ringleader.dev", "v1alpha1", ns, "trainingjobs", ringleader_job(name, workers, cpb.FAKE_POD),
+            _request_timeout=60), names))  # fmt: skip
+        objects = [o for j in stored for o in floor_objects(j)]
+        # The answers are read, not decoded: turning each into the client's models would cost this process more
+        # than the operator spends on a pod, and the floor is the control plane's pace, not this client's.
+        list(pool.map(lambda o: create[o["kind"]](ns, o, _request_timeout=60, _preload_content=False).data, objects))
     pods.wait(1800)
     if pods.running_at is None or pods.created_at is None:
         raise SystemExit(f"bench: floor: {len(pods.running)} of {total} pods Running after 30 min")
@@ -259,6 +289,8 @@ def make_subjects(
 ) -> dict[str, Subject]:
     """The operators among `names`, set up (Ringleader's from `tree`)."""
     subjects: dict[str, Subject] = {}
+    if FLOOR in names and plan.RINGLEADER not in names:
+        install_crd(layout, core, tree)  # the floor makes TrainingJobs too
     for name in names:
         if name == plan.RINGLEADER:
             subjects[name] = ringleader(layout, core, workdir, tree)
@@ -291,7 +323,8 @@ def settings_lines(args: argparse.Namespace, commit: str, points: list[tuple[int
         "(controlplane.LONG_LEASE_FLAGS): at Kubernetes' 15 s either lost it under a 5,000-pod start and exited",
         *(f"{op}: {', '.join(f'{k} {v}' for k, v in CONFIG.settings[op].items())}" for op in plan.OPERATORS),
         f"ringleader's gang backend: {args.gang_backend or 'auto (the Workload API, which the dev cluster serves)'}",
-        f"floor: the same pods created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
+        f"floor: the TrainingJobs and the Secrets, Services and pods Ringleader's operator makes for them (built by "
+        f"its code, ungated) created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
         f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)"
         + (late if args.late_idle else ""),
     ]
@@ -324,7 +357,7 @@ def main() -> None:
         for i, (jobs, workers, name, rep) in enumerate(order):
             flaps = NodeFlaps(core)
             if name == FLOOR:
-                r = floor_run(core, jobs * workers)
+                r = floor_run(core, custom, jobs, workers)
             else:
                 s, profile = subjects[name], None
                 if args.profile and name == plan.RINGLEADER:

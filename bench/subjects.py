@@ -50,9 +50,7 @@ def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path, tree: Path
     ).stdout  # fmt: skip
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     account = next(d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount")
-    kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(tree / "crds" / "trainingjob.yaml"),
-            timeout=60)  # fmt: skip
-    wait_established(client.ApiextensionsV1Api(core.api_client), "trainingjobs.ringleader.dev")
+    install_crd(layout, core, tree)
     apply(layout, *docs)
     kubeconfig = kubeconfig_for(core, layout.kubeconfig, account, workdir / "ringleader.kubeconfig")
 
@@ -65,16 +63,25 @@ def ringleader(layout: Layout, core: client.CoreV1Api, workdir: Path, tree: Path
             env["PYTHONPATH"] = os.pathsep.join(p for p in packages if p)
         return spawn(argv, env, log, f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", "the Ringleader operator")
 
-    def job(name: str, workers: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
-        spec = {**pod_spec, "containers": [{**c, "name": "trainer"} for c in pod_spec["containers"]]}
-        return {
-            "apiVersion": "ringleader.dev/v1alpha1",
-            "kind": "TrainingJob",
-            "metadata": {"name": name},
-            "spec": {"workers": {"replicas": workers, "template": {"spec": spec}}},
-        }
+    return Subject("ringleader", account, "ringleader.dev", "v1alpha1", "trainingjobs", ringleader_job, start)
 
-    return Subject("ringleader", account, "ringleader.dev", "v1alpha1", "trainingjobs", job, start)
+
+def install_crd(layout: Layout, core: client.CoreV1Api, tree: Path = REPO_ROOT) -> None:
+    """Apply `tree`'s TrainingJob CRD and wait until it is served."""
+    kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(tree / "crds" / "trainingjob.yaml"),
+            timeout=60)  # fmt: skip
+    wait_established(client.ApiextensionsV1Api(core.api_client), "trainingjobs.ringleader.dev")
+
+
+def ringleader_job(name: str, workers: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """A TrainingJob of `workers` workers whose pods run `pod_spec` (its container named as the trainer)."""
+    spec = {**pod_spec, "containers": [{**c, "name": "trainer"} for c in pod_spec["containers"]]}
+    return {
+        "apiVersion": "ringleader.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"workers": {"replicas": workers, "template": {"spec": spec}}},
+    }
 
 
 def kubeflow_training_operator(layout: Layout, core: client.CoreV1Api, workdir: Path) -> Subject:
