@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import kopf
+import orjson
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiException, rest
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
@@ -73,7 +74,7 @@ async def _json(call: Awaitable[Any]) -> dict[str, Any]:
         e.body = data.decode("utf-8", errors="replace")
         raise e
     try:
-        body = json.loads(data)
+        body = orjson.loads(data)  # a few times faster than json's: every pod the operator creates comes back
     except ValueError:
         body = None
     if not isinstance(body, dict):
@@ -237,14 +238,16 @@ class Kube:
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
         """Create all pods concurrently (bounded). Returns how many were new. Raises the first failure after
         every create has been attempted, RejectedObject before ApiUnavailable."""
-        sem = asyncio.Semaphore(CREATE_CONCURRENCY)
         errors: list[Exception] = []
         created = 0
+        todo = iter(pods)
 
-        async def one(pod: dict[str, Any]) -> None:
+        # CREATE_CONCURRENCY workers take the pods in turn: a task per pod held 10,000 tasks at once for a large
+        # job's first round, each with its frame, for nothing.
+        async def worker() -> None:
             nonlocal created
-            meta = pod["metadata"]
-            async with sem:
+            for pod in todo:
+                meta = pod["metadata"]
                 try:
                     call = self.core.create_namespaced_pod(
                         meta["namespace"], pod, _request_timeout=API_TIMEOUT, _preload_content=False
@@ -257,7 +260,7 @@ class Kube:
                 except (RejectedObject, ApiUnavailable) as e:
                     errors.append(e)
 
-        await asyncio.gather(*(one(p) for p in pods))
+        await asyncio.gather(*(worker() for _ in range(min(CREATE_CONCURRENCY, len(pods)))))
         if errors:
             raise next((e for e in errors if isinstance(e, RejectedObject)), errors[0])
         return created

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -58,7 +58,7 @@ async def watch_events(lines: AsyncIterable[bytes]) -> AsyncIterable[tuple[str, 
     async for line in lines:
         if not line.strip():
             continue
-        event = json.loads(line)
+        event = orjson.loads(line)  # a few times faster than json's, on most of what the operator decodes
         kind, obj = event.get("type"), event.get("object")
         if not isinstance(kind, str) or not isinstance(obj, dict):
             raise ApiException(status=502, reason=f"a watch event with no type or object: {line[:100]!r}")
@@ -141,7 +141,7 @@ class PodWatch:
                 kw["_continue"] = token
             page = await self._get(namespace, "listing pods", kw)
             async with page:
-                body = json.loads(await page.read())
+                body = orjson.loads(await page.read())
             pods.extend(digest(p) for p in body.get("items") or [])
             meta = body.get("metadata") or {}
             token = meta.get("continue")
