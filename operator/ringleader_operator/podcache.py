@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
+import orjson
 from ringleader_api import GROUP
 
 OVERLAY_SECONDS = 60.0
@@ -69,7 +70,43 @@ def digest(pod: Mapping[str, Any]) -> Pod:
         out_status["conditions"] = [_pick(c, ("type", "status", "reason")) for c in status["conditions"]]
     if "containerStatuses" in status:  # only how a container ended is read
         out_status["containerStatuses"] = [_container_end(cs) for cs in status["containerStatuses"]]
+    for part, keys in ((out_meta, SHARED_META), (out_spec, SHARED_SPEC), (out_status, SHARED_STATUS)):
+        for k in keys:
+            if k in part:
+                part[k] = shared(part[k])
     return {"metadata": out_meta, "spec": out_spec, "status": out_status}
+
+
+# The parts of a digest that most pods have alike (a job's pods share their owner, tolerations, containers and,
+# once running, their conditions): one object serves them all. A digest held 6 KB of copies of them per pod.
+SHARED_META = ("ownerReferences", "annotations")
+SHARED_SPEC = ("nodeSelector", "tolerations", "containers", "initContainers", "schedulingGates", "overhead")
+SHARED_STATUS = ("conditions", "containerStatuses")
+SHARED_LIMIT = 4096  # distinct parts kept to share; past it the table starts again (what is shared stays so)
+SHARED_BYTES = 512  # a part longer than this as JSON is kept as it is: rarely alike (a termination message)
+
+
+class Shared:
+    """Hands out one object for equal JSON parts (by their serialization). Digests share what it returns:
+    nothing may change a digest, or a part of one, in place."""
+
+    def __init__(self, limit: int = SHARED_LIMIT) -> None:
+        self.limit = limit
+        self.parts: dict[bytes, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        k = orjson.dumps(value)
+        if len(k) > SHARED_BYTES:
+            return value
+        have = self.parts.get(k)
+        if have is None:
+            if len(self.parts) >= self.limit:
+                self.parts.clear()
+            self.parts[k] = have = value
+        return have
+
+
+shared = Shared()
 
 
 def key(pod: Mapping[str, Any]) -> Key:

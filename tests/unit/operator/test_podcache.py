@@ -10,7 +10,7 @@ import pytest
 from ringleader_api import TrainingJob
 from ringleader_operator.admission import Cluster, pod_requests
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
-from ringleader_operator.podcache import GONE_SECONDS, OVERLAY_SECONDS, PodCache, digest, overlay
+from ringleader_operator.podcache import GONE_SECONDS, OVERLAY_SECONDS, SHARED_BYTES, PodCache, Shared, digest, overlay
 from ringleader_operator.reconcile import plan
 
 from .builders import training_job
@@ -199,3 +199,22 @@ def test_the_digest_keeps_what_is_read_and_drops_the_rest() -> None:
     ended = {"terminated": {"exitCode": 3, "reason": "Error"}}
     assert d["status"]["containerStatuses"] == [{"name": "trainer", "state": ended}]
     assert d["status"]["podIP"] == "10.1.0.7" and d["spec"]["nodeName"] == "n1"
+
+
+def test_digests_of_pods_alike_share_their_common_parts_and_only_those() -> None:
+    first, second = plan(job(), [], True, NOW).create_pods[:2]
+    a, b = digest(served(first, "Running", "n1")), digest(served(second, "Failed", "n1", exit_code=3))
+    for part, k in (("metadata", "ownerReferences"), ("spec", "tolerations"), ("spec", "containers")):
+        assert a[part][k] is b[part][k]  # one object serves both
+    assert a["status"]["containerStatuses"] != b["status"]["containerStatuses"]  # unlike parts stay apart
+    assert a["metadata"]["labels"] is not b["metadata"]["labels"]  # each rank's index: never shared
+
+
+def test_the_shared_parts_table_is_bounded_and_skips_long_parts() -> None:
+    table = Shared(limit=3)
+    long = {"message": "x" * SHARED_BYTES}
+    assert table(long) is long and not table.parts  # a long part is kept as it is, not remembered
+    kept = [table({"i": i}) for i in range(3)]
+    assert table({"i": 0}) is kept[0]
+    table({"i": 3})  # the table is full: it starts again
+    assert len(table.parts) == 1 and table({"i": 0}) is not kept[0] and table({"i": 0}) == kept[0]
