@@ -521,3 +521,12 @@ def test_a_templates_own_grace_period_stands() -> None:
 def test_a_templates_own_termination_message_policy_is_kept() -> None:
     j = training_job(name="mnist", namespace="ml", uid=UID, template=template(terminationMessagePolicy="File"))
     assert build_pod(j, Role.WORKER, 1)["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
+
+
+def test_pods_of_a_job_share_the_env_entries_alike_and_keep_their_own_lists() -> None:
+    first, second = (build_pod(job(workers={"replicas": 4}), Role.WORKER, i) for i in (1, 2))
+    a, b = (p["spec"]["containers"][0]["env"] for p in (first, second))
+    alike = [x for x, y in zip(a, b, strict=True) if x == y]
+    assert alike and all(any(x is y for y in b) for x in alike)  # one object per entry alike
+    assert {e["name"] for e in a if e not in b} >= {"RINGLEADER_INDEX", "RANK"}  # each rank's own values
+    assert a is not b and first["spec"]["tolerations"] is not second["spec"]["tolerations"]
