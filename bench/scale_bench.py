@@ -9,7 +9,7 @@ soon as it is bound), at matched client budgets (bench/control_plane_plan.py's "
 kube-scheduler with a generous budget, so neither operator is held back by a client limit the other lacks), per
 point and subject, interleaved in an order that rotates by repetition:
 
-- floor: the same objects created by a plain client (16 threads), no operator: the TrainingJobs, then the
+- floor: the same objects created by a plain client (32 at once), no operator: the TrainingJobs, then the
   Secrets, Services and pods Ringleader's operator makes for them, built by its code: how fast this cluster can
   make and run those pods at all;
 - ringleader: one TrainingJob of n workers (this checkout's operator, a fresh process per run);
@@ -45,12 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 from kubernetes import client, config, watch
 from ringleader_api import TrainingJob
 from ringleader_devcluster import commands, controlplane, operatorprocess
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_operator import admission, builders
 from ringleader_operator.job_objects import build_service, build_token_secret
+from ringleader_operator.kube import CREATE_CONCURRENCY
 
 from bench import control_plane_bench as cpb
 from bench import control_plane_plan as plan
@@ -122,28 +124,45 @@ def floor_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
     return [build_token_secret(model, secrets.token_hex(32)), build_service(model), *pods]
 
 
+class RawCreates:
+    """Creates objects from bodies serialized beforehand, through the Kubernetes client's own connection pool and
+    credentials but none of its per-call work (argument validation, a walk of the body, json, the answer's
+    models): the floor's client must not be what paces it. The answers are read, not decoded."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        _, self.host, self.headers, _, _ = api.param_serialize("POST", "", header_params=headers,
+                                                                auth_settings=["BearerToken"])  # fmt: skip
+
+    def __call__(self, path: str, body: bytes) -> None:
+        r = self.api.call_api("POST", self.host + path, header_params=self.headers, body=body, _request_timeout=60)
+        data = r.read()
+        if not 200 <= r.status <= 299:
+            raise SystemExit(f"bench: floor: POST {path}: {r.status} {data[:300]!r}")
+
+
+FLOOR_PATHS = {"Pod": "pods", "Service": "services", "Secret": "secrets"}
+
+
 def floor_run(core: client.CoreV1Api, custom: client.CustomObjectsApi, jobs: int, workers: int) -> dict[str, Any]:
     """Ringleader's objects for `jobs` jobs of `workers` made by a plain client, no operator running: the
-    TrainingJobs (left without status), then their Secrets, Services and pods. Created and Running are timed
-    from the first job's create, as an operator's run is."""
+    TrainingJobs (left without status), then their Secrets, Services and pods, as many at once as the operator
+    creates pods (kube.CREATE_CONCURRENCY). Created and Running are timed from the first job's create, as an
+    operator's run is; the other bodies are built (they name each job's uid) and serialized before their creates."""
     ns = new_namespace(core)
     total = jobs * workers
     pods = cpb.PodWatch(core, ns, total)
-    create = {
-        "Pod": core.create_namespaced_pod,
-        "Service": core.create_namespaced_service,
-        "Secret": core.create_namespaced_secret,
-    }
+    create = RawCreates(core.api_client)
+    names = [f"j{i}" if jobs > 1 else "big" for i in range(jobs)]
     t0 = time.monotonic()
-    with ThreadPoolExecutor(cpb.CREATE_THREADS) as pool:
-        names = [f"j{i}" if jobs > 1 else "big" for i in range(jobs)]
+    with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
         stored = list(pool.map(lambda name: custom.create_namespaced_custom_object(
             "ringleader.dev", "v1alpha1", ns, "trainingjobs", ringleader_job(name, workers, cpb.FAKE_POD),
             _request_timeout=60), names))  # fmt: skip
-        objects = [o for j in stored for o in floor_objects(j)]
-        # The answers are read, not decoded: turning each into the client's models would cost this process more
-        # than the operator spends on a pod, and the floor is the control plane's pace, not this client's.
-        list(pool.map(lambda o: create[o["kind"]](ns, o, _request_timeout=60, _preload_content=False).data, objects))
+        bodies = [(f"/api/v1/namespaces/{ns}/{FLOOR_PATHS[o['kind']]}", orjson.dumps(o))
+                  for j in stored for o in floor_objects(j)]  # fmt: skip
+        list(pool.map(lambda b: create(*b), bodies))
     pods.wait(1800)
     if pods.running_at is None or pods.created_at is None:
         raise SystemExit(f"bench: floor: {len(pods.running)} of {total} pods Running after 30 min")
@@ -324,7 +343,8 @@ def settings_lines(args: argparse.Namespace, commit: str, points: list[tuple[int
         *(f"{op}: {', '.join(f'{k} {v}' for k, v in CONFIG.settings[op].items())}" for op in plan.OPERATORS),
         f"ringleader's gang backend: {args.gang_backend or 'auto (the Workload API, which the dev cluster serves)'}",
         f"floor: the TrainingJobs and the Secrets, Services and pods Ringleader's operator makes for them (built by "
-        f"its code, ungated) created by a plain client ({cpb.CREATE_THREADS} threads), no operator",
+        f"its code, ungated, serialized beforehand) created by a plain client ({CREATE_CONCURRENCY} at once, as the "
+        "operator creates pods), no operator",
         f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)"
         + (late if args.late_idle else ""),
     ]
