@@ -136,10 +136,11 @@ class RawCreates:
                                                                 auth_settings=["BearerToken"])  # fmt: skip
 
     def __call__(self, path: str, body: bytes) -> None:
-        r = self.api.call_api("POST", self.host + path, header_params=self.headers, body=body, _request_timeout=60)
-        data = r.read()
+        # urllib3 itself: the client's request path json-encodes any body it is given, bytes included
+        r = self.api.rest_client.pool_manager.request("POST", self.host + path, body=body, headers=self.headers,
+                                                      timeout=60)  # fmt: skip
         if not 200 <= r.status <= 299:
-            raise SystemExit(f"bench: floor: POST {path}: {r.status} {data[:300]!r}")
+            raise SystemExit(f"bench: floor: POST {path}: {r.status} {r.data[:300]!r}")
 
 
 FLOOR_PATHS = {"Pod": "pods", "Service": "services", "Secret": "secrets"}
