@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from ringleader_api import MAX_REPLICAS, RankStatus, TrainingJobStatus, ranges, rank_entries
 
 
@@ -90,3 +91,17 @@ def test_an_older_operators_per_rank_status_keeps_every_restart_count() -> None:
 def test_corrupt_keys_are_left_out_rather_than_making_the_job_unreadable() -> None:
     groups = {"worker-0-1": {"restarts": 1}, "worker-x": {}, "nobody-0": {}, "worker-0-99999999": {}, "ps-": {}}
     assert rank_entries(groups) == {"worker-0": {"restarts": 1}, "worker-1": {"restarts": 1}}
+
+
+def test_the_ranks_of_one_entry_share_one_frozen_instance() -> None:
+    read = TrainingJobStatus.model_validate({"ranks": {"worker-0-9999": {"podSeen": True}, "worker-10000": {}}})
+    assert len({id(rank) for rank in read.ranks.values()}) == 2  # validated once per entry, not per rank
+    with pytest.raises(ValidationError):
+        read.ranks["worker-3"].restarts = 1  # type: ignore[misc]  # would change all 10,000
+    read.ranks["worker-3"] = read.ranks["worker-3"].model_copy(update={"restarts": 1})
+    assert sum(rank.restarts for rank in read.ranks.values()) == 1
+
+
+def test_an_entry_that_does_not_validate_is_left_out() -> None:
+    read = TrainingJobStatus.model_validate({"ranks": {"worker-0-1": {"restarts": "many"}, "worker-2": {"stops": 1}}})
+    assert list(read.ranks) == ["worker-2"] and read.ranks["worker-2"].stops == 1

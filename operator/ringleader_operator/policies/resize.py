@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ringleader_api import ConditionType, JobPhase, RankStatus, Reason, Role
+from ringleader_api import ConditionType, JobPhase, Reason, Role
 
 from .. import admission
 from ..builders import rank_key
@@ -23,7 +23,7 @@ def reform_resized_world(r: Round) -> None:
         return
     r.plan.delete_pods += [p.name for p in current]
     for p in current:
-        r.status.ranks.setdefault(rank_key(p.role, p.index), RankStatus()).pod_seen = False
+        r.change_rank(rank_key(p.role, p.index), pod_seen=False)
     why = f" ({r.resize_why})" if r.resize_why else ""
     gated = admission.gated_names(r.pods)
     if all(p.name in gated for p in current):  # none of them was ever placed: nothing restarts

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, RestartPolicy, Role, ranges
 
 from ..builders import build_pod, pod_name, rank_key
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide
 from ..observed import ObservedPod, format_time, parse_time
-from ..round_state import Event, Round
+from ..round_state import NOTHING_KNOWN, Event, Round
 from .goodput import note_lost_work
 
 # A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
@@ -36,13 +36,14 @@ OUTPUT_EVENT_CHARACTERS = 1000
 def reconcile_ranks(r: Round) -> None:
     """Look at every desired rank once (r.desired, r.by_rank must be set)."""
     for role, index in r.desired:
-        rank = r.status.ranks.setdefault(rank_key(role, index), RankStatus())
+        key = rank_key(role, index)
+        rank = r.status.ranks.get(key) or NOTHING_KNOWN
         mine = r.by_rank.get((role, index), [])
         live = [p for p in mine if not p.deleting]
         if live:
-            _watch(r, rank, live[0])
+            _watch(r, key, rank, live[0])
         elif mine:  # only a terminating pod holds the name
-            _watch_going(r, rank, mine[0])
+            _watch_going(r, key, rank, mine[0])
         elif rank.pod_seen:  # the pod vanished while the operator was not looking
             name = pod_name(r.job.name, role, index)
             last = r.gone.get(name)  # its last state, if the watch delivered its deletion lately
@@ -50,7 +51,7 @@ def reconcile_ranks(r: Round) -> None:
                 gone = _going_failure(last)
             else:
                 gone = Failure(Kind.DELETED, None, "pod disappeared")
-            count_failure(r, role, index, rank, name, gone)
+            count_failure(r, role, index, name, gone)
         elif rank.restart_after and (after := parse_time(rank.restart_after)) > r.at:
             r.wake_at(after)
         else:
@@ -74,13 +75,14 @@ def _going_failure(pod: ObservedPod) -> Failure:
     return f if f.kind != Kind.EXIT else Failure(Kind.DELETED, f.exit_code, f.detail)
 
 
-def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
+def _watch(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
     if not _current(rank, pod):
         if not r.planned_to_go(pod.name):  # counted already (or replaced with its gang just now)
             r.plan.delete_pods.append(pod.name)
         return
-    rank.pod_seen = True
+    if not rank.pod_seen:
+        r.change_rank(key, pod_seen=True)
     spec = r.job.replicas(pod.role)
     assert spec is not None
     if pod.phase == "Failed":
@@ -91,7 +93,7 @@ def _watch(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
         failure = Failure(Kind.EXITED)
     else:
         return
-    if count_failure(r, pod.role, pod.index, rank, pod.name, failure):
+    if count_failure(r, pod.role, pod.index, pod.name, failure):
         r.plan.delete_pods.append(pod.name)
 
 
@@ -105,7 +107,7 @@ def output_note(pod: ObservedPod) -> str:
     return f"{head}\n{tail}"
 
 
-def _watch_going(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
+def _watch_going(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is being deleted. Deleted by someone else (eviction, node loss, a person): counted now,
     while its reason shows, or (a job that checkpoints) once its trainer has ended or its grace is over.
     Stuck past its grace on a lost node: removed for good."""
@@ -115,7 +117,7 @@ def _watch_going(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
         if _may_be_saving(r, pod, failure) and r.at < deadline:
             r.wake_at(deadline)  # its end (a pod event) or the deadline brings the next round
         else:
-            count_failure(r, pod.role, pod.index, rank, pod.name, failure)
+            count_failure(r, pod.role, pod.index, pod.name, failure)
     if pod.deletion_deadline:
         stuck = parse_time(pod.deletion_deadline) + timedelta(seconds=FORCE_DELETE_AFTER_SECONDS)
         if r.at >= stuck:
@@ -124,18 +126,19 @@ def _watch_going(r: Round, rank: RankStatus, pod: ObservedPod) -> None:
             r.wake_at(stuck)
 
 
-def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, failure: Failure) -> bool:
+def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) -> bool:
     """Count the failure of the rank's current attempt; True when the rank is to be restarted (after its
     back-off), False when the job fails instead."""
+    key = rank_key(role, index)
+    rank = r.status.ranks.get(key) or NOTHING_KNOWN
     spec = r.job.replicas(role)
     assert spec is not None
     policy = r.job.spec.run_policy
     what = f"{ROLE_NAMES[role]} {index} (pod {pod}) {failure.describe()}"
     total = sum(r.restarts.values())
     if failure.kind == Kind.STOPPED:  # it saved where it stopped: recreated at once, no restart counted
-        rank.stops += 1
         note = f"{what}; recreating it (not counted: {total} of backoffLimit {policy.backoff_limit} restarts used)"
-        replace_rank(r, rank, failure, failure.describe(), None, note, "Normal")
+        replace_rank(r, key, failure, failure.describe(), None, note, "Normal", stops=rank.stops + 1)
         return True
     rules = spec.failure_rules
     decision, reason, matched = decide(spec.restart_policy, failure, total, policy.backoff_limit, rules)
@@ -146,25 +149,25 @@ def count_failure(r: Round, role: Role, index: int, rank: RankStatus, pod: str, 
         r.fail(reason or Reason.FAILED, what + by_rule + limit)
         return False
     if decision == Decision.IGNORE:
-        rank.uncounted += 1
-        delay = backoff_seconds(rank.uncounted, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
+        uncounted = rank.uncounted + 1
+        delay = backoff_seconds(uncounted, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
         after = r.after(math.ceil(delay) + 1)
         note = f"{what}{by_rule}: recreating it in {math.ceil(delay)} s (not counted against backoffLimit)"
-        replace_rank(r, rank, failure, failure.describe(), after, note, "Normal")
+        replace_rank(r, key, failure, failure.describe(), after, note, "Normal", uncounted=uncounted)
         r.wake_at(after)
         return True
     r.restarts[role] += 1
-    rank.restarts += 1
-    delay = backoff_seconds(rank.restarts, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
+    restarts = rank.restarts + 1
+    delay = backoff_seconds(restarts, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
     # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
     # `delay` from the moment the failure was seen.
     after = r.after(math.ceil(delay) + 1)
     gang = ", and every other rank with it" if decision == Decision.RESTART_GANG else ""
     note = (
-        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {rank.restarts} of this rank, "
+        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {restarts} of this rank, "
         f"{total + 1} of backoffLimit {policy.backoff_limit})"
     )
-    replace_rank(r, rank, failure, failure.describe(), after, note, "Warning")
+    replace_rank(r, key, failure, failure.describe(), after, note, "Warning", restarts=restarts)
     r.wake_at(after)
     if decision == Decision.RESTART_GANG:
         _restart_gang(r, (role, index), what)
@@ -177,12 +180,13 @@ def _restart_gang(r: Round, failed: tuple[Role, int], what: str) -> None:
     event and one note name them all by range (`workers 0-6,8-1999`), not one per rank."""
     others: dict[Role, list[int]] = {}
     for (role, index), pods in r.by_rank.items():
-        rank = r.status.ranks.get(rank_key(role, index))
+        key = rank_key(role, index)
+        rank = r.status.ranks.get(key)
         live = [p for p in pods if r.live(p) and rank is not None and _current(rank, p)]
         if (role, index) == failed or rank is None or not live:
             continue
-        rank.uncounted += 1
-        replace_rank(r, rank, Failure(Kind.GANG), f"restarted with its gang: {what}", None, "", "Normal")
+        detail = f"restarted with its gang: {what}"
+        replace_rank(r, key, Failure(Kind.GANG), detail, None, "", "Normal", uncounted=rank.uncounted + 1)
         r.plan.delete_pods.append(live[0].name)
         others.setdefault(role, []).append(index)
     if others:
@@ -193,19 +197,20 @@ def _restart_gang(r: Round, failed: tuple[Role, int], what: str) -> None:
 
 
 def replace_rank(
-    r: Round, rank: RankStatus, failure: Failure, detail: str, after: datetime | None, note: str,
-    kind: Literal["Normal", "Warning"],
+    r: Round, key: str, failure: Failure, detail: str, after: datetime | None, note: str,
+    kind: Literal["Normal", "Warning"], **counted: Any,
 ) -> None:  # fmt: skip
     """What the rank's status, the job's Restarting condition and an Event say of a pod that is to be replaced
     (no earlier than `after`, when given). `detail` (the rank's lastMessage) names no rank: ranks replaced alike
-    share one entry in status.ranks; `note` (the event and the condition) names it (none: the caller announces)."""
+    share one entry in status.ranks; `note` (the event and the condition) names it (none: the caller announces).
+    `counted`: the rank's counters as the replacement leaves them (restarts=3, ...), and any other of its fields
+    that change with it."""
     note_lost_work(r, failure)
-    rank.pod_seen = False
-    rank.restart_after = None if after is None else format_time(after)
-    rank.last_reason = RESTART_REASONS[failure.kind]
-    rank.last_message = detail
-    rank.last_exit_code = failure.exit_code
-    rank.last_replaced = r.now
+    reason = RESTART_REASONS[failure.kind]
+    r.change_rank(
+        key, pod_seen=False, restart_after=None if after is None else format_time(after), last_reason=reason,
+        last_message=detail, last_exit_code=failure.exit_code, last_replaced=r.now, **counted,
+    )  # fmt: skip
     if note:  # a gang's ranks are announced together (_restart_gang)
-        r.restarting.append((rank.last_reason, note))
-        r.plan.events.append(Event(kind, rank.last_reason, note))
+        r.restarting.append((reason, note))
+        r.plan.events.append(Event(kind, reason, note))

@@ -10,13 +10,13 @@ not counted against backoffLimit; a stall beyond runPolicy.stallLimit fails the 
 
 from __future__ import annotations
 
-from ringleader_api import ROLE_NAMES, ConditionType, RankStatus, Reason, StallAction
+from ringleader_api import ROLE_NAMES, ConditionType, Reason, StallAction
 
 from ..builders import rank_key
 from ..conditions import is_true
 from ..failures import Failure, Kind
 from ..observed import ObservedPod
-from ..round_state import Round
+from ..round_state import NOTHING_KNOWN, Round
 from ..stalls import Stall
 from .restarts import replace_rank
 
@@ -52,13 +52,13 @@ def act_on_stall(r: Round, stall: Stall | None) -> None:
 
 
 def _replace_stalled(r: Round, pod: ObservedPod, whole_gang: bool) -> None:
-    rank = r.status.ranks.setdefault(rank_key(pod.role, pod.index), RankStatus())
-    rank.stalls += 1
+    key = rank_key(pod.role, pod.index)
+    stalls = (r.status.ranks.get(key) or NOTHING_KNOWN).stalls + 1
     what = f"{ROLE_NAMES[pod.role]} {pod.index} (pod {pod.name})"
     why = "no rank said which stopped first: replacing every rank" if whole_gang else "it stopped first"
     note = f"{what}: the job stalled and {why}; recreating it (not counted against backoffLimit)"
     failure = Failure(Kind.STALLED)
-    replace_rank(r, rank, failure, failure.describe(), None, note, "Warning")
+    replace_rank(r, key, failure, failure.describe(), None, note, "Warning", stalls=stalls)
     r.plan.kill_pods.append(pod.name)
 
 

@@ -11,12 +11,12 @@ Replacements are not counted against backoffLimit.
 
 from __future__ import annotations
 
-from ringleader_api import ConditionType, RankStatus, Reason, StragglerPolicy
+from ringleader_api import ConditionType, Reason, StragglerPolicy
 
 from ..builders import rank_key
 from ..conditions import is_true
 from ..failures import Failure, Kind
-from ..round_state import Round
+from ..round_state import NOTHING_KNOWN, Round
 from ..stragglers import Slow, Stragglers
 from .restarts import replace_rank
 
@@ -37,13 +37,14 @@ def report_stragglers(r: Round, found: Stragglers | None) -> None:
 
 
 def _replace(r: Round, slow: Slow) -> None:
-    rank = r.status.ranks.setdefault(rank_key(slow.role, slow.index), RankStatus())
+    key = rank_key(slow.role, slow.index)
+    rank = r.status.ranks.get(key) or NOTHING_KNOWN
     pod = next((p for p in r.by_rank.get((slow.role, slow.index), []) if p.name == slow.pod and r.live(p)), None)
     if rank.straggles or pod is None or pod.attempt not in (None, rank.attempt):
         return  # replaced once already, or this pod is going anyway
-    rank.straggles += 1
-    rank.avoid_node = slow.node or None
     elsewhere = f", preferring a node other than {slow.node}" if slow.node else ""
     note = f"{slow.describe()}: recreating it{elsewhere} (not counted against backoffLimit)"
-    replace_rank(r, rank, Failure(Kind.STRAGGLED), Failure(Kind.STRAGGLED).describe(), None, note, "Warning")
+    failure = Failure(Kind.STRAGGLED)
+    changes = {"straggles": rank.straggles + 1, "avoid_node": slow.node or None}
+    replace_rank(r, key, failure, failure.describe(), None, note, "Warning", **changes)
     r.plan.delete_pods.append(pod.name)

@@ -23,8 +23,9 @@ def stop_every_pod(r: Round) -> None:
     """Delete every pod of the job as a stop, not a failure (each rank saves where it stops), and stop the clock:
     as for a batch Job, the start time (and with it activeDeadlineSeconds) begins again when it runs again."""
     r.plan.delete_pods = [p.name for p in r.observed if not p.deleting]
-    for rank in r.status.ranks.values():  # the operator deletes these pods: their going is no failure
-        rank.pod_seen = False
+    for key, rank in r.status.ranks.items():  # the operator deletes these pods: their going is no failure
+        if rank.pod_seen:
+            r.change_rank(key, pod_seen=False)
     r.status.start_time = None
 
 

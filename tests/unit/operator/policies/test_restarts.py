@@ -73,8 +73,8 @@ def test_a_parameter_server_that_exits_under_always_is_restarted() -> None:
 def test_count_failure(limit: int, restarts: int, failure: Failure, restarted: bool, reason: str) -> None:
     status = {"replicaStatuses": {"worker": {"restarts": restarts}}}
     r = round_of(job(status=status, runPolicy={"backoffLimit": limit, "restartBackoff": {"baseSeconds": 4}}))
-    rank = r.status.ranks.setdefault("worker-1", RankStatus())
-    assert count_failure(r, Role.WORKER, 1, rank, W1, failure) is restarted
+    assert count_failure(r, Role.WORKER, 1, W1, failure) is restarted
+    rank = r.status.ranks.get("worker-1", RankStatus())
     assert r.plan.events[-1].reason == reason and r.plan.events[-1].message.startswith(f"worker 1 (pod {W1})")
     if restarted:
         # Back-off 4 s for a rank's first restart, plus the second `now`'s truncation may have cost.
