@@ -601,6 +601,24 @@ class RankStatus(Model):
 _DEFAULT_RANK_FIELDS = tuple(RankStatus().__dict__.values())  # a rank the operator remembers nothing of
 
 
+SHARED_RANKS_LIMIT = 4096  # distinct rank entries kept for sharing (a job has at most MAX_RANK_ENTRIES and a few)
+_shared_ranks: dict[RankStatus, RankStatus] = {}
+
+
+def shared_rank(rank: RankStatus) -> RankStatus:
+    """The one instance of ranks equal to `rank` (frozen, so ranks alike may share it): status.ranks as read and
+    as rounds change it then holds a few instances however many ranks it has, and two such statuses compare
+    entry by entry by identity. Bounded: past SHARED_RANKS_LIMIT the table starts again (sharing is a saving,
+    never needed for correctness)."""
+    kept = _shared_ranks.get(rank)
+    if kept is not None:
+        return kept
+    if len(_shared_ranks) >= SHARED_RANKS_LIMIT:
+        _shared_ranks.clear()
+    _shared_ranks[rank] = rank
+    return rank
+
+
 def rank_groups(ranks: Mapping[str, RankStatus]) -> dict[tuple[str, tuple[Any, ...]], list[str]]:
     """The per-rank keys (`worker-3`) of ranks alike (same role, every field equal) by (role, fields), in the
     order first met; ranks at their defaults left out. One group is one entry of status.ranks as written.
@@ -743,7 +761,7 @@ class TrainingJobStatus(Model):
         expanded: dict[str, Any] = {}
         for role, indexes, value in _rank_spans(data["ranks"]):
             try:  # once per entry, its ranks sharing the instance (frozen); one that does not validate is left out
-                rank = value if isinstance(value, RankStatus) else RankStatus.model_validate(value)
+                rank = shared_rank(value if isinstance(value, RankStatus) else RankStatus.model_validate(value))
             except ValidationError:
                 continue
             expanded.update((f"{role}-{i}", rank) for i in indexes)

@@ -61,6 +61,12 @@ def rank_key(role: Role, index: int) -> str:
     return f"{role.value}-{index}"
 
 
+def rank_of_key(key: str) -> tuple[Role, int]:
+    """`worker-1` -> (Role.WORKER, 1): rank_key's inverse."""
+    role, _, index = key.rpartition("-")
+    return Role(role), int(index)
+
+
 def pod_name(job: str, role: Role, index: int) -> str:
     return f"{job}-{rank_key(role, index)}"
 

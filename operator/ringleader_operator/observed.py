@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader_api import ANNOTATION_ATTEMPT, KIND, Role, TrainingJob
 
 from .builders import ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import Failure, classify
+
+if TYPE_CHECKING:
+    from .rankbook import RankBook
 
 
 def parse_time(value: str) -> datetime:
@@ -113,6 +116,7 @@ class Observations:
     def __init__(self) -> None:
         self.job_uid = ""  # whose rank each observation judged (a job made again under its name is another)
         self.kept: dict[tuple[str, str], tuple[ObservedPod | None, bool]] = {}
+        self.book: RankBook | None = None  # the job's ranks as its rounds keep count of them (rankbook.py)
 
 
 def own_ranks(

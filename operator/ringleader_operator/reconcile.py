@@ -101,6 +101,7 @@ def _close(r: Round, queued: kueue.QueueState | None) -> Plan:
     has run out."""
     history.forget_settled_history(r)
     r.summarize()
+    r.keep_book()
     goodput.account(r)
     ttl.expire_after_ttl(r)
     if queued is not None and finished(r.status.conditions) and not finished(r.old.conditions):

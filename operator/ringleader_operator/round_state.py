@@ -22,10 +22,13 @@ from ringleader_api import (
     Role,
     TrainingJob,
     TrainingJobStatus,
+    shared_rank,
 )
 
+from .builders import rank_key, rank_of_key
 from .conditions import set_condition
 from .observed import Observations, ObservedPod, own_ranks, parse_time
+from .rankbook import COUNTED, RankBook, settled
 
 
 class Event(NamedTuple):
@@ -85,6 +88,12 @@ class Round:
     stalled_seconds: float = 0.0  # of the Running time counted now, those of a stall found in it (goodput)
     resize_why: str = ""  # why the world's size changes in this round, when the operator chose it (elastic)
     # planned_to_go's index of plan.delete_pods and plan.kill_pods (the lists it has seen, how far, the names)
+    # The job's rank book (rankbook.py), brought up to date with `observed`, and the ranks whose pods changed since
+    # the round it was last brought up to date by (None: no book; the round counts afresh).
+    book: RankBook | None = None
+    changed: set[RankKey] = field(default_factory=set)
+    visited: list[RankKey] | None = None  # the ranks the rank decisions looked at (None: not taken this round)
+    changed_ranks: set[str] = field(default_factory=set)  # status.ranks keys changed in this round (change_rank)
     _going_lists: tuple[list[str], ...] = ()
     _going_counts: list[int] = field(default_factory=list)
     _going: set[str] = field(default_factory=set)
@@ -103,10 +112,17 @@ class Round:
         old = job.status
         out = Plan(status=_copy_status(old))
         out.status.observed_generation = int(job.metadata.get("generation", 0))
+        before = seen.job_uid if seen is not None else None
         observed, out.foreign_pods = own_ranks(job, pods, seen)
         restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
         last = {p.name: p for p in own_ranks(job, gone)[0]} if gone else {}
-        return cls(job, pods, now, parse_time(now), old, out, observed, restarts, gone=last)
+        r = cls(job, pods, now, parse_time(now), old, out, observed, restarts, gone=last)
+        if seen is not None:
+            if seen.book is None or seen.job_uid != before:
+                seen.book = RankBook()
+            changed = seen.book.update(observed)
+            r.book, r.changed = (seen.book, changed) if changed is not None else (None, set())
+        return r
 
     @property
     def status(self) -> TrainingJobStatus:
@@ -116,18 +132,82 @@ class Round:
     def generation(self) -> int:
         return self.status.observed_generation
 
+    def synced(self) -> RankBook | None:
+        """The rank book, while it holds what this round sees (a policy that marks pods going replaces
+        `observed`; from then on the round counts afresh)."""
+        return self.book if self.book is not None and self.observed is self.book.observed else None
+
     def index_ranks(self, desired: list[RankKey]) -> None:
+        """`desired` and `by_rank`, which policies read and never change (it may be the rank book's own)."""
         self.desired = desired
+        if (book := self.synced()) is not None:
+            self.by_rank = book.by_rank
+            return
         self.by_rank = {}
         for p in self.observed:
             self.by_rank.setdefault((p.role, p.index), []).append(p)
+
+    def ranks_to_look_at(self) -> list[RankKey]:
+        """The desired ranks the rank decisions must look at, in order: all of them, or, when the rank book holds
+        this round's pods and the last round planned for this job as it is now and left status.ranks as it is now,
+        those whose pods changed since and those it left unsettled (rankbook.settled: the others' decisions would
+        leave them as they are)."""
+        book = self.synced()
+        if (
+            book is None
+            or book.planned_for != self._planned_for()
+            or book.ranks_after is None
+            or book.ranks_after != self.old.ranks
+        ):
+            self.visited = self.desired
+            return self.desired
+        wanted = {
+            Role.PS: self.job.spec.parameter_servers.replicas if self.job.spec.parameter_servers else 0,
+            Role.WORKER: self.job.spec.workers.replicas,
+        }
+        look = [(role, i) for role, i in self.changed | book.unsettled if 0 <= i < wanted[role]]
+        self.visited = sorted(look, key=lambda rank: (rank[0] != Role.PS, rank[1]))  # desired_ranks' order
+        return self.visited
+
+    def _planned_for(self) -> tuple[Any, ...]:
+        """What a round's rank decisions depend on besides the pods and status.ranks: the job, its spec's
+        generation and the world it runs at."""
+        shards = self.job.spec.parameter_servers
+        return (self.job.metadata.get("uid"), self.generation, self.job.spec.workers.replicas,
+                shards.replicas if shards else 0)  # fmt: skip
+
+    def keep_book(self) -> None:
+        """At the round's end: what the next round needs of this one (RankBook.unsettled, ranks_after), or that
+        it must look at every rank (the rank decisions were not taken, or the book fell out of step)."""
+        book = self.book
+        if book is None:
+            return
+        if self.visited is None or self.synced() is None:
+            book.ranks_after = None
+            return
+        going = {*self.plan.delete_pods, *self.plan.kill_pods, *self.plan.force_delete_pods}
+        look = {*self.visited, *book.unsettled, *self.changed}
+        look.update((p.role, p.index) for name in going if (p := book.pods.get(name)) is not None)
+        look.update(rank_of_key(key) for key in self.changed_ranks)
+        ranks = self.status.ranks
+        book.unsettled = {
+            rank for rank in look
+            if not settled(self.job, ranks.get(rank_key(*rank)) or NOTHING_KNOWN, self.by_rank.get(rank, ()), going)
+        }  # fmt: skip
+        book.ranks_after = dict(ranks)
+        book.planned_for = self._planned_for()
 
     def change_rank(self, key: str, **changes: Any) -> RankStatus:
         """Change the rank's entry in status.ranks (a new instance: entries are frozen and shared, see
         RankStatus); returns it."""
         rank = self.status.ranks.get(key) or NOTHING_KNOWN
-        self.status.ranks[key] = changed = rank.model_copy(update=changes)
-        return changed
+        return self.put_rank(key, rank.model_copy(update=changes))
+
+    def put_rank(self, key: str, rank: RankStatus) -> RankStatus:
+        """Make `rank` the rank's entry in status.ranks (ranks alike share one instance: shared_rank); returns it."""
+        self.status.ranks[key] = kept = shared_rank(rank)
+        self.changed_ranks.add(key)
+        return kept
 
     def set_condition(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
         """Set a condition; one that turns True says so in an event (Warning for Failed, Stalled, Straggler), except
@@ -166,16 +246,31 @@ class Round:
     def summarize(self) -> None:
         """The counts in status: per role, the ready/desired workers for `kubectl get`, the worker pods of the
         current world size with their selector (what the scale subresource reads), and the world's ranks."""
-        st, workers = self.status, self.job.spec.workers.replicas
+        st, workers, book = self.status, self.job.spec.workers.replicas, self.synced()
         for role in Role:
             if self.job.replicas(role) is not None:
-                st.replica_statuses[role.value] = _counts(self.observed, role, self.restarts[role])
+                st.replica_statuses[role.value] = (
+                    _counts(self.observed, role, self.restarts[role]) if book is None
+                    else ReplicaStatus(**dict(zip(COUNTED, book.counts.get(role, (0,) * 4), strict=True)),
+                                       restarts=self.restarts[role])
+                )  # fmt: skip
         st.workers = f"{st.replica_statuses.get(Role.WORKER.value, ReplicaStatus()).ready}/{workers}"
         if st.elastic is not None and st.elastic.workers < st.elastic.requested:
             st.workers += f" of {st.elastic.requested}"  # an elastic job running smaller than asked (elastic.py)
-        st.replicas = sum(
-            p.role == Role.WORKER and self.live(p) and p.workers in (None, workers) for p in self.observed
-        )
+        in_world = (None, workers)
+        if book is None:
+            st.replicas = sum(p.role == Role.WORKER and self.live(p) and p.workers in in_world for p in self.observed)
+        else:  # the book's count of them, less those planned to go in this round
+            going = {*self.plan.delete_pods, *self.plan.kill_pods}
+            leaving = [book.pods.get(name) for name in going]
+            st.replicas = (
+                book.worlds[None]
+                + (book.worlds[workers] if workers is not None else 0)
+                - sum(
+                    p is not None and p.role == Role.WORKER and not p.deleting and p.workers in in_world
+                    for p in leaving
+                )
+            )
         st.selector = f"{LABEL_JOB}={self.job.name},{LABEL_ROLE}={Role.WORKER.value}"
         shards = self.job.spec.parameter_servers
         st.world_size = workers * self.job.spec.workers.procs_per_pod + (shards.replicas if shards else 0)

@@ -92,8 +92,11 @@ def _hand_to_kube_scheduler(r: Round, gang: Gang) -> None:
 
 def _gated_staying(r: Round) -> list[dict[str, Any]]:
     """The gated pods that are neither being deleted nor about to be."""
+    gated = [x for x in r.pods if admission.gated(x)]
+    if not gated:
+        return []
     staying = {p.name for p in r.observed if r.live(p)}
-    return [x for x in r.pods if admission.gated(x) and (x.get("metadata") or {}).get("name") in staying]
+    return [x for x in gated if (x.get("metadata") or {}).get("name") in staying]
 
 
 def _every_rank_has_a_pod(r: Round) -> bool:

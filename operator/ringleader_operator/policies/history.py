@@ -32,7 +32,7 @@ def forget_settled_history(r: Round) -> None:
     settled.sort(key=lambda keys: r.status.ranks[keys[0]].last_replaced or "")
     for keys in settled[:excess]:
         for key in keys:
-            r.status.ranks[key] = RankStatus(pod_seen=True)
+            r.put_rank(key, RankStatus(pod_seen=True))
         r.status.ranks_forgotten += len(keys)
 
 

@@ -35,11 +35,19 @@ def conclude(r: Round) -> None:
             note += f"; and {len(r.restarting) - NOTES_NAMED} more ranks restarting"
         r.set_condition(ConditionType.RESTARTING, True, r.restarting[0][0], note)
         st.phase = JobPhase.RESTARTING
-    elif all(_has(r, rank, ("Running", "Succeeded")) for rank in r.desired):
+    elif _all_up(r):
         r.set_condition(ConditionType.RUNNING, True, Reason.RUNNING, "all ranks are running")
         st.phase = JobPhase.RUNNING
     elif st.phase not in (JobPhase.RUNNING, JobPhase.RESTARTING):
         st.phase = JobPhase.PENDING
+
+
+def _all_up(r: Round) -> bool:
+    """Every desired rank has a pod, not being deleted, that runs or is done (counted by the rank book when it
+    holds the round's pods)."""
+    if (book := r.synced()) is not None:
+        return book.up.issuperset(r.desired)
+    return all(_has(r, rank, ("Running", "Succeeded")) for rank in r.desired)
 
 
 def _has(r: Round, rank: tuple[Role, int], phases: tuple[str, ...]) -> bool:

@@ -34,8 +34,9 @@ OUTPUT_EVENT_CHARACTERS = 1000
 
 
 def reconcile_ranks(r: Round) -> None:
-    """Look at every desired rank once (r.desired, r.by_rank must be set)."""
-    for role, index in r.desired:
+    """Look at every desired rank once (r.desired, r.by_rank must be set), or at those of them that may need it
+    (Round.ranks_to_look_at: the others are settled, their decision would leave them as they are)."""
+    for role, index in r.ranks_to_look_at():
         key = rank_key(role, index)
         rank = r.status.ranks.get(key) or NOTHING_KNOWN
         mine = r.by_rank.get((role, index), [])

@@ -1,0 +1,121 @@
+"""A job's rank pods as its rounds keep count of them between rounds, pure: each rank's pod, the ranks whose pod
+runs or is done, the counts status shows per role, and which ranks the next round must look at.
+
+A round hands the book the pods it observed (observed.own_ranks); the book changes by the pods that changed, told
+apart by instance (observed.Observations hands an unchanged pod version over as the same ObservedPod), so keeping
+it costs a pass of identity checks over the job's pods plus work for the pods that changed, not a recount. The
+round's rank decisions (policies/restarts.py) then look only at the ranks whose pods changed and those not yet
+settled (`settled`): a settled rank is one the decision leaves as it is, whatever the time.
+
+`RankBook.recount` builds a book from scratch: the property tests hold the kept book equal to it under any order
+of pod events, and a plan made with the book equal to one made without."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringleader_api import RankStatus, RestartPolicy, Role, TrainingJob
+
+from .observed import ObservedPod
+
+RankKey = tuple[Role, int]
+
+# The per-role counts of pods not being deleted, as ReplicaStatus names them (`counts` holds them in this order).
+COUNTED = ("active", "ready", "succeeded", "failed")
+ACTIVE, READY, SUCCEEDED, FAILED = range(len(COUNTED))
+
+
+@dataclass
+class RankBook:
+    """What the job's pods are, kept up to date by `update`. Readers treat every field as read-only."""
+
+    pods: dict[str, ObservedPod] = field(default_factory=dict)  # by name (a rank's pod is named after it)
+    by_rank: dict[RankKey, list[ObservedPod]] = field(default_factory=dict)  # each rank's pod, as a list of one
+    up: set[RankKey] = field(default_factory=set)  # ranks whose pod is not being deleted and runs or is done
+    counts: dict[Role, list[int]] = field(default_factory=dict)  # per role: ACTIVE, READY, SUCCEEDED, FAILED
+    worlds: Counter[int | None] = field(default_factory=Counter)  # workers not being deleted, by the world they joined
+    observed: list[ObservedPod] | None = None  # the list the book was last brought up to date with
+    # Between rounds (`settle`): the ranks the next round must look at, what the last round left status.ranks as,
+    # and which job (uid, generation, ranks wanted) that round planned for. A round that finds status.ranks or the
+    # job otherwise looks at every rank.
+    unsettled: set[RankKey] = field(default_factory=set)
+    ranks_after: dict[str, RankStatus] | None = None
+    planned_for: tuple[Any, ...] | None = None
+
+    @classmethod
+    def recount(cls, observed: list[ObservedPod]) -> RankBook:
+        book = cls()
+        book.update(observed)
+        return book
+
+    def update(self, observed: list[ObservedPod]) -> set[RankKey] | None:
+        """Bring the book to `observed` (the job's rank pods now); returns the ranks whose pods changed, or None
+        when two pods share a name (not the pods of ranks: the book is emptied and the round counts afresh)."""
+        names = {p.name for p in observed}
+        if len(names) != len(observed):
+            self.__init__()  # type: ignore[misc]
+            return None
+        kept, changed = self.pods, set()
+        for p in observed:
+            before = kept.get(p.name)
+            if before is p:
+                continue
+            if before is not None:
+                self._count(before, -1)
+            kept[p.name] = p
+            self._count(p, 1)
+            changed.add((p.role, p.index))
+        if len(kept) != len(observed):
+            for name in [n for n in kept if n not in names]:
+                gone = kept.pop(name)
+                self._count(gone, -1)
+                changed.add((gone.role, gone.index))
+        self.observed = observed
+        return changed
+
+    def _count(self, p: ObservedPod, sign: int) -> None:
+        """Add (1) or take away (-1) the pod's part in every count and index."""
+        rank = (p.role, p.index)
+        if sign > 0:
+            self.by_rank[rank] = [p]
+        elif self.by_rank.get(rank, [None])[0] is p:
+            del self.by_rank[rank]
+        if p.deleting:
+            return
+        counts = self.counts.setdefault(p.role, [0, 0, 0, 0])
+        counts[ACTIVE] += sign * (p.phase in ("Pending", "Running"))
+        counts[READY] += sign * (p.ready and p.phase == "Running")
+        counts[SUCCEEDED] += sign * (p.phase == "Succeeded")
+        counts[FAILED] += sign * (p.phase == "Failed")
+        if p.role == Role.WORKER:
+            self.worlds[p.workers] += sign
+            if not self.worlds[p.workers]:
+                del self.worlds[p.workers]
+        if p.phase in ("Running", "Succeeded"):
+            if sign > 0:
+                self.up.add(rank)
+            else:
+                self.up.discard(rank)
+
+    def state(self) -> tuple[Any, ...]:
+        """Everything the book counts, for comparing two books (the property tests)."""
+        counts = {role: c for role, c in self.counts.items() if any(c)}
+        return (dict(self.pods), dict(self.by_rank), set(self.up), counts, +self.worlds)
+
+
+def settled(job: TrainingJob, rank: RankStatus, pods: Iterable[ObservedPod], going: set[str]) -> bool:
+    """The rank's decision (policies/restarts.py) leaves it as it is, whatever the time: its pod of the current
+    attempt stays (not being deleted, none planned), was seen, and has not failed (nor, for a parameter server
+    that restarts Always, ended)."""
+    live = [p for p in pods if not p.deleting]
+    if not live or not rank.pod_seen:
+        return False
+    pod = live[0]
+    if pod.name in going or (pod.attempt is not None and pod.attempt < rank.attempt) or pod.phase == "Failed":
+        return False
+    spec = job.replicas(pod.role)
+    return not (pod.phase == "Succeeded" and pod.role == Role.PS and spec is not None
+                and spec.restart_policy == RestartPolicy.ALWAYS)  # fmt: skip

@@ -1,0 +1,125 @@
+"""The rank book (rankbook.py): kept up to date by the pods that changed, it equals a full recount under any order
+of pod events, and a plan made with it (looking only at the ranks that changed or are not settled) is the plan made
+without it, whatever the pods do between rounds."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ringleader_api import Role
+from ringleader_operator.observed import Observations, own_ranks
+from ringleader_operator.rankbook import RankBook
+from ringleader_operator.reconcile import plan
+from ringleader_operator.round_state import _counts
+
+from .builders import TEMPLATE, after, job, pod
+
+PHASES = ["Pending", "Running", "Succeeded", "Failed"]
+# Mostly running, not being deleted: a job whose rounds find most ranks settled (the book's usual case).
+LIKELY = st.sampled_from(["Running"] * 5 + PHASES)
+RANKS = [(Role.PS, 0), (Role.PS, 1), *((Role.WORKER, i) for i in range(5))]
+
+# A pod event: which rank's pod, and what becomes of it (None: it is deleted outright).
+states = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {
+            "phase": LIKELY,
+            "ready": st.booleans(),
+            "deleting": st.sampled_from([False] * 4 + [True]),
+            "exit_code": st.sampled_from([None, 1, 137]),
+            "attempt": st.sampled_from([None, 0, 1, 2]),
+            "workers": st.sampled_from([None, None, 5, 5, 3]),  # 3: of an older world (the job resizes)
+        }
+    ),
+)
+events = st.lists(st.tuples(st.sampled_from(RANKS), states), max_size=12)
+
+
+class Pods:
+    """The job's pods as the API server has them: each change is a new resourceVersion."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, dict[str, Any]] = {}
+        self.version = 0
+
+    def put(self, x: dict[str, Any]) -> None:
+        self.version += 1
+        x["metadata"] |= {"uid": f"uid-{x['metadata']['name']}", "resourceVersion": str(self.version)}
+        x["metadata"]["ownerReferences"] = [{"kind": "TrainingJob", "name": "j", "uid": "u", "controller": True}]
+        self.by_name[x["metadata"]["name"]] = x
+
+    def apply(self, rank: tuple[Role, int], state: dict[str, Any] | None) -> None:
+        role, index = rank
+        if state is None:
+            self.by_name.pop(f"j-{role.value}-{index}", None)
+            return
+        code = state["exit_code"] if state["phase"] == "Failed" else None
+        x = pod(role, index, state["phase"], exit_code=code, deleting=state["deleting"], ready=state["ready"],
+                attempt=state["attempt"])  # fmt: skip
+        if state["workers"] is not None:
+            x["metadata"].setdefault("annotations", {})["ringleader.dev/workers"] = str(state["workers"])
+        self.put(x)
+
+    def listed(self) -> list[dict[str, Any]]:
+        return list(self.by_name.values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(events, min_size=1, max_size=8))
+def test_the_kept_book_equals_a_full_recount_under_any_order_of_pod_events(batches: list[list[Any]]) -> None:
+    j = job(workers={"replicas": 5, "template": TEMPLATE}, parameterServers={"replicas": 2, "template": TEMPLATE})
+    pods, seen, book = Pods(), Observations(), RankBook()
+    before: dict[str, str] = {}
+    for batch in batches:
+        for rank, state in batch:
+            pods.apply(rank, state)
+        observed, _ = own_ranks(j, pods.listed(), seen)
+        changed = book.update(observed)
+        assert book.state() == RankBook.recount(observed).state()
+        for role in Role:  # the counts status shows, as a recount of the pods gives them
+            counts = _counts(observed, role, 0)
+            assert [counts.active, counts.ready, counts.succeeded, counts.failed] == book.counts.get(role, [0] * 4)
+        now = {x["metadata"]["name"]: x["metadata"]["resourceVersion"] for x in pods.listed()}
+        moved = {name for name in now.keys() | before.keys() if now.get(name) != before.get(name)}
+        assert changed == {p for p in RANKS if f"j-{p[0].value}-{p[1]}" in moved}  # the ranks whose pods changed
+        before = now
+
+
+def evolve(pods: Pods, p: Any) -> None:
+    """What the API server does with a round's plan: deleted pods go, created ones come (Pending)."""
+    for name in [*p.delete_pods, *p.kill_pods, *p.force_delete_pods]:
+        pods.by_name.pop(name, None)
+    for created in p.create_pods:
+        x = copy.deepcopy(created)
+        x["status"] = {"phase": "Pending"}
+        pods.put(x)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(st.tuples(events, st.integers(0, 40), st.sampled_from([True, True, True, False])), min_size=1, max_size=10)
+)
+def test_a_plan_with_the_book_is_the_plan_without_under_any_order_of_pod_events(
+    rounds: list[tuple[list[Any], int, bool]],
+) -> None:
+    spec = {
+        "workers": {"replicas": 5, "template": TEMPLATE},
+        "parameterServers": {"replicas": 2, "template": TEMPLATE, "restartPolicy": "Always"},
+        "runPolicy": {"backoffLimit": 100, "restartBackoff": {"baseSeconds": 5}},
+    }
+    pods, seen, status, clock = Pods(), Observations(), None, 0
+    for batch, seconds, written in rounds:
+        for rank, state in batch:
+            pods.apply(rank, state)
+        clock += seconds
+        j = job(status=status, **spec)
+        listed = pods.listed()
+        with_book, without = plan(j, listed, True, after(clock), seen=seen), plan(j, listed, True, after(clock))
+        assert with_book == without
+        if written:  # else: the status write met a newer version (a conflict), and the next round reads the old one
+            status = without.status.model_dump(by_alias=True)
+            evolve(pods, without)
