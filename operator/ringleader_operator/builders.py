@@ -440,6 +440,12 @@ def _pod_rules(job: TrainingJob, name: str, spec: dict[str, Any]) -> None:
 
 
 def desired_ranks(job: TrainingJob) -> list[tuple[Role, int]]:
-    """Every (role, index) the job should have a pod for, parameter servers first (workers connect to them)."""
+    """Every (role, index) the job should have a pod for, parameter servers first (workers connect to them).
+    Shared between calls for the same numbers (every round of a 10,000-rank job asks): read it, never change it."""
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
-    return [(Role.PS, i) for i in range(ps)] + [(Role.WORKER, i) for i in range(job.spec.workers.replicas)]
+    return _ranks(ps, job.spec.workers.replicas)
+
+
+@functools.lru_cache(maxsize=64)
+def _ranks(ps: int, workers: int) -> list[tuple[Role, int]]:
+    return [(Role.PS, i) for i in range(ps)] + [(Role.WORKER, i) for i in range(workers)]

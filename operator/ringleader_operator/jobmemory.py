@@ -55,6 +55,9 @@ class JobMemory:
     # kube-scheduler said of it (workload_api.reading).
     pod_group: tuple[str, tuple[bool, str] | None] | None = None
     seen: Observations = field(default_factory=Observations)  # its pods as its rounds observed them
+    # status.ranks as this process last wrote it, or found it grouped as its rounds group it (None: not yet):
+    # while the stored ranks are these, a round whose plan left the status as read writes nothing, unserialized.
+    ranks_stored: dict[str, Any] | None = None
     plan_seconds: float = 0.0  # how long the job's last plan took (its pod events' grouping window grows with it)
 
     @contextlib.contextmanager

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringleader_api import ANNOTATION_ATTEMPT, KIND, Role, TrainingJob
 
+from .admission import gated
 from .builders import ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import Failure, classify
 
@@ -44,6 +45,7 @@ class ObservedPod:
     deletion_deadline: str | None  # metadata.deletionTimestamp: set once the pod is being deleted
     ended: bool = False  # the pod is done (Succeeded/Failed) or a container terminated with a non-zero code
     output: str = ""  # the failed container's termination message: its last lines (FallbackToLogsOnError)
+    gated: bool = False  # it carries the gang gate (admission.GATE)
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -95,6 +97,7 @@ class ObservedPod:
             deletion_deadline=meta.get("deletionTimestamp"),
             ended=exit_code is not None or status.get("phase") in ("Succeeded", "Failed"),
             output=output,
+            gated=gated(pod),
         )
 
     @property
@@ -115,7 +118,7 @@ class Observations:
 
     def __init__(self) -> None:
         self.job_uid = ""  # whose rank each observation judged (a job made again under its name is another)
-        self.kept: dict[tuple[str, str], tuple[ObservedPod | None, bool]] = {}
+        self.kept: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]] = {}  # by (uid, resourceVersion)
         self.book: RankBook | None = None  # the job's ranks as its rounds keep count of them (rankbook.py)
 
 
@@ -131,14 +134,14 @@ def own_ranks(
     uid = str(job.metadata.get("uid", ""))
     ranks, foreign = [], []
     kept = seen.kept if seen is not None and seen.job_uid == uid else {}
-    now: dict[tuple[str, str], tuple[ObservedPod | None, bool]] = {}
+    now: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        version = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
-        found = kept.get(version) if all(version) else None
+        version = (meta.get("uid"), meta.get("resourceVersion")) if meta.get("resourceVersion") else None
+        found = kept.get(version) if version is not None and version[0] else None
         if found is None:
             found = _observe(job, uid, pod, meta)
-        if all(version):
+        if version is not None and version[0]:
             now[version] = found
         rank, owned = found
         if rank is not None and owned:

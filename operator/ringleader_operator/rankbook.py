@@ -37,11 +37,13 @@ class RankBook:
     up: set[RankKey] = field(default_factory=set)  # ranks whose pod is not being deleted and runs or is done
     counts: dict[Role, list[int]] = field(default_factory=dict)  # per role: ACTIVE, READY, SUCCEEDED, FAILED
     worlds: Counter[int | None] = field(default_factory=Counter)  # workers not being deleted, by the world they joined
+    gated: int = 0  # pods carrying the gang gate
     observed: list[ObservedPod] | None = None  # the list the book was last brought up to date with
     # Between rounds (`settle`): the ranks the next round must look at, what the last round left status.ranks as,
     # and which job (uid, generation, ranks wanted) that round planned for. A round that finds status.ranks or the
     # job otherwise looks at every rank.
     unsettled: set[RankKey] = field(default_factory=set)
+    unwanted: set[RankKey] = field(default_factory=set)  # ranks the job no longer has whose pods were still there
     ranks_after: dict[str, RankStatus] | None = None
     planned_for: tuple[Any, ...] | None = None
 
@@ -83,6 +85,7 @@ class RankBook:
             self.by_rank[rank] = [p]
         elif self.by_rank.get(rank, [None])[0] is p:
             del self.by_rank[rank]
+        self.gated += sign * p.gated
         if p.deleting:
             return
         counts = self.counts.setdefault(p.role, [0, 0, 0, 0])
@@ -103,7 +106,7 @@ class RankBook:
     def state(self) -> tuple[Any, ...]:
         """Everything the book counts, for comparing two books (the property tests)."""
         counts = {role: c for role, c in self.counts.items() if any(c)}
-        return (dict(self.pods), dict(self.by_rank), set(self.up), counts, +self.worlds)
+        return (dict(self.pods), dict(self.by_rank), set(self.up), counts, +self.worlds, self.gated)
 
 
 def settled(job: TrainingJob, rank: RankStatus, pods: Iterable[ObservedPod], going: set[str]) -> bool:

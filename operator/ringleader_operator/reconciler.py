@@ -559,16 +559,28 @@ class Reconciler:
         await self._apply_pods(job, obj, p)
 
     async def _write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
-        """Write the planned status if it changed, conditional on the resourceVersion the round read."""
-        new_status = status_json(p.status, with_progress=p.final_progress)
+        """Write the planned status if it changed, conditional on the resourceVersion the round read.
+
+        A status the plan left as it was read (compared as models: their rank entries shared, so at the cost of the
+        entries that differ) is not serialized at all while status.ranks is stored as this process last wrote or
+        found it (ranks grouped as now: an older operator's per-rank keys are written again, grouped)."""
+        record = self.jobs.get((job.namespace, job.name))
         stored = ((obj.get("status") or {}).get("ranks")) or {}
-        gone = stored.keys() - new_status.get("ranks", {}).keys()
+        unchanged = p.status == job.status and not p.final_progress
+        if unchanged and record is not None and record.ranks_stored is not None and record.ranks_stored == stored:
+            return
+        new_status = status_json(p.status, with_progress=p.final_progress)
+        grouped = new_status.get("ranks", {})
+        gone = stored.keys() - grouped.keys()
         if gone or new_status != status_json(job.status, with_progress=p.final_progress):
-            new_status["ranks"] = ranks_patch(stored, new_status.get("ranks", {}))
+            new_status["ranks"] = ranks_patch(stored, grouped)
             version = (obj.get("metadata") or {}).get("resourceVersion")
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
-            if written is not None and (record := self.jobs.get((job.namespace, job.name))) is not None:
+            if written is not None and record is not None:
                 record.saw(written)  # the next round reads it, not the version its watch event replaces
+                record.ranks_stored = ((written.get("status") or {}).get("ranks")) or {}
+        elif record is not None and stored == grouped:
+            record.ranks_stored = stored
 
     def _report(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """The plan's events, the foreign-pods warning (once per set of pods, not every round), the restarts."""

@@ -94,6 +94,8 @@ class Round:
     changed: set[RankKey] = field(default_factory=set)
     visited: list[RankKey] | None = None  # the ranks the rank decisions looked at (None: not taken this round)
     changed_ranks: set[str] = field(default_factory=set)  # status.ranks keys changed in this round (change_rank)
+    unwanted: set[RankKey] = field(default_factory=set)  # ranks the job no longer has whose pods are still there
+    _steady: RankBook | bool | None = False  # steady()'s answer, once asked (False: not yet)
     _going_lists: tuple[list[str], ...] = ()
     _going_counts: list[int] = field(default_factory=list)
     _going: set[str] = field(default_factory=set)
@@ -147,25 +149,38 @@ class Round:
         for p in self.observed:
             self.by_rank.setdefault((p.role, p.index), []).append(p)
 
+    def steady(self) -> RankBook | None:
+        """The rank book, when this round may decide by what changed since the last round: the book holds this
+        round's pods, and the last round planned for this job as it is now and left status.ranks as read (entries
+        shared by value: compared by identity, in C). Asked once the ranks are indexed (index_ranks)."""
+        if self._steady is False:
+            book = self.synced()
+            self._steady = (
+                book
+                if book is not None
+                and book.planned_for == self._planned_for()
+                and book.ranks_after is not None
+                and book.ranks_after == self.old.ranks
+                else None
+            )
+        return self._steady if isinstance(self._steady, RankBook) else None
+
+    def wanted(self, rank: RankKey) -> bool:
+        """The rank is one of the desired ranks."""
+        role, index = rank
+        shards = self.job.spec.parameter_servers
+        count = self.job.spec.workers.replicas if role == Role.WORKER else shards.replicas if shards else 0
+        return 0 <= index < count
+
     def ranks_to_look_at(self) -> list[RankKey]:
-        """The desired ranks the rank decisions must look at, in order: all of them, or, when the rank book holds
-        this round's pods and the last round planned for this job as it is now and left status.ranks as it is now,
-        those whose pods changed since and those it left unsettled (rankbook.settled: the others' decisions would
-        leave them as they are)."""
-        book = self.synced()
-        if (
-            book is None
-            or book.planned_for != self._planned_for()
-            or book.ranks_after is None
-            or book.ranks_after != self.old.ranks
-        ):
+        """The desired ranks the rank decisions must look at, in order: all of them, or, in a steady round (see
+        `steady`), those whose pods changed since the last round and those it left unsettled (rankbook.settled:
+        the others' decisions would leave them as they are)."""
+        book = self.steady()
+        if book is None:
             self.visited = self.desired
             return self.desired
-        wanted = {
-            Role.PS: self.job.spec.parameter_servers.replicas if self.job.spec.parameter_servers else 0,
-            Role.WORKER: self.job.spec.workers.replicas,
-        }
-        look = [(role, i) for role, i in self.changed | book.unsettled if 0 <= i < wanted[role]]
+        look = [rank for rank in self.changed | book.unsettled if self.wanted(rank)]
         self.visited = sorted(look, key=lambda rank: (rank[0] != Role.PS, rank[1]))  # desired_ranks' order
         return self.visited
 
@@ -196,6 +211,7 @@ class Round:
         }  # fmt: skip
         book.ranks_after = dict(ranks)
         book.planned_for = self._planned_for()
+        book.unwanted = self.unwanted
 
     def change_rank(self, key: str, **changes: Any) -> RankStatus:
         """Change the rank's entry in status.ranks (a new instance: entries are frozen and shared, see

@@ -92,6 +92,8 @@ def _hand_to_kube_scheduler(r: Round, gang: Gang) -> None:
 
 def _gated_staying(r: Round) -> list[dict[str, Any]]:
     """The gated pods that are neither being deleted nor about to be."""
+    if (book := r.synced()) is not None and not book.gated:
+        return []  # none of its pods is gated (the rank book counts them)
     gated = [x for x in r.pods if admission.gated(x)]
     if not gated:
         return []

@@ -12,7 +12,7 @@ backoffLimit; what is lost is the rank's own back-off step and its lastMessage.
 
 from __future__ import annotations
 
-from ringleader_api import MAX_RANK_ENTRIES, RankStatus, rank_groups
+from ringleader_api import MAX_RANK_ENTRIES, RankStatus, Role, rank_groups
 
 from ..observed import parse_time
 from ..round_state import Round
@@ -20,6 +20,8 @@ from ..round_state import Round
 
 def forget_settled_history(r: Round) -> None:
     """Keep at most MAX_RANK_ENTRIES groups of replaced ranks in status.ranks (see the module's docstring)."""
+    if len(Role) * len(set(map(id, r.status.ranks.values()))) <= MAX_RANK_ENTRIES:
+        return  # fewer groups than that (a group is a role's ranks sharing an entry); the common case, counted in C
     groups = {
         group: keys
         for group, keys in rank_groups(r.status.ranks).items()

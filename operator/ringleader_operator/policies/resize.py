@@ -17,6 +17,8 @@ def reform_resized_world(r: Round) -> None:
     from the latest checkpoint (the trainer reads its size from the env). From here on those pods count as
     going in `r.observed`, as they will be once the deletions land."""
     workers = r.job.spec.workers.replicas
+    if (book := r.synced()) is not None and book.worlds.keys() <= {None, workers}:
+        return  # every worker staying joined this world (the rank book counts them by world)
     current = [p for p in r.observed if p.role == Role.WORKER and not p.deleting]
     old_world = sorted({p.workers for p in current if p.workers not in (None, workers)})
     if not old_world:
@@ -40,9 +42,18 @@ def reform_resized_world(r: Round) -> None:
 
 
 def drop_unwanted_ranks(r: Round) -> None:
-    """Pods of ranks the job no longer has (scaled down) are deleted, and the ranks leave the status."""
+    """Pods of ranks the job no longer has (scaled down) are deleted, and the ranks leave the status. In a steady
+    round (Round.steady) only the ranks whose pods changed and those the last round found unwanted can have such
+    pods, and status.ranks is as that round left it, without such ranks."""
+    if (book := r.steady()) is not None:
+        look = [rank for rank in r.changed | book.unwanted if not r.wanted(rank)]
+        r.unwanted = {rank for rank in look if rank in book.by_rank}
+        r.plan.delete_pods += sorted(p.name for rank in look for p in book.by_rank.get(rank, ()) if not p.deleting)
+        return
     wanted = set(r.desired)
-    r.plan.delete_pods += [p.name for p in r.observed if (p.role, p.index) not in wanted and not p.deleting]
+    unwanted = [p for p in r.observed if (p.role, p.index) not in wanted]
+    r.unwanted = {(p.role, p.index) for p in unwanted}
+    r.plan.delete_pods += sorted(p.name for p in unwanted if not p.deleting)  # in one order, however found
     keys = {rank_key(role, index) for role, index in r.desired}
     for key in [k for k in r.status.ranks if k not in keys]:
         del r.status.ranks[key]

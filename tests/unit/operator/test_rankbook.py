@@ -21,6 +21,7 @@ PHASES = ["Pending", "Running", "Succeeded", "Failed"]
 # Mostly running, not being deleted: a job whose rounds find most ranks settled (the book's usual case).
 LIKELY = st.sampled_from(["Running"] * 5 + PHASES)
 RANKS = [(Role.PS, 0), (Role.PS, 1), *((Role.WORKER, i) for i in range(5))]
+EXTRA = [(Role.PS, 2), (Role.WORKER, 5)]  # ranks the job does not have: their pods are deleted
 
 # A pod event: which rank's pod, and what becomes of it (None: it is deleted outright).
 states = st.one_of(
@@ -32,11 +33,12 @@ states = st.one_of(
             "deleting": st.sampled_from([False] * 4 + [True]),
             "exit_code": st.sampled_from([None, 1, 137]),
             "attempt": st.sampled_from([None, 0, 1, 2]),
-            "workers": st.sampled_from([None, None, 5, 5, 3]),  # 3: of an older world (the job resizes)
+            "workers": st.sampled_from([None] * 6 + [5, 3]),  # of a world the job may no longer run (it resizes)
         }
     ),
 )
 events = st.lists(st.tuples(st.sampled_from(RANKS), states), max_size=12)
+any_events = st.lists(st.tuples(st.sampled_from(RANKS * 3 + EXTRA), states), max_size=12)
 
 
 class Pods:
@@ -101,25 +103,60 @@ def evolve(pods: Pods, p: Any) -> None:
 
 @settings(max_examples=120, deadline=None)
 @given(
-    st.lists(st.tuples(events, st.integers(0, 40), st.sampled_from([True, True, True, False])), min_size=1, max_size=10)
+    st.lists(
+        st.tuples(
+            any_events,
+            st.integers(0, 40),
+            st.sampled_from(["applied"] * 4 + ["conflict", "status only"]),
+            st.sampled_from([5] * 5 + [4]),
+        ),
+        min_size=1,
+        max_size=10,
+    )
 )
 def test_a_plan_with_the_book_is_the_plan_without_under_any_order_of_pod_events(
-    rounds: list[tuple[list[Any], int, bool]],
+    rounds: list[tuple[list[Any], int, str, int]],
 ) -> None:
-    spec = {
+    spec: dict[str, Any] = {
         "workers": {"replicas": 5, "template": TEMPLATE},
         "parameterServers": {"replicas": 2, "template": TEMPLATE, "restartPolicy": "Always"},
         "runPolicy": {"backoffLimit": 100, "restartBackoff": {"baseSeconds": 5}},
     }
     pods, seen, status, clock = Pods(), Observations(), None, 0
-    for batch, seconds, written in rounds:
+    for batch, seconds, outcome, workers in rounds:
         for rank, state in batch:
             pods.apply(rank, state)
         clock += seconds
+        spec["workers"]["replicas"] = workers  # scaled down now and then, and up again
         j = job(status=status, **spec)
         listed = pods.listed()
         with_book, without = plan(j, listed, True, after(clock), seen=seen), plan(j, listed, True, after(clock))
         assert with_book == without
-        if written:  # else: the status write met a newer version (a conflict), and the next round reads the old one
+        # A conflict: the status write met a newer version, and the next round reads the old one. Status only: it was
+        # written, and the pods' deletions and creations that follow it failed.
+        if outcome != "conflict":
             status = without.status.model_dump(by_alias=True)
+        if outcome == "applied":
             evolve(pods, without)
+
+
+def test_a_delete_that_failed_after_the_status_was_written_is_planned_again_in_a_steady_round() -> None:
+    """A steady round looks only at what changed; a pod whose deletion the last round planned but that is still
+    there unchanged (the delete failed after the status write) is planned for deletion again all the same."""
+    seen, spec = Observations(), {"workers": {"replicas": 2, "template": TEMPLATE}}
+    pods = Pods()
+    for rank in [(Role.WORKER, 0), (Role.WORKER, 1), (Role.WORKER, 2)]:  # worker 2: the job no longer has it
+        pods.apply(rank, {"phase": "Running", "ready": True, "deleting": False, "exit_code": None, "attempt": 0,
+                          "workers": None})  # fmt: skip
+    first = plan(job(**spec), pods.listed(), True, after(0), seen=seen)
+    assert first.delete_pods == ["j-worker-2"]
+    again = plan(job(status=first.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(1), seen=seen)
+    assert seen.book is not None and seen.book.ranks_after is not None  # a steady round
+    assert again.delete_pods == ["j-worker-2"]
+    # A failed rank's pod likewise: its replacement's back-off counted once, its old pod deleted again.
+    pods.apply((Role.WORKER, 1), {"phase": "Failed", "ready": False, "deleting": False, "exit_code": 1, "attempt": 0,
+                                  "workers": None})  # fmt: skip
+    failed = plan(job(status=again.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(2), seen=seen)
+    assert "j-worker-1" in failed.delete_pods and failed.status.replica_statuses["worker"].restarts == 1
+    later = plan(job(status=failed.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(3), seen=seen)
+    assert "j-worker-1" in later.delete_pods and later.status.replica_statuses["worker"].restarts == 1

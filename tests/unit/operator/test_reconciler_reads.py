@@ -499,3 +499,39 @@ def test_a_large_jobs_pod_events_wait_longer_to_share_a_round(plan_seconds: floa
         r.memory(("ns", "j")).plan_seconds = plan_seconds
     assert r.pod_events_window("ns", "j") == pytest.approx(window)
     r.queue.close()
+
+
+def test_a_steady_round_writes_and_serializes_nothing_while_the_stored_ranks_are_as_last_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round whose plan leaves the status as read writes nothing; once status.ranks is stored as this process
+    last found it, such a round does not even serialize the status (a 10,000-rank job's status costs that much)."""
+    kube = FakeKube(service_exists=True)
+    r = Reconciler(kube, emit=lambda *_: None)
+    serialized: list[int] = []
+    real = reconciler_module.status_json
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        serialized.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reconciler_module, "status_json", counted)
+
+    def round_() -> None:
+        async def main() -> None:
+            await r.round("ns", "j", True)  # fresh: the job as kube.stored holds it
+            r.queue.close()
+
+        asyncio.run(main())
+
+    round_()
+    assert kube.calls.count("patch_status") == 1
+    kube.stored = merge(kube.stored, kube.status)  # the API server applies the patch
+    round_()  # the status is as planned: nothing written; the stored ranks are now known
+    assert kube.calls.count("patch_status") == 1 and serialized
+    serialized.clear()
+    round_()
+    assert kube.calls.count("patch_status") == 1 and not serialized
+    kube.stored = {**kube.stored, "ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}}
+    round_()  # someone else wrote them per rank: grouped again
+    assert kube.calls.count("patch_status") == 2 and kube.status["ranks"]["worker-0-1"] == {"podSeen": True}
