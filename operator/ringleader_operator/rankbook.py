@@ -39,7 +39,7 @@ class RankBook:
     worlds: Counter[int | None] = field(default_factory=Counter)  # workers not being deleted, by the world they joined
     gated: int = 0  # pods carrying the gang gate
     observed: list[ObservedPod] | None = None  # the list the book was last brought up to date with
-    # Between rounds (`settle`): the ranks the next round must look at, what the last round left status.ranks as,
+    # Between rounds (Round.keep_book): the ranks the next round must look at, what the last round left status.ranks as,
     # and which job (uid, generation, ranks wanted) that round planned for. A round that finds status.ranks or the
     # job otherwise looks at every rank.
     unsettled: set[RankKey] = field(default_factory=set)
@@ -58,7 +58,8 @@ class RankBook:
         when two pods share a name (not the pods of ranks: the book is emptied and the round counts afresh)."""
         names = {p.name for p in observed}
         if len(names) != len(observed):
-            self.__init__()  # type: ignore[misc]
+            fresh = RankBook()
+            self.__dict__.update(fresh.__dict__)
             return None
         kept, changed = self.pods, set()
         for p in observed:

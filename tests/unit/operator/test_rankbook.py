@@ -160,3 +160,13 @@ def test_a_delete_that_failed_after_the_status_was_written_is_planned_again_in_a
     assert "j-worker-1" in failed.delete_pods and failed.status.replica_statuses["worker"].restarts == 1
     later = plan(job(status=failed.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(3), seen=seen)
     assert "j-worker-1" in later.delete_pods and later.status.replica_statuses["worker"].restarts == 1
+
+
+def test_two_pods_of_one_name_empty_the_book_and_the_round_counts_afresh() -> None:
+    pods = Pods()
+    pods.apply((Role.WORKER, 0), {"phase": "Running", "ready": True, "deleting": False, "exit_code": None,
+                                  "attempt": 0, "workers": None})  # fmt: skip
+    j = job(workers={"replicas": 1, "template": TEMPLATE})
+    observed, _ = own_ranks(j, pods.listed())
+    book = RankBook.recount(observed)
+    assert book.update([*observed, *observed]) is None and book.state() == RankBook().state()
