@@ -58,16 +58,22 @@ class JobMemory:
     # status.ranks as this process last wrote it, or found it grouped as its rounds group it (None: not yet):
     # while the stored ranks are these, a round whose plan left the status as read writes nothing, unserialized.
     ranks_stored: dict[str, Any] | None = None
-    plan_seconds: float = 0.0  # how long the job's last plan took (its pod events' grouping window grows with it)
+    # How long the job's last round took to read what it keeps and plan (its pod events' grouping window grows
+    # with it).
+    plan_seconds: float = 0.0
+    # The job (uid) whose pods were found free of an earlier job's leftovers: later rounds, but fresh ones, need
+    # not look again (pods of a deleted job are not made anew).
+    clean_uid: str | None = None
 
     @contextlib.contextmanager
-    def timing_plan(self) -> Iterator[None]:
-        """Measure a plan (pure, synchronous: nothing else runs meanwhile) into `plan_seconds`."""
+    def timing_plan(self, reading: float = 0.0) -> Iterator[None]:
+        """Measure a plan (pure, synchronous: nothing else runs meanwhile) into `plan_seconds`, plus `reading`
+        seconds the round spent before it (the job's parse, its pods' list)."""
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.plan_seconds = time.perf_counter() - started
+            self.plan_seconds = reading + time.perf_counter() - started
 
     def saw_workload(self, obj: Mapping[str, Any] | None) -> None:
         """Keep the job's Workload (None: deleted) unless the one kept is a newer version of the same one."""

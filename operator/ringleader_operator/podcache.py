@@ -127,7 +127,11 @@ Written = dict[Key, tuple[float, Pod]]  # (namespace, name) -> (when, the pod as
 
 def overlay(indexed: Iterable[Pod], groups: Iterable[Written], now: float) -> list[Pod]:
     """The indexed pods with the newer written versions (of `groups`) in their place and written pods the index
-    lacks added. Written entries the index has caught up with, or older than OVERLAY_SECONDS, are dropped."""
+    lacks added. Written entries the index has caught up with, or older than OVERLAY_SECONDS, are dropped. With
+    nothing written, the indexed pods as they are (a running job's rounds: no dict of its 10,000 pods each)."""
+    groups = [written for written in groups if written]
+    if not groups:
+        return list(indexed)
     out = {key(p): p for p in indexed}
     for written in groups:
         for k, (at, pod) in list(written.items()):

@@ -67,10 +67,11 @@ log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
 NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round (at least; see below)
-# A round plans over all of a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.3 s
-# here): its pod events share a window of PLAN_SHARE times its last plan's duration (at most MAX_EVENTS_SECONDS),
-# so the rounds that bound and started pods bring cost the operator at most about 1/PLAN_SHARE of a core per
-# job, whatever its size. Its counts in status lag by that window; a pod that ends or goes gets a round at once.
+# A round reads and plans over a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.05 s
+# here): its pod events share a window of PLAN_SHARE times its last round's reading and plan (at most
+# MAX_EVENTS_SECONDS), so the rounds that bound and started pods bring cost the operator at most about
+# 1/PLAN_SHARE of a core per job, whatever its size. Its counts in status lag by that window; a pod that ends or
+# goes gets a round at once.
 PLAN_SHARE = 10.0
 MAX_EVENTS_SECONDS = 5.0
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
@@ -398,7 +399,7 @@ class Reconciler:
         return admission.Cluster(cluster.nodes, self.claims.overlay([digest(p) for p in cluster.pods], now, exclude))
 
     async def _round(self, namespace: str, name: str, fresh: bool) -> None:
-        key = (namespace, name)
+        key, started = (namespace, name), time.perf_counter()
         obj = await self._job(key, fresh)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
@@ -419,7 +420,9 @@ class Reconciler:
             service = await self.kube.read_service(namespace, name)
         if fresh:  # recorded once both reads succeeded: a failed one leaves the fresh read due
             record.fresh_read_at = time.monotonic()
-        leftovers = earlier_job_leftovers(uid, [*pods, *([service] if service else [])])
+        clean = record.clean_uid == uid and not fresh  # found free of them before (a fresh round looks again)
+        leftovers = [] if clean else earlier_job_leftovers(uid, [*pods, *([service] if service else [])])
+        record.clean_uid = None if leftovers else uid
         if leftovers:
             log.info(
                 "[%s/%s] waiting for an earlier job of this name to be cleaned up: %s",
@@ -443,10 +446,11 @@ class Reconciler:
             plan, job, pods, service_exists, now, max_ranks=self.max_ranks, gone=gone, stalled=stalled, slow=slow,
             queued=queued, workload_gang=gang, seen=record.seen,
         )  # fmt: skip
-        if not any(admission.gated(x) for x in pods) and not growing:
-            with record.timing_plan():
+        reading = time.perf_counter() - started  # synchronous but for reads that went to the API server
+        if not growing:
+            with record.timing_plan(reading):
                 p = decide(cluster=None)
-            if not any(admission.gated(x) for x in p.create_pods):
+            if not _gated(record, pods) and not any(admission.gated(x) for x in p.create_pods):
                 await self._apply(job, obj, p)
                 self._handled(key, stalled, slow)
                 return
@@ -456,7 +460,7 @@ class Reconciler:
         # only: what it releases is claimed before the lock goes, and the writes follow outside it.
         async with self.admission_lock:
             cluster = await self._cluster(exclude=key)
-            with record.timing_plan():
+            with record.timing_plan(reading):
                 p = decide(cluster=cluster)
             self.claims.claim(key, released(p, pods), time.monotonic())
         await self._apply(job, obj, p)
@@ -701,6 +705,13 @@ class Reconciler:
         pods = await self.kube.list_pods(job.namespace, job.name)
         await self.kube.delete_pods(job.namespace, [p["metadata"]["name"] for p in pods])
         self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
+
+
+def _gated(record: JobMemory, pods: list[dict[str, Any]]) -> bool:
+    """Whether any of the job's rank pods carries the gang gate, as the plan just made counted them (its rank
+    book), or, without a book, among `pods`."""
+    book = record.seen.book
+    return book.gated > 0 if book is not None and book.observed is not None else any(admission.gated(x) for x in pods)
 
 
 def _running(obj: Mapping[str, Any] | None) -> bool:

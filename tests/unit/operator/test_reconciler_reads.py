@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from ringleader_api import RankStatus, Role
-from ringleader_operator import admission
+from ringleader_operator import admission, observed
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
 from ringleader_operator.kube import Conflict
@@ -535,3 +535,29 @@ def test_a_steady_round_writes_and_serializes_nothing_while_the_stored_ranks_are
     kube.stored = {**kube.stored, "ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}}
     round_()  # someone else wrote them per rank: grouped again
     assert kube.calls.count("patch_status") == 2 and kube.status["ranks"]["worker-0-1"] == {"podSeen": True}
+
+
+def test_a_jobs_pods_are_searched_for_an_earlier_jobs_leftovers_until_found_free_and_on_fresh_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = FakeKube(service_exists=True)
+    r = Reconciler(kube, emit=lambda *_: None)
+    searched: list[str] = []
+    real = observed.earlier_job_leftovers
+
+    def counted(uid: str, objects: list[dict[str, Any]]) -> list[str]:
+        searched.append(uid)
+        return real(uid, objects)
+
+    monkeypatch.setattr(reconciler_module, "earlier_job_leftovers", counted)
+
+    async def main() -> None:
+        for fresh in (True, False, False, True):
+            await r.round("ns", "j", fresh)
+        kube.uid = "u2"  # the job made again under its name: its pods are searched again
+        r.jobs[("ns", "j")].body = None
+        await r.round("ns", "j", False)
+        r.queue.close()
+
+    asyncio.run(main())
+    assert searched == ["u1", "u1", "u2"]
