@@ -87,7 +87,6 @@ class Round:
     lost_steps: int = 0  # steps trained and not checkpointed, lost to the replacements decided now (goodput)
     stalled_seconds: float = 0.0  # of the Running time counted now, those of a stall found in it (goodput)
     resize_why: str = ""  # why the world's size changes in this round, when the operator chose it (elastic)
-    # planned_to_go's index of plan.delete_pods and plan.kill_pods (the lists it has seen, how far, the names)
     # The job's rank book (rankbook.py), brought up to date with `observed`, and the ranks whose pods changed since
     # the round it was last brought up to date by (None: no book; the round counts afresh).
     book: RankBook | None = None
@@ -96,6 +95,7 @@ class Round:
     changed_ranks: set[str] = field(default_factory=set)  # status.ranks keys changed in this round (change_rank)
     unwanted: set[RankKey] = field(default_factory=set)  # ranks the job no longer has whose pods are still there
     _steady: RankBook | bool | None = False  # steady()'s answer, once asked (False: not yet)
+    # planned_to_go's index of plan.delete_pods and plan.kill_pods (the lists it has seen, how far, the names)
     _going_lists: tuple[list[str], ...] = ()
     _going_counts: list[int] = field(default_factory=list)
     _going: set[str] = field(default_factory=set)
@@ -281,7 +281,7 @@ class Round:
             leaving = [book.pods.get(name) for name in going]
             st.replicas = (
                 book.worlds[None]
-                + (book.worlds[workers] if workers is not None else 0)
+                + book.worlds[workers]
                 - sum(
                     p is not None and p.role == Role.WORKER and not p.deleting and p.workers in in_world
                     for p in leaving
