@@ -118,8 +118,20 @@ def settled(job: TrainingJob, rank: RankStatus, pods: Iterable[ObservedPod], goi
     if not live or not rank.pod_seen:
         return False
     pod = live[0]
-    if pod.name in going or (pod.attempt is not None and pod.attempt < rank.attempt) or pod.phase == "Failed":
-        return False
+    return pod.name not in going and current(rank, pod) and pod.phase != "Failed" and not exited_under_always(job, pod)
+
+
+def current(rank: RankStatus, pod: ObservedPod) -> bool:
+    """The pod is of the rank's current attempt (a pod made before attempts were recorded is taken as it)."""
+    return pod.attempt is None or pod.attempt >= rank.attempt
+
+
+def exited_under_always(job: TrainingJob, pod: ObservedPod) -> bool:
+    """A parameter server whose program ended though its role restarts Always: counted as a failure."""
     spec = job.replicas(pod.role)
-    return not (pod.phase == "Succeeded" and pod.role == Role.PS and spec is not None
-                and spec.restart_policy == RestartPolicy.ALWAYS)  # fmt: skip
+    return (
+        pod.phase == "Succeeded"
+        and pod.role == Role.PS
+        and spec is not None
+        and spec.restart_policy == RestartPolicy.ALWAYS
+    )

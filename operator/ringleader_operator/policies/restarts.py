@@ -18,11 +18,12 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, RestartPolicy, Role, ranges
+from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, Role, ranges
 
 from ..builders import build_pod, pod_name, rank_key
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide
 from ..observed import ObservedPod, format_time, parse_time
+from ..rankbook import current, exited_under_always
 from ..round_state import NOTHING_KNOWN, Event, Round
 from .goodput import note_lost_work
 
@@ -48,7 +49,7 @@ def reconcile_ranks(r: Round) -> None:
         elif rank.pod_seen:  # the pod vanished while the operator was not looking
             name = pod_name(r.job.name, role, index)
             last = r.gone.get(name)  # its last state, if the watch delivered its deletion lately
-            if last is not None and _current(rank, last):
+            if last is not None and current(rank, last):
                 gone = _going_failure(last)
             else:
                 gone = Failure(Kind.DELETED, None, "pod disappeared")
@@ -57,11 +58,6 @@ def reconcile_ranks(r: Round) -> None:
             r.wake_at(after)
         else:
             r.plan.create_pods.append(build_pod(r.job, role, index, attempt=rank.attempt, avoid_node=rank.avoid_node))
-
-
-def _current(rank: RankStatus, pod: ObservedPod) -> bool:
-    """The pod is of the rank's current attempt (a pod made before attempts were recorded is taken as it)."""
-    return pod.attempt is None or pod.attempt >= rank.attempt
 
 
 def _may_be_saving(r: Round, pod: ObservedPod, failure: Failure) -> bool:
@@ -78,19 +74,17 @@ def _going_failure(pod: ObservedPod) -> Failure:
 
 def _watch(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None:
     """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
-    if not _current(rank, pod):
+    if not current(rank, pod):
         if not r.planned_to_go(pod.name):  # counted already (or replaced with its gang just now)
             r.plan.delete_pods.append(pod.name)
         return
     if not rank.pod_seen:
         r.change_rank(key, pod_seen=True)
-    spec = r.job.replicas(pod.role)
-    assert spec is not None
     if pod.phase == "Failed":
         failure = pod.failure()
         if pod.output.strip():
             r.plan.events.append(Event("Warning", Reason.RANK_OUTPUT, output_note(pod)))
-    elif pod.phase == "Succeeded" and pod.role == Role.PS and spec.restart_policy == RestartPolicy.ALWAYS:
+    elif exited_under_always(r.job, pod):
         failure = Failure(Kind.EXITED)
     else:
         return
@@ -112,7 +106,7 @@ def _watch_going(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None
     """The rank's pod is being deleted. Deleted by someone else (eviction, node loss, a person): counted now,
     while its reason shows, or (a job that checkpoints) once its trainer has ended or its grace is over.
     Stuck past its grace on a lost node: removed for good."""
-    if rank.pod_seen and _current(rank, pod):
+    if rank.pod_seen and current(rank, pod):
         failure = _going_failure(pod)
         deadline = parse_time(pod.deletion_deadline) if pod.deletion_deadline else r.at
         if _may_be_saving(r, pod, failure) and r.at < deadline:
@@ -183,7 +177,7 @@ def _restart_gang(r: Round, failed: tuple[Role, int], what: str) -> None:
     for (role, index), pods in r.by_rank.items():
         key = rank_key(role, index)
         rank = r.status.ranks.get(key)
-        live = [p for p in pods if r.live(p) and rank is not None and _current(rank, p)]
+        live = [p for p in pods if r.live(p) and rank is not None and current(rank, p)]
         if (role, index) == failed or rank is None or not live:
             continue
         detail = f"restarted with its gang: {what}"
