@@ -68,7 +68,7 @@ def child(size: int, changed: int, rounds: int, flip: bool) -> dict[str, Any]:
     """In a process whose path holds one tree's operator: the CPU seconds of each timed round."""
     from ringleader_api import LABEL_JOB, TrainingJob
     from ringleader_operator import admission, builders
-    from ringleader_operator.podcache import PodCache, digest
+    from ringleader_operator.podcache import Grouped, PodCache, digest
     from ringleader_operator.reconciler import Reconciler
 
     spec = {"workers": {"replicas": size, "template": {"spec": {"containers": [{"name": "t", "image": "t"}]}}}}
@@ -91,7 +91,9 @@ def child(size: int, changed: int, rounds: int, flip: bool) -> dict[str, Any]:
 
     async def main() -> list[float]:
         cache = PodCache(LABEL_JOB)
-        cache.index = {("ns", "j"): pods}
+        cache.index = index_of_pods = Grouped(LABEL_JOB)
+        for pod in pods:
+            index_of_pods.put(pod)
         r = Reconciler(api, lambda *a: None, cache=cache)
         r.job_seen(api.body)
         for _ in range(3):  # the first rounds: the status written, the rank book filled
@@ -101,6 +103,7 @@ def child(size: int, changed: int, rounds: int, flip: bool) -> dict[str, Any]:
             for i in range(changed):
                 index = (n * changed + i) % size
                 pods[index] = running(index, ready=not flip or n % 2 == 1)
+                index_of_pods.put(pods[index])  # as the pod watch keeps them
             started = time.process_time()
             await r.round("ns", "j", False)
             spent.append(time.process_time() - started)

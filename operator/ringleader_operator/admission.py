@@ -22,10 +22,15 @@ the operator image for one function).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from ringleader_api import LABEL_JOB
+
+from .podcache import Group, Key, key
 
 GATE = "ringleader.dev/gang"
 GPU = "nvidia.com/gpu"
@@ -206,12 +211,157 @@ def _bound(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
+def _group(pod: Mapping[str, Any]) -> Group:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "")), (meta.get("labels") or {}).get(LABEL_JOB)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """What one pod takes for admission: the room its requests reserve on the node it is bound to (terminating
+    too: the scheduler counts it until it is gone); or, released and not yet bound, a place wherever it would go
+    (`spec`); or nothing while it holds the gang gate (`gated`: its job's gang waits). `group`: its job's."""
+
+    group: Group
+    node: str | None = None
+    reserves: Resources | None = None
+    spec: Mapping[str, Any] | None = None
+    gated: bool = False
+
+
+def part(pod: Mapping[str, Any]) -> Part | None:
+    """What `pod` takes (None: nothing: finished, held back by someone else's gate, or going before it was bound)."""
+    spec = pod.get("spec") or {}
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    if gated(pod):
+        return Part(_group(pod), gated=True)
+    if _bound(pod):
+        return Part(_group(pod), node=str(spec["nodeName"]), reserves=_pod_reserves(pod))
+    if spec.get("schedulingGates") or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    return Part(_group(pod), spec=spec)
+
+
+@dataclass(frozen=True)
+class Room:
+    """What the cluster's pods take, summed: per node, the requests of the pods bound to it; the specs of the
+    pods released but not yet bound (their room is spoken for wherever they would go); and per job, how many of
+    its pods hold the gang gate."""
+
+    bound: Mapping[str, Resources]
+    waiting: Mapping[Key, Mapping[str, Any]]
+    gated: Mapping[Group, int]
+
+    @classmethod
+    def of(cls, pods: Iterable[Mapping[str, Any]]) -> Room:
+        """The room `pods` (every pod of the cluster, as API objects or digests) take. A pod without a name (one
+        built, not read) is told apart by its place in `pods`."""
+        ledger = Ledger()
+        for i, pod in enumerate(pods):
+            k = key(pod)
+            ledger.put(k if k[1] else (k[0], f"#{i}"), pod)
+        return ledger.view()
+
+    def gangs_waiting_besides(self, group: Group) -> bool:
+        """Whether a job other than `group` has pods held by the gang gate."""
+        return any(n for g, n in self.gated.items() if g != group)
+
+
+class Ledger:
+    """Room kept up to date pod by pod (the pod watch's events): `view` hands admission the sums without a pass
+    over the cluster's pods, which a new job's admission otherwise made once per round, so that a thousand jobs
+    starting together cost a thousand passes over every pod. Sums are exact (Decimal): a ledger kept through
+    any order of events equals `Room.of` the pods it was told of."""
+
+    def __init__(self) -> None:
+        self.parts: dict[Key, Part] = {}
+        self.groups: dict[Group, set[Key]] = {}
+        self.bound: dict[str, Resources] = {}  # each node's sum is replaced, never changed: views share them
+        self.waiting: dict[Key, Mapping[str, Any]] = {}
+        self.gated: Counter[Group] = Counter()
+
+    def put(self, k: Key, pod: Mapping[str, Any]) -> None:
+        """Pod `k` is now `pod`."""
+        self._set(k, part(pod))
+
+    def remove(self, k: Key) -> None:
+        """Pod `k` is gone."""
+        self._set(k, None)
+
+    def _set(self, k: Key, new: Part | None) -> None:
+        old = self.parts.pop(k, None)
+        if old is not None:
+            _count(self.bound, self.waiting, self.gated, k, old, -1)
+            keys = self.groups[old.group]
+            keys.discard(k)
+            if not keys:
+                del self.groups[old.group]
+        if new is not None:
+            self.parts[k] = new
+            _count(self.bound, self.waiting, self.gated, k, new, 1)
+            self.groups.setdefault(new.group, set()).add(k)
+
+    def view(self, changes: Mapping[Key, Mapping[str, Any] | None] | None = None, without: Group | None = None) -> Room:
+        """The room as it stands with `changes` (pods in other versions than the ledger was told of; None: gone)
+        and without the pods of job `without`: costs the nodes, the waiting pods and the pods named, not the
+        cluster's pods."""
+        bound, waiting, gated = dict(self.bound), dict(self.waiting), Counter(self.gated)
+        other: dict[Key, Part | None] = {k: None if pod is None else part(pod) for k, pod in (changes or {}).items()}
+        if without is not None:  # its kept pods (unless changed) and its changed ones
+            other |= {k: None for k in self.groups.get(without, ()) if k not in other}
+            other |= {k: None for k, p in other.items() if p is not None and p.group == without}
+        for k, new in other.items():
+            old = self.parts.get(k)
+            if old is not None:
+                _count(bound, waiting, gated, k, old, -1)
+            if new is not None:
+                _count(bound, waiting, gated, k, new, 1)
+        return Room(bound, waiting, +gated)
+
+
+def _count(
+    bound: dict[str, Resources],
+    waiting: dict[Key, Mapping[str, Any]],
+    gated: Counter[Group],
+    k: Key,
+    p: Part,
+    sign: int,
+) -> None:
+    """Add (sign 1) or take away (-1) what part `p` of pod `k` takes."""
+    if p.node is not None and p.reserves is not None:
+        total = dict(bound.get(p.node, {}))
+        add(total, p.reserves, sign)
+        total = {r: v for r, v in total.items() if v}
+        if total:
+            bound[p.node] = total
+        else:
+            bound.pop(p.node, None)
+    elif p.spec is not None:
+        if sign > 0:
+            waiting[k] = p.spec
+        else:
+            waiting.pop(k, None)
+    elif p.gated:
+        gated[p.group] += sign
+        if gated[p.group] <= 0:
+            del gated[p.group]
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """What admission looks at: every Node, and every pod in every namespace (as API objects)."""
+    """What admission looks at: every Node, and what every pod in every namespace takes: from `pods` (API objects
+    or digests), or, when the operator keeps a `Ledger`, from `rooms` (the room without a job's pods, or all)."""
 
     nodes: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
+    pods: Sequence[Mapping[str, Any]] = ()
+    rooms: Callable[[Group | None], Room] | None = None
+
+    def room(self, without: Group | None = None) -> Room:
+        """What the pods take, those of job `without` left out."""
+        if self.rooms is not None:
+            return self.rooms(without)
+        return Room.of(p for p in self.pods if without is None or _group(p) != without)
 
 
 @dataclass(frozen=True)
@@ -332,20 +482,20 @@ def _shortage(specs: Sequence[Mapping[str, Any]], nodes: list[Node], room: str) 
 def admit(
     gang: Sequence[Mapping[str, Any]],
     nodes: Sequence[Mapping[str, Any]],
-    pods: Sequence[Mapping[str, Any]],
+    room: Room,
     topology: Topology | None = None,
 ) -> Verdict:
-    """May the pods `gang` (their specs) be released together, given every Node and every pod in the cluster?
-    `pods` may include the gang's own pods: gated ones are ignored, as are finished ones and unbound ones being
+    """May the pods `gang` (their specs) be released together, given every Node and the `room` the cluster's pods
+    take? That may count the gang's own pods: gated ones take nothing, as do finished ones and unbound ones being
     deleted; bound ones take their node's room until they are gone (terminating too). `topology`: within which
     domains (the verdict then names each pod's)."""
     usable = _nodes(nodes)
     if topology is not None:
-        return _admit_in_domains(list(gang), usable, _taken(usable, pods), topology)
+        return _admit_in_domains(list(gang), usable, _taken(usable, room), topology)
     empty = _copy(usable)
     if not _place(list(gang), empty):
         return Verdict(False, never=True, message=_shortage(list(gang), _copy(usable), "allocatable"))
-    before = _taken(usable, pods)
+    before = _taken(usable, room)
     if _place(list(gang), _copy(before)):
         return Verdict(True)
     return Verdict(False, message=_shortage(list(gang), before, "free"))
@@ -355,20 +505,20 @@ def largest_fitting(
     gang_of: Callable[[int], Sequence[Mapping[str, Any]]],
     sizes: range,
     nodes: Sequence[Mapping[str, Any]],
-    pods: Sequence[Mapping[str, Any]],
+    room: Room,
     topology: Topology | None = None,
 ) -> int | None:
     """The largest n in `sizes` (ascending, step 1) whose gang `gang_of(n)` fits the cluster's free room at once,
     as `admit` weighs it; None when not even the smallest does. Found by bisection (a few simulations, not one per
     size): a gang of n like pods that fits still fits with a pod fewer."""
     usable = _nodes(nodes)
-    room = _taken(usable, pods)
+    free = _taken(usable, room)
 
     def fits(n: int) -> bool:
         gang = list(gang_of(n))
         if topology is not None:
-            return _admit_in_domains(gang, usable, room, topology).fits
-        return _place(gang, _copy(room))
+            return _admit_in_domains(gang, usable, free, topology).fits
+        return _place(gang, _copy(free))
 
     low, high = sizes.start, sizes.stop - 1
     if high < low or not fits(low):
@@ -382,26 +532,16 @@ def largest_fitting(
     return low
 
 
-def _taken(usable: list[Node], pods: Sequence[Mapping[str, Any]]) -> list[Node]:
+def _taken(usable: list[Node], room: Room) -> list[Node]:
     """The nodes' free room once the cluster's pods have theirs: bound pods on their nodes, released ones not yet
-    bound wherever they would go."""
-    room = _copy(usable)
-    by_name = {n.name: n for n in room}
-    waiting = []
-    for pod in pods:
-        spec = pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or gated(pod):
-            continue
-        if _bound(pod):  # terminating ones too: the scheduler counts them until they are gone
-            node = by_name.get(spec["nodeName"])
-            if node is not None:
-                add(node.free, _pod_reserves(pod), -1)
-        elif spec.get("schedulingGates") or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue  # held back by someone else's gate, or going: it takes no room
-        else:
-            waiting.append(spec)  # released, not yet bound: its room is spoken for
-    _place(waiting, room)
-    return room
+    bound wherever they would go (in the order of their names, so that the answer does not depend on the order
+    the pods were seen in)."""
+    free = _copy(usable)
+    for node in free:
+        if (taken := room.bound.get(node.name)) is not None:
+            add(node.free, taken, -1)
+    _place([spec for _, spec in sorted(room.waiting.items())], free)
+    return free
 
 
 def _by_domain(nodes: list[Node], key: str) -> dict[str, list[Node]]:

@@ -12,7 +12,7 @@ its gang.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,13 +46,19 @@ class Claims:
 
     def overlay(self, pods: Iterable[Pod], now: float, exclude: Key | None = None) -> list[Pod]:
         """`pods` (every pod of the cluster as last seen) with the claims of jobs other than `exclude` in place
-        of the versions they were claimed over, or added where the pod does not show yet. Claims the view has
-        caught up with (a newer resourceVersion) or older than CLAIM_SECONDS are dropped for good."""
+        of the versions they were claimed over, or added where the pod does not show yet (see `standing`)."""
         out = {key(p): p for p in pods}
+        return list((out | self.standing(out.get, now, exclude)).values())
+
+    def standing(self, seen: Callable[[Key], Pod | None], now: float, exclude: Key | None = None) -> dict[Key, Pod]:
+        """The claims of jobs other than `exclude` that stand over the pods as `seen` (the version each shows, or
+        None). Claims the view has caught up with (a newer resourceVersion) or older than CLAIM_SECONDS are
+        dropped for good."""
+        out: dict[Key, Pod] = {}
         for k, c in list(self.by_pod.items()):
-            seen = out.get(k)
-            if now - c.at > CLAIM_SECONDS or (seen is not None and resource_version(seen) > resource_version(c.pod)):
+            have = seen(k)
+            if now - c.at > CLAIM_SECONDS or (have is not None and resource_version(have) > resource_version(c.pod)):
                 del self.by_pod[k]
             elif c.job != exclude:
                 out[k] = c.pod
-        return list(out.values())
+        return out

@@ -20,7 +20,7 @@ from kubernetes_asyncio import client
 from ringleader_api import GROUP, LABEL_INDEX, LABEL_JOB, LABEL_ROLE, PLURAL, VERSION
 
 from . import kueue, workload_api
-from .admission import node_digest
+from .admission import Ledger, node_digest
 from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
 from .kube import ApiUnavailable, Kube, kopf_session, load_config
@@ -84,10 +84,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         max_ranks=int(memo.get("max_ranks", DEFAULT_MAX_RANKS)),
         operator_pods=memo.get("operator_pods"),
     )
-    indexes = PodIndexes(LABEL_JOB, LABEL_ROLE, LABEL_INDEX)
+    ledger = Ledger()
+    indexes = PodIndexes(LABEL_JOB, LABEL_ROLE, LABEL_INDEX, also=ledger)
 
     def listed() -> None:  # from now on rounds read pods from the indexes, not the API server
         cache.index, reconciler.first_workers = indexes.by_job, indexes.first_workers
+        reconciler.ledger = ledger
         logging.getLogger("ringleader").info("pod watch: %d pods listed", indexes.by_job.pods())
 
     # started by the first job event (_start_pod_watch)

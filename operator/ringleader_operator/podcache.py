@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from ringleader_api import GROUP
@@ -152,7 +152,7 @@ class PodCache:
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.index: Mapping[Any, Iterable[Pod]] | None = None  # attached by the first handler that runs
+        self.index: Grouped | None = None  # attached once the pod watch has listed the pods
         self.written: dict[tuple[str, str | None], Written] = {}
         # (namespace, job) -> pod name -> its last state, and the order they came in (to expire them)
         self.gone: dict[tuple[str, str], dict[str, Pod]] = {}
@@ -205,10 +205,21 @@ class PodCache:
             del self.written[group]
         return out
 
-    def all_pods(self, now: float) -> list[Pod]:
+    def newer_written(self, now: float) -> dict[Key, Pod]:
+        """Every pod this process wrote that the index has not caught up with, as written (what the ledger of room
+        is to count in place of the indexed version). Entries the index has caught up with, or older than
+        OVERLAY_SECONDS, are dropped, as by `overlay`."""
         assert self.index is not None
-        out = overlay((p for store in self.index.values() for p in store), self.written.values(), now)
-        self.written = {g: w for g, w in self.written.items() if w}
+        out: dict[Key, Pod] = {}
+        for group, written in list(self.written.items()):
+            for k, (at, pod) in list(written.items()):
+                have = self.index.pod(k)
+                if now - at > OVERLAY_SECONDS or (have is not None and resource_version(have) >= resource_version(pod)):
+                    del written[k]
+                else:
+                    out[k] = pod
+            if not written:
+                del self.written[group]
         return out
 
 
@@ -264,23 +275,37 @@ class Grouped(Mapping[Group, Collection[Pod]]):
         return None if group is None else self._groups[group][k[1]]
 
 
-class PodIndexes:
-    """The indexes one watch keeps: every pod by (namespace, job label), and the worker-0 pods the same way."""
+class Keeper(Protocol):
+    """Something else kept pod by pod from the same events (admission.Ledger)."""
 
-    def __init__(self, job_label: str, role_label: str, index_label: str) -> None:
+    def put(self, k: Key, pod: Pod) -> None: ...
+
+    def remove(self, k: Key) -> None: ...
+
+
+class PodIndexes:
+    """The indexes one watch keeps: every pod by (namespace, job label), the worker-0 pods the same way, and
+    whatever `also` keeps from the same events."""
+
+    def __init__(self, job_label: str, role_label: str, index_label: str, also: Keeper | None = None) -> None:
         self.by_job = Grouped(job_label)
         self.first_workers = Grouped(
             job_label, lambda lb: lb.get(role_label) == "worker" and lb.get(index_label) == "0"
         )
+        self.also = also
 
     def apply(self, kind: str, pod: Pod) -> None:
         k = key(pod)
         if kind == "DELETED":
             self.by_job.remove(k)
             self.first_workers.remove(k)
+            if self.also is not None:
+                self.also.remove(k)
         else:
             self.by_job.put(pod)
             self.first_workers.put(pod)
+            if self.also is not None:
+                self.also.put(k, pod)
 
     def relisted(self, namespace: str | None, listed: list[Pod]) -> list[tuple[str, Pod]]:
         """Take a new list of `namespace`'s pods (None: the cluster's) in place of what was kept; returns what

@@ -205,6 +205,8 @@ class Reconciler:
         )  # fmt: skip
         # every job's worker-0 pods (the pod watch's first_workers index), once it has listed them
         self.first_workers: Mapping[Any, Iterable[dict[str, Any]]] | None = None
+        # what every pod the pod watch keeps takes of the nodes, once it has listed them (gang admission reads it)
+        self.ledger: admission.Ledger | None = None
         # Each running job's next scrape: one timer per job on the event loop, no kopf timer (whose every tick
         # went through kopf's handler machinery, for every running job every 5 s).
         self.scrapes: WorkQueue[Key] = WorkQueue(self._scrape, self._scrape_failed, SCRAPES_AT_ONCE)
@@ -389,12 +391,17 @@ class Reconciler:
         """Every node and pod as admission weighs them: with the room other jobs' admissions claimed (`exclude`'s
         own claims left out)."""
         now = time.monotonic()
-        if (cache := self._cached()) is not None and self.clusterwide:
+        if (cache := self._cached()) is not None and self.clusterwide and self.ledger is not None:
             if self.nodes is not None:
                 nodes = [n for store in self.nodes.values() for n in store]
             else:
                 nodes = await self.kube.nodes()
-            return admission.Cluster(nodes, self.claims.overlay(cache.all_pods(now), now, exclude))
+            # The ledger holds the watched pods; what this process wrote since, and other jobs' claims, go over it.
+            index, written, ledger = cache.index, cache.newer_written(now), self.ledger
+            assert index is not None
+            claimed = self.claims.standing(lambda k: written.get(k) or index.pod(k), now, exclude)
+            changes = {**written, **claimed}
+            return admission.Cluster(nodes, rooms=lambda without: ledger.view(changes, without))
         cluster = await self.kube.cluster()
         return admission.Cluster(cluster.nodes, self.claims.overlay([digest(p) for p in cluster.pods], now, exclude))
 

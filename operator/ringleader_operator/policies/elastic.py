@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from ringleader_api import LABEL_JOB, ConditionType, ElasticReason, ElasticStatus, Reason, Role, TrainingJob
+from ringleader_api import ConditionType, ElasticReason, ElasticStatus, Reason, Role, TrainingJob
 
 from .. import admission, gangs
 from ..builders import build_pod
@@ -124,7 +124,7 @@ def _decide(r: Round, job: TrainingJob, cluster: admission.Cluster, current: int
         return None  # finishing: its world stays as it is
     gated = admission.gated_names(r.pods)
     placed = [p for p in workers if r.live(p) and p.workers in (None, current) and p.name not in gated]
-    fit = _Fit(job, cluster.nodes, [x for x in cluster.pods if not _of_job(x, job)])
+    fit = _Fit(job, cluster.nodes, cluster.room(without=(job.namespace, job.name)))
     if not placed:  # nothing of its world is placed: start (or re-form) at the most that fit
         return _start(job, fit, current)
     if len(placed) < current:  # ranks of its world wait for room beside the running ones
@@ -181,7 +181,7 @@ def _may_grow(r: Round, job: TrainingJob, cluster: admission.Cluster) -> bool:
     elastic = job.status.elastic
     if elastic is None or _user_asked_more(job):
         return elastic is not None
-    if job.spec.checkpoint is None or any(admission.gated(x) and not _of_job(x, job) for x in cluster.pods):
+    if job.spec.checkpoint is None or cluster.room().gangs_waiting_besides((job.namespace, job.name)):
         return False
     return elastic.last_resize_time is None or r.at >= _grow_after(r, elastic)
 
@@ -201,15 +201,10 @@ def _look_again(r: Round, elastic: ElasticStatus) -> None:
         r.wake_at(ready)
 
 
-def _of_job(pod: dict[str, Any], job: TrainingJob) -> bool:
-    meta = pod.get("metadata") or {}
-    return meta.get("namespace") == job.namespace and (meta.get("labels") or {}).get(LABEL_JOB) == job.name
-
-
 class _Fit:
     """How many workers of the job fit the cluster's free room, its own pods' room counted as free."""
 
-    def __init__(self, job: TrainingJob, nodes: list[dict[str, Any]], others: list[dict[str, Any]]) -> None:
+    def __init__(self, job: TrainingJob, nodes: list[dict[str, Any]], others: admission.Room) -> None:
         self.worker = build_pod(job, Role.WORKER, 0)["spec"]
         shards = job.spec.parameter_servers
         self.shards = [build_pod(job, Role.PS, i)["spec"] for i in range(shards.replicas if shards else 0)]

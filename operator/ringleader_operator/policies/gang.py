@@ -39,7 +39,7 @@ def admit_gang(r: Round, cluster: admission.Cluster | None, workload_gang: Gang 
         return
     topology = _topology(r)
     gang = [*gated, *creating]
-    verdict = admission.admit([x["spec"] for x in gang], cluster.nodes, cluster.pods, topology)
+    verdict = admission.admit([x["spec"] for x in gang], cluster.nodes, cluster.room(), topology)
     if not verdict.fits:
         _wait_for_room(r, verdict)
         return

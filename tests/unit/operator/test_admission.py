@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from ringleader_operator import admission
-from ringleader_operator.admission import GATE, admit, format_quantity, node_digest, parse_quantity, pod_requests
+from ringleader_operator.admission import GATE, Room, admit, format_quantity, node_digest, parse_quantity, pod_requests
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_admit(
     gang: list[dict[str, Any]], nodes: list[dict[str, Any]], pods: list[dict[str, Any]], fits: bool, never: bool,
     message: str,
 ) -> None:  # fmt: skip
-    verdict = admit(gang, nodes, pods)
+    verdict = admit(gang, nodes, Room.of(pods))
     assert (verdict.fits, verdict.never) == (fits, never)
     assert message in verdict.message and bool(verdict.message) != fits
 
@@ -151,7 +151,7 @@ def test_decisions_on_node_digests_equal_those_on_whole_nodes() -> None:
     for gpus in (1, 2, 6, 8, 9):
         for extra in ({}, tolerating):
             gang = [gang_pod(gpus, **extra)]
-            assert admit(gang, digests, others) == admit(gang, whole, others)
+            assert admit(gang, digests, Room.of(others)) == admit(gang, whole, Room.of(others))
 
 
 def test_a_pods_requests_are_remembered_by_version_and_a_new_version_is_weighed_anew() -> None:
@@ -159,12 +159,12 @@ def test_a_pods_requests_are_remembered_by_version_and_a_new_version_is_weighed_
     in-place resize) is weighed by its own requests, not the remembered ones."""
     nodes = [node("a", gpus=8)]
     before = running(6, "a", uid="u1", resourceVersion="10")
-    assert admit([gang_pod(2)], nodes, [before]).fits
-    assert admit([gang_pod(2)], nodes, [before]).fits  # remembered: the same answer
+    assert admit([gang_pod(2)], nodes, Room.of([before])).fits
+    assert admit([gang_pod(2)], nodes, Room.of([before])).fits  # remembered: the same answer
     resized = running(7, "a", uid="u1", resourceVersion="11")
-    assert not admit([gang_pod(2)], nodes, [resized]).fits
+    assert not admit([gang_pod(2)], nodes, Room.of([resized])).fits
     same_version_elsewhere = running(7, "a", uid="u2", resourceVersion="10")  # versions are per object
-    assert not admit([gang_pod(2)], nodes, [same_version_elsewhere]).fits
+    assert not admit([gang_pod(2)], nodes, Room.of([same_version_elsewhere])).fits
 
 
 def _first_fit(specs: list[dict[str, Any]], nodes: list[Any]) -> list[str | None]:

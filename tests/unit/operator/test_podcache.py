@@ -10,7 +10,16 @@ import pytest
 from ringleader_api import TrainingJob
 from ringleader_operator.admission import Cluster, pod_requests
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
-from ringleader_operator.podcache import GONE_SECONDS, OVERLAY_SECONDS, SHARED_BYTES, PodCache, Shared, digest, overlay
+from ringleader_operator.podcache import (
+    GONE_SECONDS,
+    OVERLAY_SECONDS,
+    SHARED_BYTES,
+    Grouped,
+    PodCache,
+    Shared,
+    digest,
+    overlay,
+)
 from ringleader_operator.reconcile import plan
 
 from .builders import training_job
@@ -54,26 +63,37 @@ def test_overlay(
     assert {k[1] for k in table} == left
 
 
-def test_cache_reads_the_index_by_job_and_all() -> None:
+def indexed(*pods: dict[str, Any]) -> Grouped:
+    out = Grouped(LABEL)
+    for p in pods:
+        out.put(p)
+    return out
+
+
+def test_cache_reads_the_index_by_job_and_the_writes_it_has_not_caught_up_with() -> None:
     cache = PodCache(LABEL)
     assert not cache.ready
-    cache.index = {("ns", "a"): [pod("a-0", 3)], ("ns", "b"): [pod("b-0", 4, job="b")], ("ns", None): []}
+    cache.index = indexed(pod("a-0", 3), pod("b-0", 4, job="b"), pod("c-0", 5, job="c"))
     cache.wrote({**pod("a-1", 8), "metadata": {**pod("a-1", 8)["metadata"], "managedFields": [{"x": 1}]}}, 0.0)
+    cache.wrote(pod("c-0", 5, job="c"), 0.0)  # the index holds this version already
+    cache.wrote(pod("b-0", 6, job="b"), 0.0)
     assert cache.ready
     assert names_rv(cache.job_pods("ns", "a", 1.0)) == {"a-0": 3, "a-1": 8}
-    assert names_rv(cache.all_pods(1.0)) == {"a-0": 3, "a-1": 8, "b-0": 4}
-    assert all("managedFields" not in p["metadata"] for p in cache.all_pods(1.0))
+    newer = cache.newer_written(1.0)
+    assert {k: int(p["metadata"]["resourceVersion"]) for k, p in newer.items()} == {("ns", "a-1"): 8, ("ns", "b-0"): 6}
+    assert all("managedFields" not in p["metadata"] for p in newer.values())
+    assert ("ns", "c") not in cache.written  # caught up with: dropped, its group too
 
 
 def test_a_jobs_pods_show_only_its_own_writes_and_others_are_kept() -> None:
     cache = PodCache(LABEL)
-    cache.index = {}
+    cache.index = indexed()
     for p in (pod("a-0", 7), pod("b-0", 7, job="b"), pod("a-9", 7, ns="other")):
         cache.wrote(p, 0.0)
     assert names_rv(cache.job_pods("ns", "a", 1.0)) == {"a-0": 7}
     assert names_rv(cache.job_pods("ns", "b", 1.0)) == {"b-0": 7}
-    assert names_rv(cache.all_pods(1.0)) == {"a-0": 7, "b-0": 7, "a-9": 7}
-    assert cache.all_pods(OVERLAY_SECONDS + 1) == [] and cache.written == {}  # forgotten, groups removed
+    assert names_rv(list(cache.newer_written(1.0).values())) == {"a-0": 7, "b-0": 7, "a-9": 7}
+    assert cache.newer_written(OVERLAY_SECONDS + 1) == {} and cache.written == {}  # forgotten, groups removed
 
 
 def test_the_last_state_of_a_deleted_pod_is_kept_for_its_jobs_rounds_then_dropped() -> None:
@@ -92,11 +112,11 @@ def test_a_pod_written_then_deleted_before_any_read_compared_them_is_no_phantom(
     """Released (a write) and deleted (its job deleted a moment later) between two reads: the watch's deletion ends
     the written version too, else it would take room in every admission for OVERLAY_SECONDS."""
     cache = PodCache(LABEL)
-    cache.index = {("ns", "a"): []}  # the watch never delivered the released version before the deletion
+    cache.index = indexed()  # the watch never delivered the released version before the deletion
     cache.wrote(pod("a-0", 9), 0.0)
     cache.wrote(pod("a-1", 9), 0.0)
     cache.deleted(pod("a-0", 10), 0.5)
-    assert names_rv(cache.all_pods(1.0)) == {"a-1": 9}  # a-1 was not deleted: still counted
+    assert names_rv(list(cache.newer_written(1.0).values())) == {"a-1": 9}  # a-1 was not deleted: still counted
 
 
 def served(

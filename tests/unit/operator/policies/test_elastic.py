@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from ringleader_api import Role
 from ringleader_operator import admission
-from ringleader_operator.admission import GATE, Cluster, Topology, largest_fitting
+from ringleader_operator.admission import GATE, Cluster, Room, Topology, largest_fitting
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.policies import elastic
 from ringleader_operator.reconcile import plan
@@ -215,5 +215,6 @@ def test_the_largest_fitting_size_is_what_a_linear_scan_finds(free: int, topolog
     def gang(n: int) -> list[dict[str, Any]]:
         return [gang_pod(1)] * n
 
-    linear = max((n for n in range(1, 25) if admission.admit(gang(n), nodes, taken, topology).fits), default=None)
-    assert largest_fitting(gang, range(1, 25), nodes, taken, topology) == linear
+    room = Room.of(taken)
+    linear = max((n for n in range(1, 25) if admission.admit(gang(n), nodes, room, topology).fits), default=None)
+    assert largest_fitting(gang, range(1, 25), nodes, room, topology) == linear
