@@ -144,7 +144,7 @@ def run(
         pods = PodWatch(core, ns, total)
         mark = audit.offset(layout.audit_log)
         cpu0 = proc_stats(proc.pid)["cpu_seconds"]
-        cluster0 = _cluster_cpu(layout)
+        cluster0 = cluster_cpu_by_component(layout)
         bodies = [subject.job(f"j{i}" if jobs > 1 else "big", workers, FAKE_POD) for i in range(jobs)]
         t0 = time.monotonic()
         with ThreadPoolExecutor(CREATE_THREADS) as pool:
@@ -164,7 +164,7 @@ def run(
         time.sleep(max(0.0, pods.running_at + SETTLE_S - time.monotonic()))
         reqs = audit.requests(layout.audit_log, mark, subject.user)
         stats = proc_stats(proc.pid)
-        cluster_cpu = _cluster_cpu(layout) - cluster0
+        cluster_cpu = cpu_spent(cluster0, cluster_cpu_by_component(layout))
         more = at_running(ns, proc.pid) if at_running is not None else {}
         if total > PROGRESS_PODS:
             print(f"[bench]   deleting namespace {ns} ({total} pods: this takes minutes)", flush=True)
@@ -182,24 +182,35 @@ def run(
         "cpu_s": stats["cpu_seconds"] - cpu0,
         "cpu_running_s": cpu_running,
         "peak_rss_mb": stats["peak_rss_mb"],
-        "cluster_cpu_s": cluster_cpu,
+        "cluster_cpu_s": sum(cluster_cpu.values()),
+        "cluster_cpu_by_component_s": cluster_cpu,
         **more,
     }
 
 
 def _cluster_cpu(layout: Layout) -> float:
-    """CPU seconds the control plane's processes (kwokctl's pid files) have used so far. A component that has
+    """CPU seconds the control plane's processes (kwokctl's pid files) have used so far, all together."""
+    return sum(cluster_cpu_by_component(layout).values())
+
+
+def cluster_cpu_by_component(layout: Layout) -> dict[str, float]:
+    """CPU seconds each control-plane process (kwokctl's pid files) has used so far. A component that has
     exited (one that lost its leader lease under the load exits) ends the benchmark saying which, not with a
     traceback: the run's figures would not be of a working cluster."""
-    total = 0.0
+    out = {}
     for name, pid in controlplane.components(layout).items():
         try:
-            total += proc_stats(pid)["cpu_seconds"]
+            out[name] = proc_stats(pid)["cpu_seconds"]
         except FileNotFoundError:
             log = layout.cluster_dir / "logs" / f"{name}.log"
             why = f"bench: {name} exited during the run (see {log}): its figures are not of a working cluster"
             raise SystemExit(f"{why}; start it again with `make dev-cluster-down dev-cluster`") from None
-    return total
+    return out
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each component's CPU seconds between two readings (a component missing from `before` counts from 0)."""
+    return {name: round(after[name] - before.get(name, 0.0), 2) for name in sorted(after)}
 
 
 def header(args: argparse.Namespace, configs: list[str], commit: str) -> list[str]:

@@ -146,16 +146,21 @@ class RawCreates:
 FLOOR_PATHS = {"Pod": "pods", "Service": "services", "Secret": "secrets"}
 
 
-def floor_run(core: client.CoreV1Api, custom: client.CustomObjectsApi, jobs: int, workers: int) -> dict[str, Any]:
+def floor_run(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, layout: Layout, jobs: int, workers: int
+) -> dict[str, Any]:
     """Ringleader's objects for `jobs` jobs of `workers` made by a plain client, no operator running: the
     TrainingJobs (left without status), then their Secrets, Services and pods, as many at once as the operator
     creates pods (kube.CREATE_CONCURRENCY). Created and Running are timed from the first job's create, as an
-    operator's run is; the other bodies are built (they name each job's uid) and serialized before their creates."""
+    operator's run is; the other bodies are built (they name each job's uid) and serialized before their creates.
+    The control plane's CPU per component is measured over the same span as an operator's run (to SETTLE_S after
+    all Running), for comparison: what the operator's presence costs the cluster."""
     ns = new_namespace(core)
     total = jobs * workers
     pods = cpb.PodWatch(core, ns, total)
     create = RawCreates(core.api_client)
     names = [f"j{i}" if jobs > 1 else "big" for i in range(jobs)]
+    cluster0 = cpb.cluster_cpu_by_component(layout)
     t0 = time.monotonic()
     with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
         stored = list(pool.map(lambda name: custom.create_namespaced_custom_object(
@@ -167,7 +172,14 @@ def floor_run(core: client.CoreV1Api, custom: client.CustomObjectsApi, jobs: int
     pods.wait(1800)
     if pods.running_at is None or pods.created_at is None:
         raise SystemExit(f"bench: floor: {len(pods.running)} of {total} pods Running after 30 min")
-    out = {"created_s": pods.created_at - t0, "running_s": pods.running_at - t0}
+    time.sleep(max(0.0, pods.running_at + cpb.SETTLE_S - time.monotonic()))
+    cluster_cpu = cpb.cpu_spent(cluster0, cpb.cluster_cpu_by_component(layout))
+    out = {
+        "created_s": pods.created_at - t0,
+        "running_s": pods.running_at - t0,
+        "cluster_cpu_s": sum(cluster_cpu.values()),
+        "cluster_cpu_by_component_s": cluster_cpu,
+    }
     delete_namespace(core, ns)
     return out
 
@@ -378,7 +390,7 @@ def main() -> None:
         for i, (jobs, workers, name, rep) in enumerate(order):
             flaps = NodeFlaps(core)
             if name == FLOOR:
-                r = floor_run(core, custom, jobs, workers)
+                r = floor_run(core, custom, layout, jobs, workers)
             else:
                 s, profile = subjects[name], None
                 if args.profile and name == plan.RINGLEADER:

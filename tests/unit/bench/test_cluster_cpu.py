@@ -28,3 +28,10 @@ def test_a_component_that_exited_ends_the_benchmark_naming_it(tmp_path: Path) ->
     gone = 2**22 + 1  # above Linux's largest pid: never a process
     with pytest.raises(SystemExit, match=r"kube-controller-manager exited during the run .*not of a working cluster"):
         cpb._cluster_cpu(_layout(tmp_path, {"etcd": os.getpid(), "kube-controller-manager": gone}))
+
+
+def test_each_components_cpu_is_read_and_its_share_of_a_span_is_what_it_spent(tmp_path: Path) -> None:
+    layout = _layout(tmp_path, {"etcd": os.getpid(), "kube-scheduler": os.getpid()})
+    before = cpb.cluster_cpu_by_component(layout)
+    assert set(before) == {"etcd", "kube-scheduler"} and before["etcd"] > 0
+    assert cpb.cpu_spent({"etcd": 1.0}, {"etcd": 3.5, "kube-scheduler": 2.0}) == {"etcd": 2.5, "kube-scheduler": 2.0}
