@@ -67,12 +67,15 @@ log = logging.getLogger("ringleader.reconciler")
 LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's pods within seconds
 NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round (at least; see below)
-# A round reads and plans over a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.05 s
+# A round reads and plans over a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.03 s
 # here): its pod events share a window of PLAN_SHARE times its last round's reading and plan (at most
 # MAX_EVENTS_SECONDS), so the rounds that bound and started pods bring cost the operator at most about
-# 1/PLAN_SHARE of a core per job, whatever its size. Its counts in status lag by that window; a pod that ends or
-# goes gets a round at once.
-PLAN_SHARE = 10.0
+# 1/PLAN_SHARE of a core per job, whatever its size, and each round takes in more events the larger the job:
+# per event, a start costs about the same at 1,000 ranks as at 10,000. At 10 (a tenth of a core), a 10,000-rank
+# start's rounds ran at the 0.5 s floor for as long as the cluster took to run its pods, and the operator's CPU per
+# pod grew with the job; at 40 its counts in status lag by about 1.2 s at 10,000 ranks, and not at all more than
+# POD_EVENTS_SECONDS below about 3,000. A pod that ends or goes gets a round at once.
+PLAN_SHARE = 40.0
 MAX_EVENTS_SECONDS = 5.0
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
 # read lists the job's pods; with hundreds of jobs, every 30 s was a steady load for nothing in the common case.

@@ -491,9 +491,9 @@ def test_a_job_managed_by_another_controller_is_left_alone(managed_by: str, acte
     assert (("ns", "j") in r.jobs) is acted  # nothing kept of a job that is not ours
 
 
-@pytest.mark.parametrize(("plan_seconds", "window"), [(None, 0.5), (0.001, 0.5), (0.1, 1.0), (0.3, 3.0), (2.0, 5.0)])
+@pytest.mark.parametrize(("plan_seconds", "window"), [(None, 0.5), (0.01, 0.5), (0.03, 1.2), (0.1, 4.0), (2.0, 5.0)])
 def test_a_large_jobs_pod_events_wait_longer_to_share_a_round(plan_seconds: float | None, window: float) -> None:
-    """The window grows with what the job's last plan cost (10 x), from 0.5 s up to 5 s."""
+    """The window grows with what the job's last plan cost (40 x), from 0.5 s up to 5 s."""
     r = Reconciler(FakeKube(service_exists=True), emit=lambda *_: None)
     if plan_seconds is not None:
         r.memory(("ns", "j")).plan_seconds = plan_seconds
