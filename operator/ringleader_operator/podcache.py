@@ -134,16 +134,21 @@ def overlay(indexed: Iterable[Pod], groups: Iterable[Written], now: float) -> li
         return list(indexed)
     out = {key(p): p for p in indexed}
     for written in groups:
-        for k, (at, pod) in list(written.items()):
-            if now - at > OVERLAY_SECONDS:
-                del written[k]
-                continue
-            have = out.get(k)
-            if have is not None and resource_version(have) >= resource_version(pod):
-                del written[k]  # the watch delivered it (or something newer)
-            else:
-                out[k] = pod
+        out |= _unseen(written, out.get, now)
     return list(out.values())
+
+
+def _unseen(written: Written, seen: Callable[[Key], Pod | None], now: float) -> dict[Key, Pod]:
+    """The entries of `written` newer than the version `seen` shows (None: none), as written. Entries it has caught
+    up with (the watch delivered them, or something newer), or older than OVERLAY_SECONDS, are dropped."""
+    out: dict[Key, Pod] = {}
+    for k, (at, pod) in list(written.items()):
+        have = seen(k)
+        if now - at > OVERLAY_SECONDS or (have is not None and resource_version(have) >= resource_version(pod)):
+            del written[k]
+        else:
+            out[k] = pod
+    return out
 
 
 class PodCache:
@@ -208,16 +213,11 @@ class PodCache:
     def newer_written(self, now: float) -> dict[Key, Pod]:
         """Every pod this process wrote that the index has not caught up with, as written (what the ledger of room
         is to count in place of the indexed version). Entries the index has caught up with, or older than
-        OVERLAY_SECONDS, are dropped, as by `overlay`."""
+        OVERLAY_SECONDS, are dropped (`_unseen`, as by `overlay`)."""
         assert self.index is not None
         out: dict[Key, Pod] = {}
         for group, written in list(self.written.items()):
-            for k, (at, pod) in list(written.items()):
-                have = self.index.pod(k)
-                if now - at > OVERLAY_SECONDS or (have is not None and resource_version(have) >= resource_version(pod)):
-                    del written[k]
-                else:
-                    out[k] = pod
+            out |= _unseen(written, self.index.pod, now)
             if not written:
                 del self.written[group]
         return out
