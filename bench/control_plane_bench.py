@@ -188,11 +188,6 @@ def run(
     }
 
 
-def _cluster_cpu(layout: Layout) -> float:
-    """CPU seconds the control plane's processes (kwokctl's pid files) have used so far, all together."""
-    return sum(cluster_cpu_by_component(layout).values())
-
-
 def cluster_cpu_by_component(layout: Layout) -> dict[str, float]:
     """CPU seconds each control-plane process (kwokctl's pid files) has used so far. A component that has
     exited (one that lost its leader lease under the load exits) ends the benchmark saying which, not with a

@@ -21,13 +21,20 @@ def _layout(tmp_path: Path, pids: dict[str, int]) -> Any:
 
 
 def test_the_cpu_of_running_components_is_summed(tmp_path: Path) -> None:
-    assert cpb._cluster_cpu(_layout(tmp_path, {"etcd": os.getpid(), "kube-scheduler": os.getpid()})) > 0
+    assert (
+        sum(
+            cpb.cluster_cpu_by_component(
+                _layout(tmp_path, {"etcd": os.getpid(), "kube-scheduler": os.getpid()})
+            ).values()
+        )
+        > 0
+    )
 
 
 def test_a_component_that_exited_ends_the_benchmark_naming_it(tmp_path: Path) -> None:
     gone = 2**22 + 1  # above Linux's largest pid: never a process
     with pytest.raises(SystemExit, match=r"kube-controller-manager exited during the run .*not of a working cluster"):
-        cpb._cluster_cpu(_layout(tmp_path, {"etcd": os.getpid(), "kube-controller-manager": gone}))
+        cpb.cluster_cpu_by_component(_layout(tmp_path, {"etcd": os.getpid(), "kube-controller-manager": gone}))
 
 
 def test_each_components_cpu_is_read_and_its_share_of_a_span_is_what_it_spent(tmp_path: Path) -> None:
