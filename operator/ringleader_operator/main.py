@@ -24,7 +24,10 @@ import time
 import kopf
 from prometheus_client import start_http_server
 
-from . import handlers  # noqa: F401  (registers the handlers)
+from . import (
+    handlers,  # noqa: F401  (registers the handlers)
+    late_crds,
+)
 from .builders import DEFAULT_MAX_RANKS
 from .handlers import PEERING_NAME, WATCHES_PER_NAMESPACE
 from .ratelimit import DEFAULT_BURST, DEFAULT_QPS, ClientBudget
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     budget = ClientBudget(args.kube_api_qps, args.kube_api_burst)
     logging.getLogger("ringleader").info("client budget for the API server: %s", budget)
     start_http_server(args.metrics_port)
+    late_crds.install()
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
