@@ -1,5 +1,5 @@
-"""Custom resources installed after the operator started (Kueue's Workloads, the Workload API's PodGroups) get
-served: kopf's own rescans, made reliable.
+"""Custom resources whose CRDs are installed after the operator started (Kueue's Workloads) get served: kopf's
+own rescans, made reliable.
 
 kopf serves a resource whose CRD appears later by rescanning the resource's API group (the API server's
 discovery) on each watch event of a CRD of that group. Two things made that miss Kueue's Workloads when Kueue
