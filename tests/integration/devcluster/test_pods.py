@@ -83,7 +83,13 @@ def test_missing_config_map_waits_then_runs_when_created(core: client.CoreV1Api,
 
 def test_volumes_empty_dir_shared_config_map_files_and_working_dir(core: client.CoreV1Api, namespace: str) -> None:
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "files"}, "data": {"hello.txt": "hi"}})
-    writer = "open('/scratch-a/msg', 'w').write('from-a')"
+    # written whole, then renamed into place: the reader polls for the name, and an open file's content is
+    # written at its close, so the name alone could show an empty file
+    writer = (
+        "import os\n"
+        "with open('/scratch-a/.msg', 'w') as f: f.write('from-a')\n"
+        "os.rename('/scratch-a/.msg', '/scratch-a/msg')"
+    )
     reader = (
         "import os, time\n"
         "for _ in range(100):\n"
