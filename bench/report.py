@@ -459,7 +459,7 @@ def scale(result: Result) -> list[str]:
             cells.append(f"{vs.text('{:.2f}', 'x')} {time_verdict(vs)}" if vs else "")
             cells.append(str(sum(r.get("node_flaps", 0) for r in mine)))
             rows.append(cells)
-            if subject == "ringleader":
+            if subject.split("/")[0] == "ringleader":  # ringleader/gates: the gate backend's file
                 figures[(jobs, workers)] = (mine, vs)
     head = ["point", "subject", "runs", *(title for _, title, _ in SCALE_COLUMNS), "Running vs floor", "node flaps"]
     reps = "the runs of each row in its `runs` column, the subjects of a point in rotating order; median (min-max)"
@@ -496,6 +496,12 @@ def _judged(mine: list[dict[str, Any]], vs: Interval | None, goals: list[tuple[s
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
     ("scale", "Scale: one job of thousands of ranks, and a thousand small jobs", "make bench-scale", scale),
+    (
+        "scale-gates",
+        "Scale with the operator's own gate (the gang backend of clusters that do not serve the Workload API)",
+        "python -m bench.scale_bench --gang-backend gates",
+        scale,
+    ),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
     ("strategies", "Data plane: step time per strategy (~25M-parameter wide MLP)", "make bench-trainer", strategies),
     ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),

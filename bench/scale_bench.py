@@ -24,8 +24,8 @@ API requests per pod (audit log, until 10 s after Running), and how often a node
 run (a run that saw one is flagged: its figures are not clean). Results go to
 bench/results/scale.json, which keeps its runs of the points not measured this time (unless --fresh);
 `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts. `--gang-backend` runs
-Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, which
-the report leaves out, so run the floor beside it): the dev cluster serves Kubernetes' Workload API, which the
+Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, a section of
+the report of its own, so run the floor beside it): the dev cluster serves Kubernetes' Workload API, which the
 operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate.
 Nothing is asserted.
 """
@@ -334,7 +334,8 @@ def make_subjects(
 def provenance(args: argparse.Namespace) -> tuple[str, Path, str]:
     """The commit the runs are recorded at, the tree the operator runs from, and the result file's stem: another
     checkout's operator (`--operator-tree`) or another gang backend are not the default's figures, so their runs
-    go to a file of their own (with their own floor), which the report leaves out."""
+    go to a file of their own (with their own floor); the report shows scale-gates.json in a section of its own
+    and leaves another checkout's files out."""
     commit, tree, result = machine()["commit"], REPO_ROOT, RESULT.stem
     if args.operator_tree is not None:
         tree = args.operator_tree.resolve()

@@ -355,3 +355,14 @@ def test_the_idle_goal_is_judged_at_the_many_jobs_point_too_in_each_window() -> 
     one_job = lines.index("Goals of issue 29 at one job of 2000 workers (judged on the range of the runs):")
     assert lines[one_job + 4] == "- idle <= 0.6 CPU-s a minute (late window, the steady state): not measured"
     assert any(line.startswith("Goals of issue 29 at one job of 2000 workers") for line in lines)  # still the largest
+
+
+def test_the_gate_backends_runs_have_their_own_section_judged_as_ringleaders() -> None:
+    result = scale_result(1.05, 0.1)
+    result["runs"] = [
+        {**r, "subject": "ringleader/gates"} if r["subject"] == "ringleader" else r for r in result["runs"]
+    ]
+    text = report.render({"scale-gates": result})
+    section = text.split("## Scale with the operator's own gate", 1)[1]
+    assert "| 1 x 2000 | ringleader/gates |" in section
+    assert "Goals of issue 29 at one job of 2000 workers" in section and "**met**" in section
