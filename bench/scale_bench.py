@@ -15,18 +15,18 @@ point and subject, interleaved in an order that rotates by repetition:
 - ringleader: one TrainingJob of n workers (this checkout's operator, a fresh process per run);
 - training-operator: one PyTorchJob of n workers (Kubeflow's, bench/peer), for comparison.
 
-Per run: created_s (the last pod exists), running_s (every pod Running), the operator's CPU seconds to all
-Running (cpu_running_s) and per pod, its CPU seconds in the `--idle` seconds after (per minute, the job running
-and nothing changing) and again in as many seconds from `--late-idle` seconds after the first window began (the
-steady state: the first window still holds the tail of the start's events on a saturated machine), its peak
-RSS, the job object's size and its status's size as the API server returns them (managedFields included), its
-API requests per pod (audit log, until 10 s after Running), and how often a node turned not Ready during the
-run (a run that saw one is flagged: its figures are not clean). Results go to
-bench/results/scale.json, which keeps its runs of the points not measured this time (unless --fresh);
-`bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts. `--gang-backend` runs
-Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, a section of
-the report of its own, so run the floor beside it): the dev cluster serves Kubernetes' Workload API, which the
-operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate.
+Per run: created_s (the last pod exists), running_s (every pod Running), the operator's CPU seconds to all Running
+(cpu_running_s) and per pod, its CPU seconds in the `--idle` seconds after (per minute, the job running and
+nothing changing) and again in as many seconds from `--late-idle` seconds after the first window began (the steady
+state: the first window still holds the tail of the start's events on a saturated machine), its peak RSS, the job
+object's size and its status's size as the API server returns them (managedFields included), its API requests per
+pod (audit log, until 10 s after Running), and how often a node turned not Ready during the run (a run that saw
+one is flagged: its figures are not clean). Results go to bench/results/scale.json after every run (a bench
+stopped part way keeps the runs it finished), which keeps its runs of the points not measured this time (unless
+--fresh); `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts. `--gang-backend`
+runs Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, a
+section of the report of its own, so run the floor beside it): the dev cluster serves Kubernetes' Workload API,
+which the operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate.
 Nothing is asserted.
 """
 
@@ -387,6 +387,11 @@ def main() -> None:
     subjects = make_subjects(args.subjects, layout, core, workdir, tree)
     runs, earlier = kept_runs(RESULTS / f"{result}.json", points) if args.keep else ([], [])
     order = schedule(points, args.subjects, args.reps)
+
+    def save() -> None:
+        write_result(result, {"settings": settings + earlier, "reps": args.reps, "idle_s": args.idle,
+                              "late_idle_s": args.late_idle, "runs": runs})  # fmt: skip
+
     try:
         for i, (jobs, workers, name, rep) in enumerate(order):
             flaps = NodeFlaps(core)
@@ -418,17 +423,9 @@ def main() -> None:
             )
             shown = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float | int) and k != "jobs")
             print(f"[bench] ({i + 1}/{len(order)}) {jobs}x{workers} {name} rep {rep + 1}: {shown}", flush=True)
-    finally:  # the runs are written first: a control plane that gave way must not lose them
-        write_result(
-            result,
-            {
-                "settings": settings + earlier,
-                "reps": args.reps,
-                "idle_s": args.idle,
-                "late_idle_s": args.late_idle,
-                "runs": runs,
-            },
-        )
+            save()  # after every run: a bench stopped hours in keeps what it measured
+    finally:
+        save()  # a control plane that gave way mid-run must not lose the runs before it
         controlplane.set_scheduler_budget(layout, None, None)
         controlplane.set_controller_manager_lease(layout, False)
         controlplane.scale_fake_nodes(layout, 0)
