@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 import kopf
@@ -197,6 +198,28 @@ class Kube:
     async def close(self) -> None:
         await self.api.close()
 
+    async def _post(self, path: str, body: Mapping[str, Any]) -> aiohttp.ClientResponse:
+        """POST `body` as JSON to the API server's `path` through the client's own session, host, default
+        headers, proxy and credentials (a token refreshed as the client refreshes it); the answer unread, as the
+        client's calls with `_preload_content=False` return it. The client's generated methods walk the body
+        (sanitize_for_serialization) and encode it with json's pure-Python encoder: a tenth of the operator's CPU
+        while a 5,000-pod job started (py-spy). orjson encodes it in one C call."""
+        api, rest_client = self.api, self.api.rest_client
+        headers = {**api.default_headers, "Content-Type": "application/json", "Accept": "application/json"}
+        await api.update_params_for_auth(headers, [], ["BearerToken"])
+        extra: dict[str, Any] = {}
+        if rest_client.proxy:
+            extra["proxy"] = rest_client.proxy
+        if rest_client.proxy_headers:
+            extra["proxy_headers"] = rest_client.proxy_headers
+        if rest_client.server_hostname:
+            extra["server_hostname"] = rest_client.server_hostname
+        session: aiohttp.ClientSession = rest_client.pool_manager
+        return await session.request(
+            "POST", api.configuration.host + path, data=orjson.dumps(body), headers=headers,
+            timeout=aiohttp.ClientTimeout(total=API_TIMEOUT), **extra,
+        )  # fmt: skip
+
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         obj = await self._call(
             f"reading TrainingJob {namespace}/{name}",
@@ -249,9 +272,7 @@ class Kube:
             for pod in todo:
                 meta = pod["metadata"]
                 try:
-                    call = self.core.create_namespaced_pod(
-                        meta["namespace"], pod, _request_timeout=API_TIMEOUT, _preload_content=False
-                    )
+                    call = self._post(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods", pod)
                     made = await self._call(f"creating pod {meta['name']}", _json(call), absent=409)
                     if made is not None:
                         created += 1

@@ -1,6 +1,7 @@
-"""Pods are created without building client models (kube._json): against a local HTTP server answering as the
-API server does, a created pod reaches the overlay as the JSON sent back, an existing one is no error, a refused
-one is RejectedObject with the server's message, and an answer that is no JSON object is ApiUnavailable."""
+"""Pods are created without the client's per-call work (kube.Kube._post, kube._json): against a local HTTP server
+answering as the API server does (and refusing a request without the client's credentials or a JSON body), a
+created pod reaches the overlay as the JSON sent back, an existing one is no error, a refused one is
+RejectedObject with the server's message, and an answer that is no JSON object is ApiUnavailable."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def pod(name: str) -> dict[str, Any]:
 
 
 async def answer(request: web.Request) -> web.Response:
+    if request.headers.get("Authorization") != "Bearer t0ken" or request.content_type != "application/json":
+        return web.json_response({"kind": "Status", "message": "Unauthorized", "code": 401}, status=401)
     body = await request.json()
     name = body["metadata"]["name"]
     if name.startswith("exists"):
@@ -41,7 +44,10 @@ def create(names: list[str]) -> tuple[int | Exception, list[dict[str, Any]]]:
         app = web.Application()
         app.router.add_post("/api/v1/namespaces/{ns}/pods", answer)
         async with served(app) as port:
-            api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+            configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
+            configuration.api_key = {"BearerToken": "t0ken"}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+            api = client.ApiClient(configuration)
             try:
                 return await Kube(api, wrote=wrote.append).create_pods([pod(n) for n in names])
             except (RejectedObject, ApiUnavailable) as e:
@@ -70,3 +76,10 @@ def test_a_refused_or_unreadable_answer_is_a_domain_error(names: list[str], erro
     result, wrote = create(names)
     assert isinstance(result, error) and str(result).startswith(says), result
     assert [p["metadata"]["name"] for p in wrote] == [n for n in names if n == "a"]  # the good one still made
+
+
+def test_the_body_arrives_as_built_with_the_clients_credentials() -> None:
+    created, wrote = create(["a"])
+    assert created == 1
+    sent = pod("a")
+    assert wrote[0] == {**sent, "metadata": {**sent["metadata"], "uid": "uid-a", "resourceVersion": "7"}}
