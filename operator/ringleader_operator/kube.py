@@ -24,7 +24,6 @@ from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
 from . import kueue, metrics
 from .admission import GATE, Cluster
-from .podcache import Pod, digest_json
 from .ratelimit import ClientBudget
 
 API_TIMEOUT = 15  # seconds, every request
@@ -61,47 +60,27 @@ class KueueMissing(KubeError):
     """A job asks for a Kueue queue, and the cluster does not serve Kueue's API."""
 
 
-async def _answer(call: Awaitable[Any]) -> bytes:
-    """The body of the answer to a call made with `_preload_content=False` (or `Kube._post`), undecoded: no model
-    built and turned back into a dict (py-spy found the client's model code in about a tenth of the samples of a
+async def _json(call: Awaitable[Any]) -> dict[str, Any]:
+    """The answer of a call made with `_preload_content=False`, as the JSON the API server sent: no model built
+    and turned back into a dict (py-spy found the client's model code in about a tenth of the samples of a
     2,000-pod start, those creations among them). An error status raises ApiException, as the client does for a
     call that builds models."""
     response = await call
     try:
-        data: bytes = await response.read()
+        data = await response.read()
     finally:
         response.release()
     if not 200 <= response.status <= 299:
         e = ApiException(http_resp=rest.RESTResponse(response, data))
         e.body = data.decode("utf-8", errors="replace")
         raise e
-    return data
-
-
-def _no_object(data: bytes) -> ApiException:
-    return ApiException(status=502, reason=f"the answer is no JSON object: {data[:100]!r}")
-
-
-async def _json(call: Awaitable[Any]) -> dict[str, Any]:
-    """The answer (`_answer`) as the JSON object the API server sent."""
-    data = await _answer(call)
     try:
-        body = orjson.loads(data)  # a few times faster than json's
+        body = orjson.loads(data)  # a few times faster than json's: every pod the operator creates comes back
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        raise _no_object(data)
+        raise ApiException(status=502, reason=f"the answer is no JSON object: {data[:100]!r}")
     return body
-
-
-async def _pod_digest(call: Awaitable[Any]) -> Pod:
-    """The answer (`_answer`) of a call that returns a pod, as its digest (podcache.digest_json: what the pod
-    cache keeps of it, read without decoding the rest)."""
-    data = await _answer(call)
-    try:
-        return digest_json(data)
-    except ValueError:
-        raise _no_object(data) from None
 
 
 def _message(e: ApiException) -> str:
@@ -294,7 +273,7 @@ class Kube:
                 meta = pod["metadata"]
                 try:
                     call = self._post(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods", pod)
-                    made = await self._call(f"creating pod {meta['name']}", _pod_digest(call), absent=409)
+                    made = await self._call(f"creating pod {meta['name']}", _json(call), absent=409)
                     if made is not None:
                         created += 1
                         if self.wrote is not None:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import orjson
-import simdjson
 from ringleader_api import GROUP
 
 OVERLAY_SECONDS = 60.0
@@ -34,18 +33,8 @@ SPEC_KEYS = ("nodeName", "schedulingGates", "schedulingGroup", "nodeSelector", "
 STATUS_KEYS = ("phase", "reason", "podIP", "startTime")
 
 
-def _plain(value: Any) -> Any:
-    """`value` as plain Python: a part of a document simdjson parsed (`digest_json`) is converted, in full; a
-    plain value is itself."""
-    if isinstance(value, simdjson.Object):
-        return value.as_dict()
-    if isinstance(value, simdjson.Array):
-        return value.as_list()
-    return value
-
-
 def _pick(obj: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    return {k: _plain(obj[k]) for k in keys if k in obj}
+    return {k: obj[k] for k in keys if k in obj}
 
 
 OUTPUT_CHARACTERS = 1000  # of a failed container's termination message (its last lines), the end kept
@@ -66,7 +55,7 @@ def digest(pod: Mapping[str, Any]) -> Pod:
     env, container details and managedFields, and the cache holds one of these for every pod it watches.
     Every pod the reconciler weighs passes through here, from the cache and from fresh reads alike, so a
     field left out is missing from both (tests/unit/operator/test_podcache.py checks that decisions made on
-    digests equal those made on whole pods). `pod` may be a document simdjson parsed (`digest_json`)."""
+    digests equal those made on whole pods)."""
     meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
     out_meta = _pick(meta, META_KEYS)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(OWN_ANNOTATIONS)}
@@ -75,9 +64,7 @@ def digest(pod: Mapping[str, Any]) -> Pod:
     out_spec = _pick(spec, SPEC_KEYS)
     for kind in ("containers", "initContainers"):
         if kind in spec:
-            out_spec[kind] = [
-                {"name": c.get("name"), "resources": _plain(c.get("resources") or {})} for c in spec[kind]
-            ]
+            out_spec[kind] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec[kind]]
     out_status = _pick(status, STATUS_KEYS)
     if "conditions" in status:
         out_status["conditions"] = [_pick(c, ("type", "status", "reason")) for c in status["conditions"]]
@@ -88,18 +75,6 @@ def digest(pod: Mapping[str, Any]) -> Pod:
             if k in part:
                 part[k] = shared(part[k])
     return {"metadata": out_meta, "spec": out_spec, "status": out_status}
-
-
-def digest_json(raw: bytes) -> Pod:
-    """The digest of the pod JSON `raw` (a watch event's object, a create's answer): `digest` of it as
-    `orjson.loads` would give it, but only the parts kept are made Python objects. Decoding every field of a pod
-    (half of it managedFields) and then dropping most was a fifth of the operator's CPU while a 5,000-pod job
-    started (py-spy); simdjson parses a pod in a fraction of that and the digest reads its parts in place.
-    Raises ValueError when `raw` is no JSON object."""
-    doc = simdjson.Parser().parse(raw)  # a parser per document: none of its parts outlives this call
-    if not isinstance(doc, simdjson.Object):
-        raise ValueError(f"no JSON object: {raw[:100]!r}")
-    return digest(doc)
 
 
 # The parts of a digest that most pods have alike (a job's pods share their owner, tolerations, containers and,

@@ -29,7 +29,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import simdjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -53,38 +52,21 @@ class Gone(Exception):
     """The API server can no longer resume the watch from the version asked (410): list again."""
 
 
-async def watch_events(lines: AsyncIterable[bytes]) -> AsyncIterable[tuple[str, Pod]]:
-    """The (type, the pod's digest) of each line of a pod watch stream (podcache.digest_json: the pod is never
-    decoded whole); raises Gone on a 410 and ApiException on another ERROR event or a line that is no event;
-    bookmarks come through as ("BOOKMARK", {"metadata": {"resourceVersion": ...}})."""
+async def watch_events(lines: AsyncIterable[bytes]) -> AsyncIterable[tuple[str, dict[str, Any]]]:
+    """The (type, object) of each line of a watch stream; raises Gone on a 410 and ApiException on another
+    ERROR event; bookmarks come through as ("BOOKMARK", object) for their resourceVersion."""
     async for line in lines:
         if not line.strip():
             continue
-        event = _event(line)
+        event = orjson.loads(line)  # a few times faster than json's, on most of what the operator decodes
         kind, obj = event.get("type"), event.get("object")
-        if not isinstance(kind, str) or not isinstance(obj, simdjson.Object):
+        if not isinstance(kind, str) or not isinstance(obj, dict):
             raise ApiException(status=502, reason=f"a watch event with no type or object: {line[:100]!r}")
         if kind == "ERROR":
-            code, message = obj.get("code"), str(obj.get("message", ""))
-            if code == GONE:
-                raise Gone(message)
-            raise ApiException(status=code if isinstance(code, int) and code else 500, reason=message)
-        if kind == "BOOKMARK":
-            meta = obj.get("metadata")
-            version = meta.get("resourceVersion") if isinstance(meta, simdjson.Object) else None
-            yield kind, {"metadata": {"resourceVersion": version}}
-        else:
-            yield kind, digest(obj)
-
-
-def _event(line: bytes) -> simdjson.Object:
-    try:
-        event = simdjson.Parser().parse(line)  # a parser per line: none of its parts outlives the line
-    except ValueError as e:
-        raise ApiException(status=502, reason=f"a watch line that is no JSON: {line[:100]!r}") from e
-    if not isinstance(event, simdjson.Object):
-        raise ApiException(status=502, reason=f"a watch event with no type or object: {line[:100]!r}")
-    return event
+            if obj.get("code") == GONE:
+                raise Gone(obj.get("message", ""))
+            raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message", "")))
+        yield kind, obj
 
 
 class PodWatch:
@@ -190,11 +172,12 @@ class PodWatch:
         stream = await self._get(namespace, "pods watch", kw)
         events = 0
         async with stream:
-            async for kind, pod in watch_events(stream.content):
+            async for kind, obj in watch_events(stream.content):
                 events += 1
-                version = pod["metadata"].get("resourceVersion") or version
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
                 if kind == "BOOKMARK":
                     continue
+                pod = digest(obj)
                 self.indexes.apply(kind, pod)
                 self._tell(kind, pod)
         return version, events

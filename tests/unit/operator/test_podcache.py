@@ -6,10 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from ringleader_api import TrainingJob
 from ringleader_operator.admission import Cluster, pod_requests
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
@@ -21,7 +18,6 @@ from ringleader_operator.podcache import (
     PodCache,
     Shared,
     digest,
-    digest_json,
     overlay,
 )
 from ringleader_operator.reconcile import plan
@@ -242,53 +238,3 @@ def test_the_shared_parts_table_is_bounded_and_skips_long_parts() -> None:
     assert table({"i": 0}) is kept[0]
     table({"i": 3})  # the table is full: it starts again
     assert len(table.parts) == 1 and table({"i": 0}) is not kept[0] and table({"i": 0}) == kept[0]
-
-
-@pytest.mark.parametrize(("what", "the_job", "pods"), scenarios(), ids=[s[0] for s in scenarios()])
-def test_the_digest_read_in_place_from_json_equals_the_digest_of_the_decoded_pod(
-    what: str, the_job: TrainingJob, pods: list[dict[str, Any]]
-) -> None:
-    from_json = [digest_json(orjson.dumps(p)) for p in pods]
-    assert from_json == [digest(p) for p in pods]
-    assert plan(the_job, from_json, True, NOW, Cluster(NODES, from_json)) == plan(
-        the_job, pods, True, NOW, Cluster(NODES, pods)
-    )
-
-
-TEXT = st.text(max_size=12)  # any unicode: escapes, quotes, non-BMP characters
-SCALAR = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False) | TEXT
-JSON = st.recursive(SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
-                    max_leaves=8)  # fmt: skip
-
-
-@st.composite
-def served_pods(draw: st.DrawFn) -> dict[str, Any]:
-    """A pod as served, its fields (those the digest keeps and others) of any JSON content."""
-    built = plan(job(), [], True, NOW).create_pods[draw(st.integers(0, 1))]
-    p = served(built, draw(st.sampled_from(["Pending", "Running", "Failed"])), draw(st.none() | TEXT),
-               exit_code=draw(st.none() | st.integers(1, 255)), reason=draw(TEXT), disruption=draw(TEXT))  # fmt: skip
-    meta, spec, status = p["metadata"], p["spec"], p["status"]
-    meta["labels"] |= draw(st.dictionaries(TEXT, TEXT, max_size=3))
-    meta["annotations"] |= draw(st.dictionaries(st.sampled_from(["ringleader.dev/", "x/"]).map(str) | TEXT, TEXT))
-    spec["tolerations"] = draw(st.lists(st.dictionaries(TEXT, JSON, max_size=3), max_size=3))
-    spec["nodeSelector"] = draw(st.dictionaries(TEXT, TEXT, max_size=2))
-    spec["containers"][0]["resources"] = draw(st.dictionaries(TEXT, st.dictionaries(TEXT, TEXT), max_size=2))
-    spec["somethingNew"] = draw(JSON)
-    status["conditions"] += draw(st.lists(st.dictionaries(st.sampled_from(["type", "status", "reason", "m"]),
-                                                          JSON), max_size=3))  # fmt: skip
-    for cs in status["containerStatuses"]:
-        if "terminated" in cs["state"]:
-            cs["state"]["terminated"]["message"] = draw(st.text(max_size=2000))
-    return p
-
-
-@settings(max_examples=150, deadline=None)
-@given(served_pods())
-def test_the_digest_read_in_place_from_json_equals_the_digest_of_any_pod(p: dict[str, Any]) -> None:
-    assert digest_json(orjson.dumps(p)) == digest(p)
-
-
-@pytest.mark.parametrize("raw", [b"[1]", b'"a pod"', b"{no json", b""])
-def test_json_that_is_no_object_is_a_value_error(raw: bytes) -> None:
-    with pytest.raises(ValueError):
-        digest_json(raw)
