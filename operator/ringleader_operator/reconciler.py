@@ -68,13 +68,14 @@ LEFTOVERS_RETRY_SECONDS = 2.0  # the garbage collector removes a deleted job's p
 NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round (at least; see below)
 # A round reads and plans over a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.03 s
-# here): its pod events share a window of PLAN_SHARE times its last round's reading and plan (at most
-# MAX_EVENTS_SECONDS), so the rounds that bound and started pods bring cost the operator at most about
-# 1/PLAN_SHARE of a core per job, whatever its size, and each round takes in more events the larger the job:
-# per event, a start costs about the same at 1,000 ranks as at 10,000. At 10 (a tenth of a core), a 10,000-rank
-# start's rounds ran at the 0.5 s floor for as long as the cluster took to run its pods, and the operator's CPU per
-# pod grew with the job; at 40 its counts in status lag by about 1.2 s at 10,000 ranks, and the window stays at
-# POD_EVENTS_SECONDS below about 3,000 (rounds under 12.5 ms). A pod that ends or goes gets a round at once.
+# here, and more to encode a changed status): its pod events share a window of PLAN_SHARE times its last round's
+# reading, plan and status encoding (at most MAX_EVENTS_SECONDS; the encoding counts too: a fifth of the rounds of a
+# 5,000-rank start), so the rounds that bound and started pods bring cost the operator at most about 1/PLAN_SHARE of
+# a core per job, whatever its size, and each round takes in more events the larger the job: per event, a start costs
+# about the same at 1,000 ranks as at 10,000. At 10 (a tenth of a core), a 10,000-rank start's rounds ran at the 0.5
+# s floor for as long as the cluster took to run its pods, and the operator's CPU per pod grew with the job; at 40
+# its counts in status lag by about 1.2 to 2 s at 10,000 ranks, and the window stays at POD_EVENTS_SECONDS below
+# about 2,000 (rounds under 12.5 ms). A pod that ends or goes gets a round at once.
 PLAN_SHARE = 40.0
 MAX_EVENTS_SECONDS = 5.0
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
@@ -313,9 +314,9 @@ class Reconciler:
 
     def pod_events_window(self, namespace: str, name: str) -> float:
         """How long the job's pod events (bound, started) wait to share one round: POD_EVENTS_SECONDS, longer for
-        a job whose plans take long (see PLAN_SHARE)."""
+        a job whose rounds take long (see PLAN_SHARE)."""
         record = self.jobs.get((namespace, name))
-        spent = record.plan_seconds if record is not None else 0.0
+        spent = record.round_seconds if record is not None else 0.0
         return min(MAX_EVENTS_SECONDS, max(POD_EVENTS_SECONDS, PLAN_SHARE * spent))
 
     def fresh_due(self, namespace: str, name: str) -> bool:
@@ -583,16 +584,20 @@ class Reconciler:
         unchanged = p.status == job.status and not p.final_progress
         if unchanged and record is not None and record.ranks_stored is not None and record.ranks_stored == stored:
             return
-        new_status = status_json(p.status, with_progress=p.final_progress)
-        grouped = new_status.get("ranks", {})
-        gone = stored.keys() - grouped.keys()
-        if gone or new_status != status_json(job.status, with_progress=p.final_progress):
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        with record.timing_more() if record is not None else contextlib.nullcontext():
+            new_status = status_json(p.status, with_progress=p.final_progress)
+            grouped = new_status.get("ranks", {})
+            gone = stored.keys() - grouped.keys()
+            changed = gone or new_status != _status_read(record, job, version, p.final_progress)
+        if changed:
+            whole = dict(new_status)
             new_status["ranks"] = ranks_patch(stored, grouped)
-            version = (obj.get("metadata") or {}).get("resourceVersion")
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and record is not None:
                 record.saw(written)  # the next round reads it, not the version its watch event replaces
                 record.ranks_stored = ((written.get("status") or {}).get("ranks")) or {}
+                record.status_written = (str((written.get("metadata") or {}).get("resourceVersion")), whole)
         elif record is not None and stored == grouped:
             record.ranks_stored = stored
 
@@ -715,6 +720,17 @@ class Reconciler:
         pods = await self.kube.list_pods(job.namespace, job.name)
         await self.kube.delete_pods(job.namespace, [p["metadata"]["name"] for p in pods])
         self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
+
+
+def _status_read(
+    record: JobMemory | None, job: TrainingJob, version: str | None, with_progress: bool
+) -> dict[str, Any]:
+    """status_json of the status the round read: what this process wrote, while the job read is the version that
+    write made (`JobMemory.status_written`), else encoded from the job."""
+    written = record.status_written if record is not None and not with_progress else None
+    if written is not None and version is not None and written[0] == version:
+        return written[1]
+    return status_json(job.status, with_progress=with_progress)
 
 
 def _gated(record: JobMemory, pods: list[dict[str, Any]]) -> bool:

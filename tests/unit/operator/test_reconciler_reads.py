@@ -7,6 +7,7 @@ recording fake of Kube (a narrow unit test of the reconciler's bookkeeping)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from ringleader_operator import admission, observed
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
 from ringleader_operator.kube import Conflict
-from ringleader_operator.reconciler import Reconciler
+from ringleader_operator.reconciler import PLAN_SHARE, Reconciler
 
 from tests.unit.operator.builders import TEMPLATE, gpu_node, pod
 
@@ -491,12 +492,12 @@ def test_a_job_managed_by_another_controller_is_left_alone(managed_by: str, acte
     assert (("ns", "j") in r.jobs) is acted  # nothing kept of a job that is not ours
 
 
-@pytest.mark.parametrize(("plan_seconds", "window"), [(None, 0.5), (0.01, 0.5), (0.03, 1.2), (0.1, 4.0), (2.0, 5.0)])
-def test_a_large_jobs_pod_events_wait_longer_to_share_a_round(plan_seconds: float | None, window: float) -> None:
-    """The window grows with what the job's last plan cost (40 x), from 0.5 s up to 5 s."""
+@pytest.mark.parametrize(("round_seconds", "window"), [(None, 0.5), (0.01, 0.5), (0.03, 1.2), (0.1, 4.0), (2.0, 5.0)])
+def test_a_large_jobs_pod_events_wait_longer_to_share_a_round(round_seconds: float | None, window: float) -> None:
+    """The window grows with what the job's last round cost (40 x), from 0.5 s up to 5 s."""
     r = Reconciler(FakeKube(service_exists=True), emit=lambda *_: None)
-    if plan_seconds is not None:
-        r.memory(("ns", "j")).plan_seconds = plan_seconds
+    if round_seconds is not None:
+        r.memory(("ns", "j")).round_seconds = round_seconds
     assert r.pod_events_window("ns", "j") == pytest.approx(window)
     r.queue.close()
 
@@ -535,6 +536,97 @@ def test_a_steady_round_writes_and_serializes_nothing_while_the_stored_ranks_are
     kube.stored = {**kube.stored, "ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}}
     round_()  # someone else wrote them per rank: grouped again
     assert kube.calls.count("patch_status") == 2 and kube.status["ranks"]["worker-0-1"] == {"podSeen": True}
+
+
+class VersionedKube(FakeKube):
+    """A FakeKube whose job has resourceVersions, its status written by merge patch (answered with the job),
+    and whose pods run or not as `running` says."""
+
+    def __init__(self) -> None:
+        super().__init__(service_exists=True)
+        self.version, self.running = 1, False
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        job = await super().get_job(namespace, name)
+        job["metadata"]["resourceVersion"] = str(self.version)
+        return job
+
+    async def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        pods = await super().list_pods(namespace, job)
+        for p in pods:
+            p["status"]["phase"] = "Running" if self.running else "Pending"
+        return pods
+
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any] | None:
+        await super().patch_status(namespace, name, status, resource_version)
+        self.stored, self.version = merge(self.stored, status), self.version + 1
+        return await self.get_job(namespace, name)
+
+
+def test_a_round_compares_its_status_with_the_one_it_wrote_last_not_the_one_read_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the job read is the version this process's last status write made, a round that changed the status
+    encodes only its own (status.ranks grouped: a 10,000-rank job's round pays that once, not twice); a status
+    someone else wrote since is encoded from what was read."""
+    kube = VersionedKube()
+    r = Reconciler(kube, emit=lambda *_: None)
+    encoded: list[int] = []
+    real = reconciler_module.status_json
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        encoded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reconciler_module, "status_json", counted)
+
+    def round_(fresh: bool = False) -> None:
+        encoded.clear()
+
+        async def main() -> None:
+            await r.round("ns", "j", fresh)
+            r.queue.close()
+
+        asyncio.run(main())
+
+    round_(fresh=True)
+    assert kube.calls.count("patch_status") == 1
+    kube.running = True
+    round_()  # the pods run: the counts change, compared with what the last write left
+    assert kube.calls.count("patch_status") == 2 and kube.status["replicaStatuses"]["worker"]["active"] == 2
+    assert len(encoded) == 1
+    kube.stored = {**kube.stored, "workers": "9/2"}  # someone else's write, a newer version
+    kube.version += 1
+    r.jobs[("ns", "j")].body = None  # as its watch event would bring it
+    round_()
+    assert kube.calls.count("patch_status") == 3 and kube.status["workers"] == "2/2"
+    assert len(encoded) == 2  # the status read, encoded to compare
+
+
+def test_the_status_encoding_counts_in_the_rounds_cost_that_sets_its_pod_events_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large job's round spends as much encoding its status as planning: the window its pod events share grows
+    with both (the plan of two ranks costs next to nothing here; the encoding is made to take 0.05 s)."""
+    kube = VersionedKube()
+    r = Reconciler(kube, emit=lambda *_: None)
+    real = reconciler_module.status_json
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reconciler_module, "status_json", slow)
+
+    async def main() -> None:
+        await r.round("ns", "j", True)
+        r.queue.close()
+
+    asyncio.run(main())
+    assert kube.calls.count("patch_status") == 1
+    assert r.pod_events_window("ns", "j") >= PLAN_SHARE * 0.05
 
 
 def test_a_jobs_pods_are_searched_for_an_earlier_jobs_leftovers_until_found_free_and_on_fresh_rounds(
