@@ -502,6 +502,19 @@ def test_a_large_jobs_pod_events_wait_longer_to_share_a_round(round_seconds: flo
     r.queue.close()
 
 
+def count_status_encodings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one with each status encoding (reconciler.status_json) from now on."""
+    calls: list[int] = []
+    real = reconciler_module.status_json
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reconciler_module, "status_json", counted)
+    return calls
+
+
 def test_a_steady_round_writes_and_serializes_nothing_while_the_stored_ranks_are_as_last_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -509,14 +522,7 @@ def test_a_steady_round_writes_and_serializes_nothing_while_the_stored_ranks_are
     last found it, such a round does not even serialize the status (a 10,000-rank job's status costs that much)."""
     kube = FakeKube(service_exists=True)
     r = Reconciler(kube, emit=lambda *_: None)
-    serialized: list[int] = []
-    real = reconciler_module.status_json
-
-    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        serialized.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(reconciler_module, "status_json", counted)
+    serialized = count_status_encodings(monkeypatch)
 
     def round_() -> None:
         async def main() -> None:
@@ -573,14 +579,7 @@ def test_a_round_compares_its_status_with_the_one_it_wrote_last_not_the_one_read
     someone else wrote since is encoded from what was read."""
     kube = VersionedKube()
     r = Reconciler(kube, emit=lambda *_: None)
-    encoded: list[int] = []
-    real = reconciler_module.status_json
-
-    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        encoded.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(reconciler_module, "status_json", counted)
+    encoded = count_status_encodings(monkeypatch)
 
     def round_(fresh: bool = False) -> None:
         encoded.clear()
