@@ -120,7 +120,7 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 bench-scale: dev-cluster ## one job of 1,000 to 10,000 workers, 1,000 jobs of 8: cost against n (about 3 hours)
 	@bash bench/peer/build-training-operator.sh
 	@$(PY) -m bench.round_cost_bench
-	@$(PY) -m bench.scale_bench
+	@$(PY) -m bench.scale_bench --gang-backend gates
 	@$(PY) -m bench.report
 
 bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble

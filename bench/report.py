@@ -495,11 +495,17 @@ def _judged(mine: list[dict[str, Any]], vs: Interval | None, goals: list[tuple[s
 
 SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("control-plane", "Control plane: Ringleader vs Kubeflow's training-operator", "make bench-cluster", control_plane),
-    ("scale", "Scale: one job of thousands of ranks, and a thousand small jobs", "make bench-scale", scale),
     (
         "scale-gates",
-        "Scale with the operator's own gate (the gang backend of clusters that do not serve the Workload API)",
-        "python -m bench.scale_bench --gang-backend gates",
+        "Scale: one job of thousands of ranks, and a thousand small jobs (the operator's own gang gate, as on "
+        "clusters that do not serve the Workload API)",
+        "make bench-scale",
+        scale,
+    ),
+    (
+        "scale",
+        "Scale with the Workload API gang backend (the default, auto, on the dev cluster, which serves it)",
+        "python -m bench.scale_bench",
         scale,
     ),
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),

@@ -26,8 +26,8 @@ stopped part way keeps the runs it finished), which keeps its runs of the points
 --fresh); `bench/report.py` turns them into BENCHMARKS.md's table with intervals and verdicts. `--gang-backend`
 runs Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, a
 section of the report of its own, so run the floor beside it): the dev cluster serves Kubernetes' Workload API,
-which the operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate.
-Nothing is asserted.
+which the operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate:
+`make bench-scale` measures that one (`--gang-backend gates`). Nothing is asserted.
 """
 
 from __future__ import annotations

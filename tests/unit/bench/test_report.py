@@ -363,6 +363,6 @@ def test_the_gate_backends_runs_have_their_own_section_judged_as_ringleaders() -
         {**r, "subject": "ringleader/gates"} if r["subject"] == "ringleader" else r for r in result["runs"]
     ]
     text = report.render({"scale-gates": result})
-    section = text.split("## Scale with the operator's own gate", 1)[1]
+    section = text.split("## Scale: one job of thousands of ranks", 1)[1].split("\n## ", 1)[0]
     assert "| 1 x 2000 | ringleader/gates |" in section
     assert "Goals of issue 29 at one job of 2000 workers" in section and "**met**" in section
