@@ -69,13 +69,13 @@ NUDGE_SECONDS = 0.2  # after room is freed, waiting jobs look again this soon
 POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round (at least; see below)
 # A round reads and plans over a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.03 s
 # here, and more to encode a changed status): its pod events share a window of PLAN_SHARE times its last round's
-# reading, plan and status encoding (at most MAX_EVENTS_SECONDS; the encoding counts too: a fifth of the rounds of a
-# 5,000-rank start), so the rounds that bound and started pods bring cost the operator at most about 1/PLAN_SHARE of
-# a core per job, whatever its size, and each round takes in more events the larger the job: per event, a start costs
-# about the same at 1,000 ranks as at 10,000. At 10 (a tenth of a core), a 10,000-rank start's rounds ran at the 0.5
-# s floor for as long as the cluster took to run its pods, and the operator's CPU per pod grew with the job; at 40
-# its counts in status lag by about 1.2 to 2 s at 10,000 ranks, and the window stays at POD_EVENTS_SECONDS below
-# about 2,000 (rounds under 12.5 ms). A pod that ends or goes gets a round at once.
+# reading, plan and status encoding (at most MAX_EVENTS_SECONDS; the encoding counts too: about a fifth of a round's
+# time in a 5,000-rank start), so the rounds that bound and started pods bring cost the operator at most about
+# 1/PLAN_SHARE of a core per job, whatever its size, and each round takes in more events the larger the job: per
+# event, a start costs about the same at 1,000 ranks as at 10,000. At 10 (a tenth of a core), a 10,000-rank start's
+# rounds ran at the 0.5 s floor for as long as the cluster took to run its pods, and the operator's CPU per pod grew
+# with the job; at 40 its counts in status lag by about 1.2 to 2 s at 10,000 ranks, and the window stays at
+# POD_EVENTS_SECONDS below about 2,000 (rounds under 12.5 ms). A pod that ends or goes gets a round at once.
 PLAN_SHARE = 40.0
 MAX_EVENTS_SECONDS = 5.0
 # How often the resync reads a job's pods and Service from the API server rather than the cache. Each such
@@ -597,7 +597,9 @@ class Reconciler:
             if written is not None and record is not None:
                 record.saw(written)  # the next round reads it, not the version its watch event replaces
                 record.ranks_stored = ((written.get("status") or {}).get("ranks")) or {}
-                record.status_written = (str((written.get("metadata") or {}).get("resourceVersion")), whole)
+                written_version = str((written.get("metadata") or {}).get("resourceVersion"))
+                # a status written with its progress is not what a round without it encodes: no memo of it
+                record.status_written = None if p.final_progress else (written_version, whole)
         elif record is not None and stored == grouped:
             record.ranks_stored = stored
 
