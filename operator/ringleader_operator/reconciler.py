@@ -149,6 +149,14 @@ def ranks_patch(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
     return patch
 
 
+def dropped_keys(stored: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The top-level status keys the API server holds that the new status leaves out (a start time a suspended
+    job clears, a field an older operator wrote), but not `progress`, the scraper's. Top level only: every field
+    of it that the CRD defaults has a default in the model too, so it is never left out, while nested entries
+    leave out what the API server fills in again (ranks_patch removes those by null, but they are no change)."""
+    return [key for key in stored if key not in new and key != "progress"]
+
+
 def managed_elsewhere(obj: Mapping[str, Any]) -> bool:
     """Whether the job's spec.managedBy names another controller (read from the raw object: such a job's spec is
     that controller's to check)."""
@@ -580,7 +588,8 @@ class Reconciler:
         entries that differ) is not serialized at all while status.ranks is stored as this process last wrote or
         found it (ranks grouped as now: an older operator's per-rank keys are written again, grouped)."""
         record = self.jobs.get((job.namespace, job.name))
-        stored = ((obj.get("status") or {}).get("ranks")) or {}
+        stored_status = obj.get("status") or {}
+        stored = stored_status.get("ranks") or {}
         unchanged = p.status == job.status and not p.final_progress
         if unchanged and record is not None and record.ranks_stored is not None and record.ranks_stored == stored:
             return
@@ -589,10 +598,12 @@ class Reconciler:
             new_status = status_json(p.status, with_progress=p.final_progress)
             grouped = new_status.get("ranks", {})
             gone = stored.keys() - grouped.keys()
-            changed = gone or new_status != _status_read(record, job, version, p.final_progress)
+            dropped = dropped_keys(stored_status, new_status)
+            changed = gone or dropped or new_status != _status_read(record, job, version, p.final_progress)
         if changed:
             whole = dict(new_status)
             new_status["ranks"] = ranks_patch(stored, grouped)
+            new_status |= dict.fromkeys(dropped)  # removed by null: a merge patch keeps what it does not name
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and record is not None:
                 record.saw(written)  # the next round reads it, not the version its watch event replaces

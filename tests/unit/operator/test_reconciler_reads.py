@@ -240,6 +240,40 @@ def test_an_older_operators_per_rank_entries_are_rewritten_as_one_group_and_remo
     assert kube.status["ranks"] == {"worker-0-1": {"podSeen": True}, "worker-0": None, "worker-1": None}
 
 
+def test_a_status_key_the_new_status_leaves_out_is_removed_by_null_once_and_progress_is_left_alone() -> None:
+    """A key the API server holds and the round's status no longer has (here one an older operator wrote) is
+    named null in the write, so it goes; the scraper's progress is not the round's to remove; and once the key is
+    gone the next round writes nothing (no write each round for a key that stays)."""
+    kube = FakeKube(service_exists=True)
+    kube.stored = {"retiredField": {"a": 1}, "progress": {"step": 7}}
+    r = Reconciler(kube, emit=lambda *_: None)
+
+    async def main() -> None:
+        await r.round("ns", "j", True)  # fresh: the job as kube.stored holds it
+        assert kube.status["retiredField"] is None and "progress" not in kube.status
+        kube.stored = merge(kube.stored, kube.status)
+        assert "retiredField" not in kube.stored and kube.stored["progress"] == {"step": 7}
+        kube.calls.clear()
+        await r.round("ns", "j", True)
+        assert "patch_status" not in kube.calls, kube.calls
+        r.queue.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("stored", "new", "dropped"),
+    [
+        ({"startTime": "t", "phase": "Suspended"}, {"phase": "Suspended"}, ["startTime"]),  # suspend clears it
+        ({"progress": {"step": 1}, "phase": "Running"}, {"phase": "Running"}, []),  # the scraper's
+        ({"ranks": {"worker-0": {}}}, {"ranks": {}}, []),  # ranks: entries removed by ranks_patch
+    ],
+    ids=["cleared", "progress-kept", "ranks-present"],
+)
+def test_dropped_keys(stored: dict[str, Any], new: dict[str, Any], dropped: list[str]) -> None:
+    assert reconciler_module.dropped_keys(stored, new) == dropped
+
+
 def merge(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch, as the API server applies one to status (null removes a key)."""
     if not isinstance(patch, dict):
