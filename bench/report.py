@@ -436,6 +436,9 @@ SCALE_COLUMNS = [
 ]  # fmt: skip
 
 
+FLOOR, PEER = "floor", cp.PEER  # the scale benchmark's subjects besides Ringleader's
+
+
 def scale(result: Result) -> list[str]:
     """Per point (jobs x workers) and subject, the medians (min-max) of each figure, all Running against the
     floor's with its 95 % bootstrap interval, the runs that saw a node flap; then issue 29's goals at the largest
@@ -446,7 +449,8 @@ def scale(result: Result) -> list[str]:
     rows, figures = [], {}
     for jobs, workers in points:
         here = [r for r in runs if (r["jobs"], r["workers"]) == (jobs, workers)]
-        floor = [r["running_s"] for r in here if r["subject"] == "floor"]
+        floor = [r["running_s"] for r in here if r["subject"] == FLOOR]
+        peer = [r for r in here if r["subject"] == PEER]
         for subject in subjects:
             mine = [r for r in here if r["subject"] == subject]
             if not mine:
@@ -455,13 +459,15 @@ def scale(result: Result) -> list[str]:
             for key, _, fmt in SCALE_COLUMNS:
                 values = [r[key] / (1024 if key.endswith("_bytes") else 1) for r in mine if key in r]
                 cells.append(spread(values).text(fmt) if values else "")
-            vs = ratio_interval([r["running_s"] for r in mine], floor) if subject != "floor" else None
+            vs = ratio_interval([r["running_s"] for r in mine], floor) if subject != FLOOR else None
             cells.append(f"{vs.text('{:.2f}', 'x')} {time_verdict(vs)}" if vs else "")
+            cells.append(_against_peer(mine, peer) if subject not in (FLOOR, PEER) else "")
             cells.append(str(sum(r.get("node_flaps", 0) for r in mine)))
             rows.append(cells)
             if subject.split("/")[0] == "ringleader":  # ringleader/gates: the gate backend's file
                 figures[(jobs, workers)] = (mine, vs)
-    head = ["point", "subject", "runs", *(title for _, title, _ in SCALE_COLUMNS), "Running vs floor", "node flaps"]
+    head = ["point", "subject", "runs", *(title for _, title, _ in SCALE_COLUMNS), "Running vs floor",
+            "vs training-operator: Running; CPU a pod", "node flaps"]  # fmt: skip
     reps = "the runs of each row in its `runs` column, the subjects of a point in rotating order; median (min-max)"
     out = [provenance(result, reps), "", "Settings (printed by the benchmark before its runs):", ""]
     out += [f"- {line}" for line in result.get("settings", [])]
@@ -471,10 +477,36 @@ def scale(result: Result) -> list[str]:
         largest = max(single, key=lambda p: p[1])
         out += ["", f"Goals of issue 29 at one job of {largest[1]} workers (judged on the range of the runs):", ""]
         out += _judged(*figures[largest], SCALE_GOALS)
+        out += _flatness(figures, single)
     for jobs, workers in (p for p in figures if p[0] > 1):
         out += ["", f"Goals of issue 29 at {jobs} jobs of {workers} workers:", ""]
         out += _judged(*figures[(jobs, workers)], [g for g in SCALE_GOALS if "idle" in g[0]])
     return out
+
+
+def _against_peer(mine: list[dict[str, Any]], peer: list[dict[str, Any]]) -> str:
+    """The subject's all Running and CPU a pod against the training-operator's at the same point: ratios with
+    their intervals and verdicts (lower is better for both)."""
+    parts = []
+    for key in ("running_s", "cpu_ms_per_pod"):
+        vs = ratio_interval([r[key] for r in mine if key in r], [r[key] for r in peer if key in r])
+        parts.append(f"{vs.text('{:.2f}', 'x')} {time_verdict(vs)}" if vs else "")
+    return "; ".join(parts) if any(parts) else ""
+
+
+def _flatness(figures: dict[tuple[int, int], Any], single: list[tuple[int, int]]) -> list[str]:
+    """Whether the operator's CPU a pod stays flat in n: its ratio at the largest one-job point to the smallest,
+    flat when the interval reaches 1 or below (a cost linear in n, or less), growing when it lies above 1."""
+    if len(single) < 2:
+        return []
+    small, large = min(single, key=lambda p: p[1]), max(single, key=lambda p: p[1])
+    cpu = [[r["cpu_ms_per_pod"] for r in figures[p][0] if "cpu_ms_per_pod" in r] for p in (large, small)]
+    vs = ratio_interval(cpu[0], cpu[1])
+    if vs is None:
+        return []
+    verdict = "grows with n" if vs.lo > 1 else "flat"
+    return [f"- operator CPU a pod at {large[1]} workers against at {small[1]}: {vs.text('{:.3g}', 'x')}: "
+            f"**{verdict}**"]  # fmt: skip
 
 
 def _judged(mine: list[dict[str, Any]], vs: Interval | None, goals: list[tuple[str, float, str]]) -> list[str]:

@@ -97,7 +97,22 @@ SCALE_PANELS = [
     ("cpu_ms_per_pod", "operator CPU to Running (ms a pod)"),
     ("idle_cpu_s_per_min", "idle CPU (s a minute)"),
     ("peak_rss_mb", "peak RSS (MB)"),
+    ("cluster_cpu_ms_per_pod", "control plane CPU in the run (ms a pod)"),
+    ("object_kb", "job object (KB)"),
 ]
+
+
+def scale_figure(run: Result, key: str) -> float | None:
+    """A run's figure `key`, with the two the plot derives: the control plane's CPU (API server, etcd, scheduler,
+    controller manager, kwok) per pod of the run, and the object's size in KB."""
+    if key == "cluster_cpu_ms_per_pod":
+        cpu = run.get("cluster_cpu_s")
+        return None if cpu is None else 1000.0 * cpu / (run["jobs"] * run["workers"])
+    if key == "object_kb":
+        size = run.get("object_bytes")
+        return None if size is None else size / 1024
+    value = run.get(key)
+    return None if value is None else float(value)
 
 
 def plot_scale(result: Result, path: Path) -> None:
@@ -106,13 +121,14 @@ def plot_scale(result: Result, path: Path) -> None:
     runs = [r for r in result.get("runs", []) if r["jobs"] == 1]
     if not runs:
         return
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), squeeze=False)
+    fig, axes = plt.subplots(3, 2, figsize=(10, 11), squeeze=False)
     for ax, (key, label) in zip(axes.flat, SCALE_PANELS, strict=True):
         for subject in dict.fromkeys(r["subject"] for r in runs):
             by_n: dict[int, list[float]] = {}
             for r in runs:
-                if r["subject"] == subject and key in r:
-                    by_n.setdefault(r["workers"], []).append(float(r[key]))
+                value = scale_figure(r, key) if r["subject"] == subject else None
+                if value is not None:
+                    by_n.setdefault(r["workers"], []).append(value)
             if not by_n:
                 continue
             ns = sorted(by_n)
@@ -126,6 +142,7 @@ def plot_scale(result: Result, path: Path) -> None:
 
 
 PLOTTERS: dict[str, Callable[[Result, Path], None]] = {
+    "scale-gates": plot_scale,
     "scale": plot_scale,
     "control-plane": plot_control_plane,
     "allreduce": plot_allreduce,

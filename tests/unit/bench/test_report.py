@@ -317,8 +317,8 @@ def scale_result(ringleader_running: float, idle: float) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("running", "idle", "verdicts"),
     [
-        (1.05, 0.1, ["met", "met", "met", "met", "met"]),
-        (1.5, 2.0, ["met", "missed", "missed", "met", "met"]),
+        (1.05, 0.1, ["met", "met", "met", "met", "met", "flat"]),
+        (1.5, 2.0, ["met", "missed", "missed", "met", "met", "flat"]),
     ],
 )
 def test_scale_goals_are_judged_at_the_largest_point(running: float, idle: float, verdicts: list[str]) -> None:
@@ -328,6 +328,27 @@ def test_scale_goals_are_judged_at_the_largest_point(running: float, idle: float
     assert any(line.startswith("Goals of issue 29 at one job of 2000 workers") for line in lines)
     flapped = [line for line in lines if line.startswith("| 1 x 2000 | ringleader |")]
     assert flapped and flapped[0].rstrip(" |").endswith("1"), flapped  # the run that saw a flap is counted
+
+
+def test_cpu_a_pod_is_judged_flat_or_growing_from_the_smallest_to_the_largest_point() -> None:
+    result = scale_result(1.05, 0.1)
+    growing = [{**r, "cpu_ms_per_pod": 3.0 + 0.1 * r["rep"]} if r["workers"] == 2000 and "cpu_ms_per_pod" in r else r
+               for r in result["runs"]]  # fmt: skip
+    for runs, verdict in ((result["runs"], "flat"), (growing, "grows with n")):
+        lines = report.scale({**result, "runs": runs})
+        line = next(x for x in lines if x.startswith("- operator CPU a pod at 2000 workers against at 1000"))
+        assert line.endswith(f"**{verdict}**"), line
+
+
+def test_ringleader_is_set_against_the_training_operator_at_each_point() -> None:
+    result = scale_result(1.05, 0.1)
+    peer = [{**r, "subject": "training-operator", "running_s": r["running_s"] * 2, "cpu_ms_per_pod": 2.0 * 0.8}
+            for r in result["runs"] if r["subject"] == "ringleader"]  # fmt: skip
+    lines = report.scale({**result, "runs": result["runs"] + peer})
+    row = next(x for x in lines if x.startswith("| 1 x 1000 | ringleader |"))
+    assert "0.50x (0.48-0.52x) faster; 1.25x (1.25-1.25x) slower" in row, row
+    peer_row = next(x for x in lines if x.startswith("| 1 x 1000 | training-operator |"))
+    assert "faster;" not in peer_row and "slower;" not in peer_row
 
 
 def test_the_scale_plot_draws_each_figure_against_n(tmp_path: Path) -> None:
