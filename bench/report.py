@@ -535,6 +535,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         scale,
     ),
     (
+        "scale-gates-others",
+        "Scale beside pods of other workloads (the operators cache every pod of the cluster; own gang gate)",
+        "python -m bench.scale_bench --gang-backend gates --other-pods 20000",
+        scale,
+    ),
+    (
         "scale",
         "Scale with the Workload API gang backend (the default, auto, on the dev cluster, which serves it)",
         "python -m bench.scale_bench",

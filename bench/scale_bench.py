@@ -3,6 +3,7 @@
     python -m bench.scale_bench [--workers 1000 2000 5000 10000] [--small-jobs 1000] [--reps 3]
                                 [--subjects floor ringleader training-operator] [--idle 60] [--late-idle 300]
                                 [--fresh] [--profile] [--operator-tree PATH] [--gang-backend gates]
+                                [--other-pods 20000]
 
 On the dev cluster's kwok fake nodes (sized to hold the largest point; kwok runs nothing, so a pod is Running as
 soon as it is bound), at matched client budgets (bench/control_plane_plan.py's "matched": both operators and
@@ -27,7 +28,9 @@ stopped part way keeps the runs it finished), which keeps its runs of the points
 runs Ringleader's operator with that backend (subject `ringleader/<backend>`; results in scale-<backend>.json, a
 section of the report of its own, so run the floor beside it): the dev cluster serves Kubernetes' Workload API,
 which the operator's default (auto) uses, while most clusters do not serve it and get the operator's own gate:
-`make bench-scale` measures that one (`--gang-backend gates`). Nothing is asserted.
+`make bench-scale` measures that one (`--gang-backend gates`). `--other-pods N` keeps N pods of another workload
+Running beside every run (results in a `-others` file of their own, a report section of its own): both operators
+cache every pod of the cluster. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -184,6 +187,34 @@ def floor_run(
     return out
 
 
+class OtherPods:
+    """`count` pods of another workload (no job's, in a namespace of their own, Running on the kwok nodes) that
+    stay for the whole invocation: both operators watch pods cluster-wide, so these are in their caches too
+    (issue 29: memory linear in pods, the same beside 20,000 pods of other workloads)."""
+
+    def __init__(self, core: client.CoreV1Api, count: int) -> None:
+        self.core, self.count, self.ns = core, count, new_namespace(core, "bench-other")
+        print(f"[bench] creating {count} pods of another workload in {self.ns}", flush=True)
+        running = cpb.PodWatch(core, self.ns, count)
+        create = RawCreates(core.api_client)
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+
+        def body(i: int) -> bytes:
+            meta = {"name": f"other-{i}", "labels": {"app": "other"}}
+            return orjson.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": cpb.FAKE_POD})
+
+        with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
+            list(pool.map(lambda i: create(path, body(i)), range(count)))
+        running.wait(1800)
+        if running.running_at is None:
+            raise SystemExit(f"bench: {len(running.running)} of {count} other pods Running after 30 min")
+        print(f"[bench] {count} pods of another workload Running", flush=True)
+
+    def remove(self) -> None:
+        print(f"[bench] deleting the {self.count} other pods (minutes)", flush=True)
+        delete_namespace(self.core, self.ns, timeout=1800)
+
+
 def at_running(
     custom: client.CustomObjectsApi, subject: Subject, idle_s: float, late_s: float, profile: Profile | None = None
 ) -> Any:
@@ -300,6 +331,10 @@ def parse_args() -> argparse.Namespace:
         "auto: the Workload API where served, as on the dev cluster); its runs are the subject ringleader/<backend>",
     )  # fmt: skip
     p.add_argument(
+        "--other-pods", type=int, default=0, help="pods of another workload Running beside every run (both "
+        "operators cache pods cluster-wide); results in scale[-backend]-others.json",
+    )  # fmt: skip
+    p.add_argument(
         "--operator-tree", type=Path, help="another checkout's operator and CRD (an earlier commit: its results go "
         "to scale-<commit>.json, not into BENCHMARKS.md)",
     )  # fmt: skip
@@ -343,6 +378,8 @@ def provenance(args: argparse.Namespace) -> tuple[str, Path, str]:
         commit, result = f"{other} (the operator; the benchmark at {commit})", f"{RESULT.stem}-{other}"
     if args.gang_backend:
         result = f"{result}-{args.gang_backend}"
+    if args.other_pods:
+        result = f"{result}-others"
     return commit, tree, result
 
 
@@ -361,7 +398,33 @@ def settings_lines(args: argparse.Namespace, commit: str, points: list[tuple[int
         "operator creates pods), no operator",
         f"idle CPU measured over {args.idle:g} s after all Running (and {cpb.SETTLE_S:g} s of settling)"
         + (late if args.late_idle else ""),
-    ]
+        *([f"{args.other_pods} pods of another workload Running in a namespace of their own through every run "
+           "(both operators cache pods cluster-wide)"] if args.other_pods else []),
+    ]  # fmt: skip
+
+
+def operator_run(
+    args: argparse.Namespace,
+    subject: Subject,
+    name: str,
+    point: tuple[int, int],
+    profile: Profile | None,
+    kube: tuple[client.CoreV1Api, client.CustomObjectsApi],
+    layout: Layout,
+) -> dict[str, Any]:
+    """One run of the operator `subject` (named `name`) at `point` (jobs, workers); `profile`: py-spy's, for
+    Ringleader's operator only."""
+    (jobs, workers), (core, custom) = point, kube
+    if profile is not None and name == plan.RINGLEADER:
+        subject = profile.profiled(subject)
+    else:
+        profile = None
+    measure = at_running(custom, subject, args.idle, args.late_idle, profile)
+    flags = [*CONFIG.args[name], *operator_flags(name, args.gang_backend)]
+    r = cpb.run(subject, flags, core, custom, layout, jobs, workers, measure)
+    r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
+    r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
+    return r
 
 
 def main() -> None:
@@ -372,7 +435,7 @@ def main() -> None:
     operatorprocess.operator_down()  # one operator acts on TrainingJobs at a time
     points = [(1, w) for w in args.workers] + ([(args.small_jobs, 8)] if args.small_jobs else [])
     largest = max(jobs * workers for jobs, workers in points)
-    nodes = math.ceil(largest / PODS_PER_NODE) + 1
+    nodes = math.ceil((largest + args.other_pods) / PODS_PER_NODE) + 1
     commit, tree, result = provenance(args)
     settings = settings_lines(args, commit, points, nodes)
     for line in settings:
@@ -392,21 +455,15 @@ def main() -> None:
         write_result(result, {"settings": settings + earlier, "reps": args.reps, "idle_s": args.idle,
                               "late_idle_s": args.late_idle, "runs": runs})  # fmt: skip
 
+    others = OtherPods(core, args.other_pods) if args.other_pods else None
     try:
         for i, (jobs, workers, name, rep) in enumerate(order):
             flaps = NodeFlaps(core)
             if name == FLOOR:
                 r = floor_run(core, custom, layout, jobs, workers)
             else:
-                s, profile = subjects[name], None
-                if args.profile and name == plan.RINGLEADER:
-                    profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}")
-                    s = profile.profiled(s)
-                measure = at_running(custom, s, args.idle, args.late_idle, profile)
-                flags = [*CONFIG.args[name], *operator_flags(name, args.gang_backend)]
-                r = cpb.run(s, flags, core, custom, layout, jobs, workers, measure)
-                r["cpu_ms_per_pod"] = r["cpu_running_s"] * 1000 / (jobs * workers)
-                r["requests_per_pod"] = r["requests"]["total"] / (jobs * workers)
+                profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}") if args.profile else None
+                r = operator_run(args, subjects[name], name, (jobs, workers), profile, (core, custom), layout)
             r |= flaps.stop()
             if r["node_flaps"]:
                 print(f"[bench] WARNING: {r['node_flaps']} times a node turned not Ready during this run "
@@ -419,6 +476,7 @@ def main() -> None:
                     "workers": workers,
                     "rep": rep,
                     "commit": commit,
+                    **({"other_pods": args.other_pods} if args.other_pods else {}),
                 }
             )
             shown = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float | int) and k != "jobs")
@@ -426,6 +484,8 @@ def main() -> None:
             save()  # after every run: a bench stopped hours in keeps what it measured
     finally:
         save()  # a control plane that gave way mid-run must not lose the runs before it
+        if others is not None:
+            others.remove()
         controlplane.set_scheduler_budget(layout, None, None)
         controlplane.set_controller_manager_lease(layout, False)
         controlplane.scale_fake_nodes(layout, 0)

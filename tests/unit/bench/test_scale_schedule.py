@@ -55,9 +55,11 @@ def test_a_chosen_gang_backend_is_ringleaders_alone_and_a_subject_of_its_own(
 
 
 @pytest.mark.parametrize(
-    ("backend", "stem"),
-    [(None, "scale"), ("gates", "scale-gates")],
+    ("backend", "others", "stem"),
+    [(None, 0, "scale"), ("gates", 0, "scale-gates"), ("gates", 20000, "scale-gates-others")],
 )
-def test_another_gang_backends_runs_go_to_a_file_the_report_leaves_out(backend: str | None, stem: str) -> None:
-    args = argparse.Namespace(operator_tree=None, gang_backend=backend)
+def test_another_gang_backends_runs_and_runs_beside_other_pods_go_to_files_of_their_own(
+    backend: str | None, others: int, stem: str
+) -> None:
+    args = argparse.Namespace(operator_tree=None, gang_backend=backend, other_pods=others)
     assert provenance(args)[2] == stem
