@@ -43,6 +43,7 @@ TIMEOUT_SECONDS = 300  # how long the API server keeps a watch open (it then end
 CLIENT_TIMEOUT = 330  # seconds a list page or a watch may take in all, on our side
 ERROR_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, 30)  # seconds before each retry after a failure; the last repeats
 GONE = 410
+ERROR_BYTES = 500  # of an error answer's body, read into the exception (the rest is never read)
 QUICK_END_SECONDS = 1.0  # a watch ended this soon with no event counts as a failure (no loop of requests)
 
 PodSeen = Callable[[str, Pod], None]  # (ADDED, MODIFIED or DELETED; the pod's digest)
@@ -197,8 +198,8 @@ class PodWatch:
         else:
             response = await self.core.list_namespaced_pod(namespace, **kw)
         if not 200 <= response.status <= 299:
-            async with response:
-                text = (await response.read())[:500].decode("utf-8", errors="replace")
+            async with response:  # a bounded read: an answer of any size costs at most ERROR_BYTES
+                text = (await response.content.read(ERROR_BYTES)).decode("utf-8", errors="replace")
             raise ApiException(status=response.status, reason=text)
         return response  # type: ignore[no-any-return]
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from ringleader_api import LABEL_INDEX, LABEL_JOB, LABEL_ROLE
+from ringleader_operator import podwatch
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.podcache import PodCache, PodIndexes
 from ringleader_operator.podwatch import Gone, PodWatch, watch_events
@@ -110,13 +111,14 @@ class Response:
 
     def __init__(self, status: int = 200, body: dict[str, Any] | None = None, events: list[Any] = ()) -> None:  # type: ignore[assignment]
         self.status, self.body, self.events = status, body, list(events)
+        self.reads: list[int] = []  # the sizes content.read was asked for
 
     async def read(self) -> bytes:
         return json.dumps(self.body).encode()
 
     @property
-    def content(self) -> AsyncIterator[bytes]:
-        return self._lines()
+    def content(self) -> Content:
+        return Content(self)
 
     async def _lines(self) -> AsyncIterator[bytes]:
         for e in self.events:
@@ -129,6 +131,21 @@ class Response:
 
     async def __aexit__(self, *_: Any) -> None:
         return None
+
+
+class Content:
+    """aiohttp's response.content: its lines, or up to n bytes of the body (the sizes asked are recorded)."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.response._lines()
+
+    async def read(self, n: int = -1) -> bytes:
+        self.response.reads.append(n)
+        body = await self.response.read()
+        return body if n < 0 else body[:n]
 
 
 def listing(version: str, pods: list[dict[str, Any]], token: str = "") -> Response:
@@ -168,6 +185,16 @@ def scripted(script: list[Response]) -> tuple[PodWatch, ScriptedCore]:
 def run_until_idle(watch: PodWatch) -> None:
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(watch.stream(None))
+
+
+def test_an_error_answer_is_read_only_as_far_as_its_message_goes() -> None:
+    """A list answered with an error of any size: at most ERROR_BYTES of it are read, into the exception."""
+    huge = Response(status=500, body={"message": "x" * 10_000_000})
+    watch, _ = scripted([huge])
+    with pytest.raises(ApiException) as err:
+        asyncio.run(watch._get(None, "list", {}))
+    assert err.value.status == 500 and len(err.value.reason or "") == podwatch.ERROR_BYTES
+    assert huge.reads == [podwatch.ERROR_BYTES]
 
 
 def test_the_stream_lists_watches_relists_on_gone_and_backs_off_on_failures() -> None:
