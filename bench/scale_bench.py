@@ -13,6 +13,8 @@ point and subject, interleaved in an order that rotates by repetition:
 - floor: the same objects created by a plain client (32 at once), no operator: the TrainingJobs, then the
   Secrets, Services and pods Ringleader's operator makes for them, built by its code: how fast this cluster can
   make and run those pods at all;
+- floor/worker-0-named (only when asked for in --subjects): the floor with the headless Service selecting worker
+  0 alone, not every rank: what the control plane spends on a Service over every pod;
 - ringleader: one TrainingJob of n workers (this checkout's operator, a fresh process per run);
 - training-operator: one PyTorchJob of n workers (Kubeflow's, bench/peer), for comparison.
 
@@ -50,7 +52,7 @@ from typing import Any
 
 import orjson
 from kubernetes import client, config, watch
-from ringleader_api import TrainingJob
+from ringleader_api import Role, TrainingJob
 from ringleader_devcluster import commands, controlplane, operatorprocess
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 from ringleader_operator import admission, builders
@@ -67,6 +69,11 @@ from bench.subjects import Subject, install_crd, kubeflow_training_operator, rin
 
 RESULT = RESULTS / "scale.json"
 FLOOR = "floor"
+# The floor with the headless Service selecting worker 0 alone (the rendezvous address), not every rank: what the
+# control plane spends on a Service over every pod (EndpointSlice and Endpoints syncs each cost the Service's size,
+# and kube-scheduler's default topology spreading counts the pods a Service selects).
+FLOOR_NAMED0 = "floor/worker-0-named"
+FLOORS = (FLOOR, FLOOR_NAMED0)
 PODS_PER_NODE = 110
 CONFIG = plan.CONFIGS["matched"]
 
@@ -115,7 +122,7 @@ def _ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
-def floor_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
+def floor_objects(job: dict[str, Any], all_named: bool = True) -> list[dict[str, Any]]:
     """What Ringleader's operator makes for the stored TrainingJob `job` (its uid set), built by the operator's own
     code: the token Secret, the headless Service, and every pod as a job admitted at once has it (ungated). The
     floor creates these itself, so its pods cost the control plane what the operator's do (their env, owner
@@ -124,7 +131,10 @@ def floor_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
     pods = [builders.build_pod(model, role, index) for role, index in builders.desired_ranks(model)]
     for pod in pods:
         admission.lift_gate(pod)
-    return [build_token_secret(model, secrets.token_hex(32)), build_service(model), *pods]
+    service = build_service(model)
+    if not all_named:  # `all_named` False: the Service selects worker 0 alone (FLOOR_NAMED0)
+        service["spec"]["selector"] = builders.rank_labels(model.name, Role.WORKER, 0)
+    return [build_token_secret(model, secrets.token_hex(32)), service, *pods]
 
 
 class RawCreates:
@@ -150,7 +160,12 @@ FLOOR_PATHS = {"Pod": "pods", "Service": "services", "Secret": "secrets"}
 
 
 def floor_run(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, layout: Layout, jobs: int, workers: int
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    layout: Layout,
+    jobs: int,
+    workers: int,
+    all_named: bool = True,
 ) -> dict[str, Any]:
     """Ringleader's objects for `jobs` jobs of `workers` made by a plain client, no operator running: the
     TrainingJobs (left without status), then their Secrets, Services and pods, as many at once as the operator
@@ -170,7 +185,7 @@ def floor_run(
             "ringleader.dev", "v1alpha1", ns, "trainingjobs", ringleader_job(name, workers, cpb.FAKE_POD),
             _request_timeout=60), names))  # fmt: skip
         bodies = [(f"/api/v1/namespaces/{ns}/{FLOOR_PATHS[o['kind']]}", orjson.dumps(o))
-                  for j in stored for o in floor_objects(j)]  # fmt: skip
+                  for j in stored for o in floor_objects(j, all_named)]  # fmt: skip
         list(pool.map(lambda b: create(*b), bodies))
     pods.wait(1800)
     if pods.running_at is None or pods.created_at is None:
@@ -315,7 +330,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, nargs="*", default=[1000, 2000, 5000, 10000], help="one job of n workers")
     p.add_argument("--small-jobs", type=int, default=1000, help="jobs of 8 workers created together (0: none)")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--subjects", nargs="+", choices=[FLOOR, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
+    p.add_argument("--subjects", nargs="+", choices=[*FLOORS, *plan.OPERATORS], default=[FLOOR, *plan.OPERATORS])
     p.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured after all Running")
     p.add_argument(
         "--late-idle", type=float, default=300.0, help="seconds after the first idle window began that a second "
@@ -356,7 +371,7 @@ def make_subjects(
 ) -> dict[str, Subject]:
     """The operators among `names`, set up (Ringleader's from `tree`)."""
     subjects: dict[str, Subject] = {}
-    if FLOOR in names and plan.RINGLEADER not in names:
+    if any(name in FLOORS for name in names) and plan.RINGLEADER not in names:
         install_crd(layout, core, tree)  # the floor makes TrainingJobs too
     for name in names:
         if name == plan.RINGLEADER:
@@ -459,8 +474,8 @@ def main() -> None:
     try:
         for i, (jobs, workers, name, rep) in enumerate(order):
             flaps = NodeFlaps(core)
-            if name == FLOOR:
-                r = floor_run(core, custom, layout, jobs, workers)
+            if name in FLOORS:
+                r = floor_run(core, custom, layout, jobs, workers, all_named=name == FLOOR)
             else:
                 profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}") if args.profile else None
                 r = operator_run(args, subjects[name], name, (jobs, workers), profile, (core, custom), layout)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from bench.scale_bench import kept_runs, operator_flags, provenance, schedule, subject_label
+from bench import control_plane_bench as cpb
+from bench.scale_bench import floor_objects, kept_runs, operator_flags, provenance, schedule, subject_label
+from bench.subjects import ringleader_job
 
 
 def test_every_subject_runs_every_point_once_per_repetition_and_none_always_first() -> None:
@@ -63,3 +65,15 @@ def test_another_gang_backends_runs_and_runs_beside_other_pods_go_to_files_of_th
 ) -> None:
     args = argparse.Namespace(operator_tree=None, gang_backend=backend, other_pods=others)
     assert provenance(args)[2] == stem
+
+
+@pytest.mark.parametrize(("all_named", "selected"), [(True, 4), (False, 1)])
+def test_the_floors_service_selects_every_rank_or_worker_0_alone(all_named: bool, selected: int) -> None:
+    job = ringleader_job("big", 4, cpb.FAKE_POD)
+    job["metadata"] |= {"namespace": "ns", "uid": "u1"}
+    objects = floor_objects(job, all_named)
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    selector = service["spec"]["selector"].items()
+    assert sum(selector <= p["metadata"]["labels"].items() for p in pods) == selected
+    assert all(p["spec"]["subdomain"] == "big" and "schedulingGates" not in p["spec"] for p in pods)
