@@ -122,8 +122,10 @@ def plot_scale(result: Result, path: Path) -> None:
     if not runs:
         return
     fig, axes = plt.subplots(3, 2, figsize=(10, 11), squeeze=False)
+    subjects = list(dict.fromkeys(r["subject"] for r in runs))
+    colors = {s: f"C{i}" for i, s in enumerate(subjects)}  # a subject's colour is the same in every panel
     for ax, (key, label) in zip(axes.flat, SCALE_PANELS, strict=True):
-        for subject in dict.fromkeys(r["subject"] for r in runs):
+        for subject in subjects:
             by_n: dict[int, list[float]] = {}
             for r in runs:
                 value = scale_figure(r, key) if r["subject"] == subject else None
@@ -135,7 +137,7 @@ def plot_scale(result: Result, path: Path) -> None:
             mids = [statistics.median(by_n[n]) for n in ns]
             err = [[m - min(by_n[n]) for n, m in zip(ns, mids, strict=True)],
                    [max(by_n[n]) - m for n, m in zip(ns, mids, strict=True)]]  # fmt: skip
-            ax.errorbar(ns, mids, yerr=err, marker="o", capsize=3, label=subject)
+            ax.errorbar(ns, mids, yerr=err, marker="o", capsize=3, label=subject, color=colors[subject])
         ax.set(xscale="log", yscale="log", xlabel="workers in one job", ylabel=label, title=label)
         ax.legend()
     save(fig, path)
