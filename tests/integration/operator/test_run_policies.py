@@ -85,6 +85,7 @@ def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspend
     (saved,) = ckpt.complete_steps(directory, ckpt.expected_files(2, 0))  # the stop's, no interval's
     assert 40 <= saved < 100, saved
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
+    assert "startTime" not in job["status"]  # cleared once it ran: removed, not left stored by a merge patch
 
     patch_spec(custom, namespace, "susp", {"runPolicy": {"suspend": False}})
     job = wait_condition(custom, namespace, "susp", "Succeeded", timeout=240)
