@@ -415,6 +415,8 @@ def settings_lines(args: argparse.Namespace, commit: str, points: list[tuple[int
         + (late if args.late_idle else ""),
         *([f"{args.other_pods} pods of another workload Running in a namespace of their own through every run "
            "(both operators cache pods cluster-wide)"] if args.other_pods else []),
+        *(["Ringleader's operator recorded by py-spy (--profile, 100 Hz) from its start: its CPU figures include "
+           "what the sampling costs it"] if args.profile else []),
     ]  # fmt: skip
 
 
