@@ -209,6 +209,10 @@ class OtherPods:
 
     def __init__(self, core: client.CoreV1Api, count: int) -> None:
         self.core, self.count, self.ns = core, count, new_namespace(core, "bench-other")
+
+    def fill(self) -> None:
+        """Create the pods and wait until all run (a failure leaves them to `remove`)."""
+        core, count = self.core, self.count
         print(f"[bench] creating {count} pods of another workload in {self.ns}", flush=True)
         running = cpb.PodWatch(core, self.ns, count)
         create = RawCreates(core.api_client)
@@ -429,13 +433,11 @@ def operator_run(
     kube: tuple[client.CoreV1Api, client.CustomObjectsApi],
     layout: Layout,
 ) -> dict[str, Any]:
-    """One run of the operator `subject` (named `name`) at `point` (jobs, workers); `profile`: py-spy's, for
-    Ringleader's operator only."""
+    """One run of the operator `subject` (named `name`) at `point` (jobs, workers); `profile`: py-spy's record of
+    it, if any."""
     (jobs, workers), (core, custom) = point, kube
-    if profile is not None and name == plan.RINGLEADER:
+    if profile is not None:
         subject = profile.profiled(subject)
-    else:
-        profile = None
     measure = at_running(custom, subject, args.idle, args.late_idle, profile)
     flags = [*CONFIG.args[name], *operator_flags(name, args.gang_backend)]
     r = cpb.run(subject, flags, core, custom, layout, jobs, workers, measure)
@@ -474,12 +476,15 @@ def main() -> None:
 
     others = OtherPods(core, args.other_pods) if args.other_pods else None
     try:
+        if others is not None:
+            others.fill()
         for i, (jobs, workers, name, rep) in enumerate(order):
             flaps = NodeFlaps(core)
             if name in FLOORS:
                 r = floor_run(core, custom, layout, jobs, workers, all_named=name == FLOOR)
             else:
-                profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}") if args.profile else None
+                profiled = args.profile and name == plan.RINGLEADER  # py-spy records Ringleader's operator only
+                profile = Profile(workdir, f"{jobs}x{workers}-{rep + 1}") if profiled else None
                 r = operator_run(args, subjects[name], name, (jobs, workers), profile, (core, custom), layout)
             r |= flaps.stop()
             if r["node_flaps"]:
