@@ -433,7 +433,17 @@ SCALE_COLUMNS = [
     ("late_idle_cpu_s_per_min", "late idle CPU (s/min)", "{:.2f}"),
     ("peak_rss_mb", "peak RSS (MB)", "{:.0f}"), ("object_bytes", "object (KB)", "{:.0f}"),
     ("status_bytes", "status (KB)", "{:.1f}"), ("requests_per_pod", "requests / pod", "{:.2f}"),
+    ("cluster_cpu_s", "control plane CPU (s)", "{:.0f}"),
+    ("cluster_cpu_by_component_s.kube-controller-manager", "of it kube-controller-manager (s)", "{:.0f}"),
 ]  # fmt: skip
+
+
+def scale_figures(runs: list[dict[str, Any]], key: str) -> list[float]:
+    """The runs' values of a SCALE_COLUMNS key (bytes in KB; `a.b`: field b of the run's dict a), of the runs
+    that recorded it."""
+    field, _, part = key.partition(".")
+    values = [r[field].get(part) if part else r[field] for r in runs if field in r]
+    return [v / (1024 if key.endswith("_bytes") else 1) for v in values if v is not None]
 
 
 FLOOR, PEER = "floor", cp.PEER  # the scale benchmark's subjects besides Ringleader's
@@ -457,7 +467,7 @@ def scale(result: Result) -> list[str]:
                 continue
             cells = [f"{jobs} x {workers}", subject, str(len(mine))]
             for key, _, fmt in SCALE_COLUMNS:
-                values = [r[key] / (1024 if key.endswith("_bytes") else 1) for r in mine if key in r]
+                values = scale_figures(mine, key)
                 cells.append(spread(values).text(fmt) if values else "")
             vs = ratio_interval([r["running_s"] for r in mine], floor) if subject != FLOOR else None
             cells.append(f"{vs.text('{:.2f}', 'x')} {time_verdict(vs)}" if vs else "")
@@ -516,7 +526,7 @@ def _judged(mine: list[dict[str, Any]], vs: Interval | None, goals: list[tuple[s
         if key == "running_vs_floor":
             interval = vs
         else:
-            values = [r[key] / (1024 if key.endswith("_bytes") else 1) for r in mine if key in r]
+            values = scale_figures(mine, key)
             interval = spread(values) if values else None
         if interval is None:
             lines.append(f"- {says}: not measured")
@@ -538,6 +548,13 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         "scale-gates-others",
         "Scale beside pods of other workloads (the operators cache every pod of the cluster; own gang gate)",
         "python -m bench.scale_bench --gang-backend gates --other-pods 20000",
+        scale,
+    ),
+    (
+        "scale-services",
+        "Scale: what a headless Service over every rank costs the control plane (the floor against the floor whose "
+        "Service selects worker 0 alone)",
+        "python -m bench.scale_bench --subjects floor floor/worker-0-named --small-jobs 0",
         scale,
     ),
     (

@@ -14,7 +14,8 @@ point and subject, interleaved in an order that rotates by repetition:
   Secrets, Services and pods Ringleader's operator makes for them, built by its code: how fast this cluster can
   make and run those pods at all;
 - floor/worker-0-named (only when asked for in --subjects): the floor with the headless Service selecting worker
-  0 alone, not every rank: what the control plane spends on a Service over every pod;
+  0 alone, not every rank: what the control plane spends on a Service over every pod (results in a `-services`
+  file of their own, a report section of its own);
 - ringleader: one TrainingJob of n workers (this checkout's operator, a fresh process per run);
 - training-operator: one PyTorchJob of n workers (Kubeflow's, bench/peer), for comparison.
 
@@ -389,7 +390,8 @@ def provenance(args: argparse.Namespace) -> tuple[str, Path, str]:
     """The commit the runs are recorded at, the tree the operator runs from, and the result file's stem: another
     checkout's operator (`--operator-tree`) or another gang backend are not the default's figures, so their runs
     go to a file of their own (with their own floor); the report shows scale-gates.json in a section of its own
-    and leaves another checkout's files out."""
+    and leaves another checkout's files out. A run of `floor/worker-0-named` goes to a `-services` file (its
+    own report section), so the main file's floor stays the one of its operators' invocation."""
     commit, tree, result = machine()["commit"], REPO_ROOT, RESULT.stem
     if args.operator_tree is not None:
         tree = args.operator_tree.resolve()
@@ -399,6 +401,8 @@ def provenance(args: argparse.Namespace) -> tuple[str, Path, str]:
         result = f"{result}-{args.gang_backend}"
     if args.other_pods:
         result = f"{result}-others"
+    if FLOOR_NAMED0 in args.subjects:  # a floor of another pod shape: not the floor the operators are set against
+        result = f"{result}-services"
     return commit, tree, result
 
 

@@ -351,6 +351,20 @@ def test_ringleader_is_set_against_the_training_operator_at_each_point() -> None
     assert "faster;" not in peer_row and "slower;" not in peer_row
 
 
+def test_the_scale_table_shows_the_control_planes_cpu_and_kube_controller_managers_share() -> None:
+    result = scale_result(1.05, 0.1)
+    cpu = {"kube-apiserver": 60.0, "kube-controller-manager": 30.0, "kube-scheduler": 10.0}
+    runs = [{**r, "cluster_cpu_s": 100.0 + r["rep"], "cluster_cpu_by_component_s": cpu} if r["subject"] == "floor"
+            else r for r in result["runs"]]  # fmt: skip
+    lines = report.scale({**result, "runs": runs})
+    head = next(x for x in lines if x.startswith("| point |")).split(" | ")
+    floor = next(x for x in lines if x.startswith("| 1 x 1000 | floor |")).split(" | ")
+    mine = next(x for x in lines if x.startswith("| 1 x 1000 | ringleader |")).split(" | ")
+    column = head.index("control plane CPU (s)")
+    assert floor[column : column + 2] == ["101 (100-102)", "30 (30-30)"], floor
+    assert mine[column : column + 2] == ["", ""]  # not recorded: left empty
+
+
 def test_the_scale_plot_draws_each_figure_against_n(tmp_path: Path) -> None:
     from bench.report_plots import plot_scale
 

@@ -57,13 +57,18 @@ def test_a_chosen_gang_backend_is_ringleaders_alone_and_a_subject_of_its_own(
 
 
 @pytest.mark.parametrize(
-    ("backend", "others", "stem"),
-    [(None, 0, "scale"), ("gates", 0, "scale-gates"), ("gates", 20000, "scale-gates-others")],
+    ("backend", "others", "subjects", "stem"),
+    [
+        (None, 0, ["floor", "ringleader"], "scale"),
+        ("gates", 0, ["floor", "ringleader"], "scale-gates"),
+        ("gates", 20000, ["ringleader"], "scale-gates-others"),
+        (None, 0, ["floor", "floor/worker-0-named"], "scale-services"),
+    ],
 )
-def test_another_gang_backends_runs_and_runs_beside_other_pods_go_to_files_of_their_own(
-    backend: str | None, others: int, stem: str
+def test_another_gang_backends_runs_and_runs_beside_other_pods_or_of_another_floor_go_to_files_of_their_own(
+    backend: str | None, others: int, subjects: list[str], stem: str
 ) -> None:
-    args = argparse.Namespace(operator_tree=None, gang_backend=backend, other_pods=others)
+    args = argparse.Namespace(operator_tree=None, gang_backend=backend, other_pods=others, subjects=subjects)
     assert provenance(args)[2] == stem
 
 
