@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import json
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -148,6 +148,26 @@ def kopf_session(info: kopf.ConnectionInfo, watches: int, budget: ClientBudget) 
     )
 
 
+async def each(items: Iterable[T], act: Callable[[T], Awaitable[None]]) -> None:
+    """`act` on every item, CREATE_CONCURRENCY at a time; every item is attempted, then the first KubeError is
+    raised, RejectedObject before the others. Workers take the items in turn: a task per item held 10,000 tasks
+    at once for a large job's round, each with its frame, for nothing; and a gather of such tasks gave up at the
+    first failure while the rest went on unrecorded."""
+    errors: list[KubeError] = []
+    todo = iter(items)
+
+    async def worker() -> None:
+        for item in todo:
+            try:
+                await act(item)
+            except KubeError as e:
+                errors.append(e)
+
+    await asyncio.gather(*(worker() for _ in range(CREATE_CONCURRENCY)))
+    if errors:
+        raise next((e for e in errors if isinstance(e, RejectedObject)), errors[0])
+
+
 class Kube:
     def __init__(
         self,
@@ -261,49 +281,35 @@ class Kube:
     async def create_pods(self, pods: list[dict[str, Any]]) -> int:
         """Create all pods concurrently (bounded). Returns how many were new. Raises the first failure after
         every create has been attempted, RejectedObject before ApiUnavailable."""
-        errors: list[Exception] = []
         created = 0
-        todo = iter(pods)
 
-        # CREATE_CONCURRENCY workers take the pods in turn: a task per pod held 10,000 tasks at once for a large
-        # job's first round, each with its frame, for nothing.
-        async def worker() -> None:
+        async def create(pod: dict[str, Any]) -> None:
             nonlocal created
-            for pod in todo:
-                meta = pod["metadata"]
-                try:
-                    call = self._post(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods", pod)
-                    made = await self._call(f"creating pod {meta['name']}", _json(call), absent=409)
-                    if made is not None:
-                        created += 1
-                        if self.wrote is not None:
-                            self.wrote(made)
-                except (RejectedObject, ApiUnavailable) as e:
-                    errors.append(e)
+            meta = pod["metadata"]
+            call = self._post(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods", pod)
+            made = await self._call(f"creating pod {meta['name']}", _json(call), absent=409)
+            if made is not None:
+                created += 1
+                if self.wrote is not None:
+                    self.wrote(made)
 
-        await asyncio.gather(*(worker() for _ in range(min(CREATE_CONCURRENCY, len(pods)))))
-        if errors:
-            raise next((e for e in errors if isinstance(e, RejectedObject)), errors[0])
+        await each(pods, create)
         return created
 
     async def delete_pods(self, namespace: str, names: list[str], grace_seconds: int | None = None) -> None:
-        """Delete the pods (gone already is fine); `grace_seconds=0` removes them without waiting for a kubelet."""
-        await asyncio.gather(
-            *(
-                self._call(
-                    f"deleting pod {name}",
-                    self.core.delete_namespaced_pod(
-                        name, namespace, grace_period_seconds=grace_seconds, _request_timeout=API_TIMEOUT
-                    ),
-                    absent=404,
-                )
-                for name in names
-            )
-        )
+        """Delete the pods (gone already is fine); `grace_seconds=0` removes them without waiting for a kubelet.
+        Concurrently (bounded); raises the first failure after every delete has been attempted."""
 
-    def _wrote(self, obj: Any) -> None:
-        if self.wrote is not None:
-            self.wrote(self.api.sanitize_for_serialization(obj))
+        async def delete(name: str) -> None:
+            await self._call(
+                f"deleting pod {name}",
+                self.core.delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=grace_seconds, _request_timeout=API_TIMEOUT
+                ),
+                absent=404,
+            )
+
+        await each(names, delete)
 
     async def nodes(self) -> list[dict[str, Any]]:
         nodes = await self._call("listing nodes", self.core.list_node(_request_timeout=API_TIMEOUT))
@@ -324,34 +330,24 @@ class Kube:
         self, namespace: str, names: list[str], pins: dict[str, dict[str, str]] | None = None
     ) -> None:
         """Remove the gang gate from the pods (other gates stay); a pod gone meanwhile is fine. `pins`: labels
-        added to a pod's nodeSelector in the same write (allowed while a pod is gated: a topology domain)."""
+        added to a pod's nodeSelector in the same write (allowed while a pod is gated: a topology domain).
+        Concurrently (bounded); every released pod reaches the overlay, and the first failure is raised after
+        every release has been attempted (one timed-out patch does not leave the others unrecorded)."""
         pins = pins or {}
 
-        def body(name: str) -> dict[str, Any]:
+        async def release(name: str) -> None:
             spec: dict[str, Any] = {"schedulingGates": [{"$patch": "delete", "name": GATE}]}
             if name in pins:
                 spec["nodeSelector"] = pins[name]
-            return {"spec": spec}
+            call = self.core.patch_namespaced_pod(
+                name, namespace, {"spec": spec}, _request_timeout=API_TIMEOUT, _preload_content=False,
+                _content_type="application/strategic-merge-patch+json",
+            )  # fmt: skip
+            made = await self._call(f"releasing pod {name} to the scheduler", _json(call), absent=404)
+            if made is not None and self.wrote is not None:
+                self.wrote(made)
 
-        released = await asyncio.gather(
-            *(
-                self._call(
-                    f"releasing pod {name} to the scheduler",
-                    self.core.patch_namespaced_pod(
-                        name,
-                        namespace,
-                        body(name),
-                        _request_timeout=API_TIMEOUT,
-                        _content_type="application/strategic-merge-patch+json",
-                    ),
-                    absent=404,
-                )
-                for name in names
-            )
-        )
-        for pod in released:
-            if pod is not None:
-                self._wrote(pod)
+        await each(names, release)
 
     async def _create_if_served(self, body: dict[str, Any], missing: KubeError) -> dict[str, Any] | None:
         """Create a namespaced object of an API the cluster may not serve (its plural: the kind's, lower case, plus
