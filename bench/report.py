@@ -422,7 +422,7 @@ def elastic_admission(result: Result) -> list[str]:
 SCALE_GOALS = [
     ("object_bytes", 100.0, "object <= 100 KB"),
     ("idle_cpu_s_per_min", 0.6, "idle <= 0.6 CPU-s a minute (first minute)"),
-    ("late_idle_cpu_s_per_min", 0.6, "idle <= 0.6 CPU-s a minute (late window, the steady state)"),
+    ("late_idle_cpu_s_per_min", 0.6, "idle <= 0.6 CPU-s a minute (late window: when, the settings say)"),
     ("running_vs_floor", 1.15, "all Running <= 1.15x the floor"),
     ("cpu_ms_per_pod", 3.0, "operator CPU to all Running <= 3 ms a pod"),
     ("peak_rss_mb", 250.0, "peak RSS <= 250 MB"),

@@ -388,7 +388,7 @@ def test_the_idle_goal_is_judged_at_the_many_jobs_point_too_in_each_window() -> 
     assert first.startswith("- idle <= 0.6 CPU-s a minute (first minute): 2.5") and first.endswith("**missed**")
     assert late.startswith("- idle <= 0.6 CPU-s a minute (late window") and ": 0.4" in late and late.endswith("**met**")
     one_job = lines.index("Goals of issue 29 at one job of 2000 workers (judged on the range of the runs):")
-    assert lines[one_job + 4] == "- idle <= 0.6 CPU-s a minute (late window, the steady state): not measured"
+    assert lines[one_job + 4] == "- idle <= 0.6 CPU-s a minute (late window: when, the settings say): not measured"
     assert any(line.startswith("Goals of issue 29 at one job of 2000 workers") for line in lines)  # still the largest
 
 
