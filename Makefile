@@ -117,12 +117,13 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.elastic_admission_bench
 	@$(PY) -m bench.report
 
-bench-scale: dev-cluster ## one job of 1,000 to 10,000 workers, 1,000 jobs of 8: cost against n (about 3 hours)
+bench-scale: dev-cluster ## one job of 1,000 to 10,000 workers, 1,000 jobs of 8: cost against n (over 3 hours)
 	@bash bench/peer/build-training-operator.sh
 	@$(PY) -m bench.round_cost_bench
 	@$(PY) -m bench.scale_bench --gang-backend gates
 	@$(PY) -m bench.scale_bench --gang-backend gates --workers 2000 --small-jobs 0 --reps 3 --late-idle 0 \
 		--subjects ringleader training-operator --other-pods 20000
+	@$(PY) -m bench.scale_bench --subjects floor floor/worker-0-named --workers 5000 --small-jobs 0 --reps 3
 	@$(PY) -m bench.report
 
 bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble
