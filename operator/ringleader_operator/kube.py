@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -148,7 +148,7 @@ def kopf_session(info: kopf.ConnectionInfo, watches: int, budget: ClientBudget) 
     )
 
 
-async def each(items: Iterable[T], act: Callable[[T], Awaitable[None]]) -> None:
+async def each(items: Sequence[T], act: Callable[[T], Awaitable[None]]) -> None:
     """`act` on every item, CREATE_CONCURRENCY at a time; every item is attempted, then the first KubeError is
     raised, RejectedObject before the others. Workers take the items in turn: a task per item held 10,000 tasks
     at once for a large job's round, each with its frame, for nothing; and a gather of such tasks gave up at the
@@ -163,7 +163,7 @@ async def each(items: Iterable[T], act: Callable[[T], Awaitable[None]]) -> None:
             except KubeError as e:
                 errors.append(e)
 
-    await asyncio.gather(*(worker() for _ in range(CREATE_CONCURRENCY)))
+    await asyncio.gather(*(worker() for _ in range(min(CREATE_CONCURRENCY, len(items)))))
     if errors:
         raise next((e for e in errors if isinstance(e, RejectedObject)), errors[0])
 
