@@ -12,6 +12,7 @@ and values that are not finite or not in range dropped. Whatever goes wrong is a
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 
@@ -38,6 +39,11 @@ GAUGES = (
     RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS,
 )  # fmt: skip
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
+# Seconds to connect, within SCRAPE_TIMEOUT: a kernel answers a SYN whatever its process does, so a connection not
+# made by then says the address cannot be reached (the network), not that the trainer hangs (stalls.unobserved).
+CONNECT_TIMEOUT = 1.5
+# Connection errors that say the address was not reached at all (no route), as against refused (the pod answered).
+UNREACHABLE_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ETIMEDOUT})
 MAX_BYTES = 256 * 1024  # the trainer's page is about 5 KiB
 MAX_LINES = 64  # lines of the gauges parsed at most
 CHUNK = 16 * 1024
@@ -61,7 +67,12 @@ IN_RANGE = {
 
 
 class ScrapeError(Exception):
-    pass
+    """A page that could not be read. `unreachable`: no connection was made to the address at all (connecting
+    timed out, no route): what the operator's network says, not what the pod does."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 def parse(text: str, now: str) -> Progress | None:
@@ -135,7 +146,7 @@ async def fetch(client: aiohttp.ClientSession, host: str, port: int) -> str:
             url,
             allow_redirects=False,
             headers={"Accept-Encoding": "identity"},
-            timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT),
+            timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT, sock_connect=CONNECT_TIMEOUT),
         ) as resp:
             if resp.status != 200:
                 raise ScrapeError(f"{url}: HTTP {resp.status}")
@@ -145,8 +156,13 @@ async def fetch(client: aiohttp.ClientSession, host: str, port: int) -> str:
                 body += chunk
                 if len(body) > MAX_BYTES:
                     raise ScrapeError(f"{url}: the page is larger than {MAX_BYTES // 1024} KiB")
+    except aiohttp.ConnectionTimeoutError as e:  # before TimeoutError, which it also is
+        raise ScrapeError(f"{url}: no connection within {CONNECT_TIMEOUT:g} s", unreachable=True) from e
     except TimeoutError as e:
         raise ScrapeError(f"{url}: no whole page within {SCRAPE_TIMEOUT:.0f} s") from e
+    except aiohttp.ClientConnectorError as e:
+        unreachable = e.errno in UNREACHABLE_ERRNOS
+        raise ScrapeError(f"{url}: {str(e)[:200] or type(e).__name__}", unreachable=unreachable) from e
     except aiohttp.ClientError as e:
         raise ScrapeError(f"{url}: {str(e)[:200] or type(e).__name__}") from e
     return body.decode("utf-8", errors="replace")

@@ -184,6 +184,16 @@ class ProgressScraper:
         if (found := self.memory(key)) is None:
             return
         record = found
+        if stalls.unobserved(beats):
+            record.clock = dataclasses.replace(clock, since=now)  # looked at again a deadline later
+            message = (
+                f"no progress seen for {now - clock.since:.0f} s, but none of the {len(beats)} ranks' metrics pages "
+                f"could be reached from the operator ({beats[0].error}): runPolicy.progressDeadlineSeconds is not "
+                "acted on until one can (check NetworkPolicies and routes between the operator and the job's pods)"
+            )
+            log.warning("[%s/%s] %s", *key, message)
+            self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, message)
+            return
         record.stall = stalls.Stall(clock.step, now - clock.since, clock.running_since, culprit, len(beats))
         record.clock = dataclasses.replace(clock, since=now)  # another stall is another deadline away
         log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
@@ -224,7 +234,7 @@ class ProgressScraper:
                     text = await progress.fetch(self._session(), _ip(pod), METRICS_PORT)
                     return stalls.RankBeat(name, role, index, node, progress.parse_beat(text))
                 except progress.ScrapeError as e:
-                    return stalls.RankBeat(name, role, index, node, error=str(e))
+                    return stalls.RankBeat(name, role, index, node, error=str(e), unreachable=e.unreachable)
 
         reads = []
         for pod in pods:

@@ -71,7 +71,8 @@ def overdue(clock: Clock | None, deadline: int | None, now: float) -> bool:
 
 @dataclass(frozen=True)
 class RankBeat:
-    """One rank pod's page as read: its `beat`, or `error` (the page could not be read)."""
+    """One rank pod's page as read: its `beat`, or `error` (the page could not be read); `unreachable`: not even
+    a connection was made to the pod's address (progress.ScrapeError)."""
 
     pod: str
     role: Role
@@ -79,6 +80,7 @@ class RankBeat:
     node: str
     beat: Beat = field(default_factory=Beat)
     error: str = ""
+    unreachable: bool = False
 
     @property
     def who(self) -> str:
@@ -109,6 +111,14 @@ def _order(b: RankBeat) -> tuple[object, ...]:
 
 def _ago(stamp: float | None, now: float) -> str:
     return f"{max(0.0, now - stamp):.0f} s" if stamp else "ever"
+
+
+def unobserved(beats: list[RankBeat]) -> bool:
+    """Whether a stall found with these pages says nothing of the job: the operator reached none of its ranks
+    (each read failed before a connection was made). A wedged trainer's kernel still accepts the connection and
+    the read times out, so every rank unreachable at once points at the network between the operator and the
+    pods (a NetworkPolicy, a route, the CNI), which replacing ranks cannot mend: such a stall is not acted on."""
+    return bool(beats) and all(b.unreachable for b in beats)
 
 
 def find_culprit(beats: list[RankBeat], now: float) -> Culprit | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -226,6 +227,70 @@ def test_a_pods_cookie_is_not_kept_for_the_next_scrape() -> None:
     assert asyncio.run(main()) == 0
 
 
+@contextlib.contextmanager
+def _listener(backlog_full: bool) -> Iterator[int]:
+    """A loopback port that listens and never accepts. With `backlog_full`, its accept queue is filled first, so
+    the kernel drops the next SYN, as a network that cuts a pod off does; else a connection is made and no byte
+    ever comes, as from a trainer wedged in native code."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        fillers = []
+        if backlog_full:
+            for _ in range(2):  # backlog 0 queues one connection; the second makes sure the queue is full
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.1", port))
+                fillers.append(c)
+            time.sleep(0.2)
+        try:
+            yield port
+        finally:
+            for c in fillers:
+                c.close()
+
+
+@contextlib.contextmanager
+def _closed_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    yield port  # bound once, closed: nothing listens there
+
+
+@pytest.mark.parametrize(
+    ("target", "unreachable", "says"),
+    [
+        (lambda: _listener(backlog_full=True), True, "no connection within"),
+        (lambda: _listener(backlog_full=False), False, "no whole page within"),
+        (_closed_port, False, "Connect call failed"),
+    ],
+    ids=["syn-dropped", "wedged-trainer", "refused"],
+)
+def test_a_page_whose_address_was_never_reached_is_told_from_a_pod_that_answered(
+    target: Callable[[], contextlib.AbstractContextManager[int]], unreachable: bool, says: str
+) -> None:
+    """The stall watch acts only on what the pods answered (stalls.unobserved): a connection never made says the
+    network failed, while a refused connection or a silent open one says something of the pod."""
+
+    async def main(port: int) -> ScrapeError:
+        client = session()
+        try:
+            await scrape(client, "127.0.0.1", port, NOW)
+        except ScrapeError as e:
+            return e
+        finally:
+            await client.close()
+        raise AssertionError("a page was read")
+
+    with target() as port:
+        t0 = time.monotonic()
+        error = asyncio.run(main(port))
+        assert time.monotonic() - t0 < SCRAPE_TIMEOUT + 1.0
+    assert (error.unreachable, says in str(error)) == (unreachable, True), error
+
+
 def pods_at(ips: dict[str, tuple[Role, int]]) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]]:
     """The job's pods as the reconciler hands them to the scraper: running rank pods at these addresses."""
 
@@ -381,6 +446,61 @@ def test_a_job_without_progress_for_its_deadline_is_found_stalled_naming_the_ran
     assert record.stall is not None and record.stall.step == 57 and record.stall.culprit is not None
     assert record.stall.culprit.pod == "j-worker-1" and record.stall.culprit.node == "node-1"
     assert record.stall.describe().startswith("no progress for 1 s at step 57: worker 1 (pod j-worker-1 on node")
+
+
+@pytest.mark.parametrize(
+    ("reached", "acted_on"),
+    [((), False), ((1,), True)],
+    ids=["no-rank-reached", "one-rank-reached"],
+)
+def test_a_stall_is_acted_on_only_when_some_rank_was_reached(
+    monkeypatch: pytest.MonkeyPatch, reached: tuple[int, ...], acted_on: bool
+) -> None:
+    """Past the deadline with no page read: when no rank's address could be reached (the operator's network, a
+    NetworkPolicy), no stall is handed to a round (a healthy job is not killed for it): one Warning event says
+    so and the clock restarts. When one rank answered (here: refused), the ranks never reached are named."""
+    from ringleader_operator import progress as progress_module
+    from ringleader_operator.jobmemory import JobMemory, Key
+    from ringleader_operator.scraper import ProgressScraper
+
+    ranks = {f"10.9.0.{i}": (Role.WORKER, i) for i in range(3)}
+
+    async def fetch(_client: object, host: str, port: int) -> str:
+        index = ranks[host][1]
+        if index in reached:
+            raise ScrapeError(f"http://{host}:{port}/metrics: refused")
+        raise ScrapeError(f"http://{host}:{port}/metrics: no connection within 1.5 s", unreachable=True)
+
+    monkeypatch.setattr(progress_module, "fetch", fetch)
+    job = {
+        "metadata": {"namespace": "ns", "name": "j"},
+        "spec": {"runPolicy": {"progressDeadlineSeconds": 1}},
+        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t1"}]},
+    }
+    events: list[tuple[str, str]] = []
+    woken: list[Key] = []
+
+    async def main() -> JobMemory:
+        jobs: dict[Key, JobMemory] = {("ns", "j"): JobMemory()}
+        r = ProgressScraper(object(), lambda _o, _t, reason, msg: events.append((reason, msg)), jobs.get,  # type: ignore[arg-type]
+                            pods_at(ranks), woken.append)  # fmt: skip
+        await r.scrape(job)  # starts the clock
+        jobs[("ns", "j")].next_scrape_at = 0.0
+        started = jobs[("ns", "j")].clock
+        await asyncio.sleep(1.1)
+        await r.scrape(job)  # overdue: every rank read
+        record = jobs[("ns", "j")]
+        assert started is not None and record.clock is not None and record.clock.since > started.since
+        return record
+
+    record = asyncio.run(main())
+    if acted_on:
+        assert woken == [("ns", "j")] and record.stall is not None and record.stall.culprit is not None
+        assert record.stall.culprit.pod == "j-worker-0" and "did not answer" in record.stall.culprit.message
+    else:
+        assert woken == [] and record.stall is None
+        assert [reason for reason, _ in events] == ["ProgressUnavailable"]
+        assert "none of the 3 ranks' metrics pages could be reached from the operator" in events[0][1]
 
 
 def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ringleader_api import Role
 from ringleader_operator.progress import parse_beat
-from ringleader_operator.stalls import Beat, Clock, RankBeat, Stall, find_culprit, overdue, tick
+from ringleader_operator.stalls import Beat, Clock, RankBeat, Stall, find_culprit, overdue, tick, unobserved
 
 NOW = 1_000_000.0
 W, PS = Role.WORKER, Role.PS
@@ -92,3 +92,24 @@ def test_a_page_without_rank_gauges_has_no_place_and_a_stamp_of_0_means_none() -
     assert parse_beat(page) == Beat(7, None, 1.7e9)
     lie = "ringleader_trainer_rank_step -3\nringleader_trainer_exchange_started_timestamp_seconds 1e300\n"
     assert parse_beat(lie) == Beat()
+
+
+def _unreached(index: int) -> RankBeat:
+    return RankBeat(f"j-worker-{index}", W, index, "node-0", error="no connection within 1.5 s", unreachable=True)
+
+
+@pytest.mark.parametrize(
+    ("beats", "says_nothing"),
+    [
+        ([_unreached(0), _unreached(1)], True),
+        ([_unreached(0), rank(W, 1, None, error="Connect call failed: refused")], False),
+        ([_unreached(0), rank(W, 1, 57, None, 3)], False),
+        ([rank(W, 0, None, error="no whole page within 2 s")], False),
+        ([], False),
+    ],
+    ids=["none-reached", "one-refused", "one-served", "wedged", "no-pods"],
+)
+def test_a_stall_says_nothing_of_the_job_only_when_no_rank_was_reached(
+    beats: list[RankBeat], says_nothing: bool
+) -> None:
+    assert unobserved(beats) is says_nothing
