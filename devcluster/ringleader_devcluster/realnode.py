@@ -346,6 +346,9 @@ def _start_kubelet(layout: Layout, paths: Paths, server: str, address: str) -> N
     record = paths.root / "ip_forward.before"
     if not record.exists():  # the bridge plugin (isGateway) turns forwarding on; stop puts the old value back
         record.write_text(IP_FORWARD.read_text())
+    # On now, not at the first pod's sandbox: the host routes between this node's pods and the process node's
+    # (node/network.py), and a process-node pod may talk to a real-node pod's address before that.
+    IP_FORWARD.write_text("1\n")
     create_cgroups()
     if not pid_from(paths.pidfile("containerd")):
         start_containerd(paths)

@@ -33,7 +33,7 @@ CLUSTER_DOMAIN = "cluster.local"
 COREDNS_READY = "127.0.0.1:18181"  # CoreDNS's `ready` plugin: 200 once the kubernetes plugin has synced
 PROXY_HEALTHZ = "127.0.0.1:10356"
 PROXY_METRICS = "127.0.0.1:10349"
-POD_CIDRS = "198.18.0.0/16"  # every dev-cluster pod, process node and real node: traffic from elsewhere is masqueraded
+POD_CIDRS = "198.18.0.0/16"  # every dev-cluster pod, process nodes and real node: traffic from elsewhere is masqueraded
 READY_TIMEOUT = 60.0
 
 KubeconfigFor = Callable[[Path, Path], dict[str, object]]  # (client certificate, key) -> a kubeconfig

@@ -2,8 +2,11 @@
 
 Every pod gets its own IP on the bridge, so two pods can both listen on port 29500 exactly as on a real
 cluster. Addresses come from 198.18.0.0/15, the range RFC 2544 sets aside for benchmarking networks, so they
-never clash with a LAN. The bridge is not connected to any uplink and forwarding is left as the host has it:
-pods reach each other and the host, nothing else.
+never clash with a LAN. The bridge is not connected to any uplink: pods reach each other and the host directly,
+and any other address through the host (their default route). The process nodes' network is the lower half of
+198.18.0.0/16, so the real node's pods (realnode.POD_CIDR, in the upper half, on a bridge of their own) are
+off-link for a process-node pod and reached through the host, which routes between the two bridges as a CNI
+routes between nodes: one pod network (servicenet.POD_CIDRS), every pod reaching every other.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ NETNS_PREFIX = "rl-"
 NETNS_RUN_DIR = Path("/var/run/netns")
 NETNS_ETC_DIR = Path("/etc/netns")  # `ip netns exec` bind-mounts files from here over /etc
 COMMAND_TIMEOUT = 15.0
-POD_NETWORK = ipaddress.IPv4Network("198.18.0.0/16")
+POD_NETWORK = ipaddress.IPv4Network("198.18.0.0/17")
 
 
 class NetworkError(Exception):
