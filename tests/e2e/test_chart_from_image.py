@@ -17,7 +17,7 @@ from ringleader_devcluster import images, operatorprocess, realnode
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
 from tests.support.cluster import wait_for
-from tests.support.jobs import create, get
+from tests.support.jobs import create, digits_job, get
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
 
@@ -73,9 +73,29 @@ def run_job(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, jo
     assert is_true(finished, "Succeeded"), diagnosis(core, ns, finished)
 
 
+def progress_of_a_process_node_job(core: client.CoreV1Api, custom: client.CustomObjectsApi, tmp_path: Path) -> None:
+    """A job whose ranks run on the process node: the chart's operator, a pod on the real node, reads worker 0's
+    page across the one pod network and shows its step (STEP in `kubectl get tj`), and the job's progress
+    deadline finds no stall on the way to Succeeded."""
+    ns = f"proc-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        wait_for("default service account", lambda: core.list_namespaced_service_account(ns).items, timeout=30)
+        create(custom, ns, digits_job("proc", 2, 400, tmp_path, runPolicy={"progressDeadlineSeconds": 60}))
+
+        def step() -> int | None:
+            return ((get(custom, ns, "proc").get("status") or {}).get("progress") or {}).get("step") or None
+
+        assert wait_for("the chart's operator to show the process-node job's step", step, timeout=150) > 0
+        finished = wait_finished(custom, ns, "proc", timeout=240)
+        assert is_true(finished, "Succeeded") and not finished["status"].get("stalls"), diagnosis(core, ns, finished)
+    finally:
+        core.delete_namespace(ns)
+
+
 def test_the_chart_from_the_operator_image_installs_upgrades_and_uninstalls_on_the_real_node(
     layout: Layout, core: client.CoreV1Api, custom: client.CustomObjectsApi, api: client.ApiClient,
-    restricted_namespace: str, release: tuple[str, str],
+    restricted_namespace: str, release: tuple[str, str], tmp_path: Path,
 ) -> None:  # fmt: skip
     name, ns = release
     [pod] = operator_pods(core, name, ns)
@@ -84,6 +104,7 @@ def test_the_chart_from_the_operator_image_installs_upgrades_and_uninstalls_on_t
         pod.spec.security_context.run_as_non_root and pod.spec.containers[0].security_context.read_only_root_filesystem
     )
     run_job(core, custom, restricted_namespace, "first")
+    progress_of_a_process_node_job(core, custom, tmp_path)
     # What the chart's operator made for the job besides its pods: the token Secret (its own) and, with the
     # chart's default networkPolicy.enabled, a NetworkPolicy admitting the job's pods and the operator's pods.
     uid = get(custom, restricted_namespace, "first")["metadata"]["uid"]
