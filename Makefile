@@ -24,22 +24,30 @@ export RINGLEADER_DEV_DIR := $(DEV_DIR)
 # packages come from here, so each clone runs and tests its own code.
 export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image:$(CURDIR)/cli
 
-.PHONY: operator-up operator-down demo images kind-up kind-load kind-demo kind-down
-.PHONY: help venv crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-scale bench-trainer clean-cache
+.PHONY: operator-up operator-down demo demo-images images kind-up kind-load kind-demo kind-down
+.PHONY: help venv wheels crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-scale bench-trainer clean-cache
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
 		| awk -F':.*## ' '{ printf "make %-20s %s\n", $$1, $$2 }'
 
-# The venv is rebuilt only when the requirements or the package metadata change.
+# The venv is rebuilt only when the requirements or the package metadata change. The trainer's wheels (torch's
+# 5 GB) are downloaded once into the cache (ringleader_devcluster/wheels.py): the venv and the trainer image both
+# install from there.
 VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/*.txt | sha256sum | cut -c1-12)
 venv: $(VENV_STAMP) ## the venv with every pinned tool and library (rebuilt when requirements/ change)
-$(VENV_STAMP):
+$(VENV_STAMP): | wheels
 	@bash devcluster/check-system.sh
-	@echo "[venv] creating $(VENV) (first time about 2 minutes: torch alone is 5 GB)"
-	@rm -rf $(VENV) && python3 -m venv $(VENV)
+	@wheels=$$(python3 -m ringleader_devcluster.wheels) \
+		&& echo "[venv] creating $(VENV) (torch from $$wheels, the rest from PyPI; about a minute)" \
+		&& rm -rf $(VENV) && python3 -m venv $(VENV) \
+		&& $(VENV)/bin/pip install --quiet --disable-pip-version-check --no-index --find-links "$$wheels" -r requirements/trainer.txt
 	@$(VENV)/bin/pip install --disable-pip-version-check -r requirements/dev.txt | grep -v '^Requirement already satisfied'; test $${PIPESTATUS[0]} -eq 0
 	@touch $@
+
+wheels: ## download the trainer's wheels into the cache once (torch: 5 GB), for the venv and the trainer image
+	@bash devcluster/check-system.sh
+	@python3 -m ringleader_devcluster.wheels >/dev/null
 
 # The CRD is generated from the pydantic models; a unit test fails when the checked-in copy differs.
 crds: venv ## regenerate crds/trainingjob.yaml (and the chart's copy, docs/trainingjob.md) from the pydantic models
@@ -48,9 +56,13 @@ crds: venv ## regenerate crds/trainingjob.yaml (and the chart's copy, docs/train
 	@$(PY) -m ringleader_operator.reference > docs/trainingjob.md
 	@echo "wrote crds/trainingjob.yaml, the chart's copy and docs/trainingjob.md"
 
-binaries: ## build the Kubernetes binaries, helm and the CNI tools into the cache
+# Kueue's manager (3-5 minutes of a cold build) only where it runs: KUEUE=1, and the targets below that test or
+# measure it; `make demo` and a plain `make dev-cluster` do without.
+BUILD_KUEUE = $(filter-out 0,$(KUEUE))
+test integration bench-cluster: BUILD_KUEUE = 1
+binaries: ## build the Kubernetes binaries and helm into the cache (Kueue's manager too with KUEUE=1)
 	@bash devcluster/check-system.sh
-	@bash devcluster/build-binaries.sh
+	@bash devcluster/build-binaries.sh $(if $(BUILD_KUEUE),--kueue)
 
 dev-cluster: venv binaries ## start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes [FAKE_NODES=N] [KUEUE=1]
 	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES)) $(if $(filter-out 0,$(KUEUE)),--kueue)
@@ -138,10 +150,17 @@ bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, s
 
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.
+# On a fresh machine the Go builds keep both cores busy for about ten minutes, so the downloads (the trainer's
+# wheels, PyPI, Debian's base image) and the image builds run beside them (make -j).
 demo: ## dev cluster + operator installed with helm + an example job to Succeeded
-	@echo "[demo] a cold first run on a fresh machine took 23 minutes here (Go builds of Kubernetes, torch, the trainer image: 5 GB of wheels); later runs about 72 s"
+	@echo "[demo] a cold first run on a fresh machine takes about 15 minutes (Go builds of Kubernetes beside torch's wheels and the images); later runs about a minute"
+	@bash devcluster/check-system.sh
+	@$(MAKE) --no-print-directory -j 3 venv binaries $(if $(filter 0,$(RINGLEADER_REAL_NODE)),,demo-images)
 	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
+
+demo-images: wheels
+	@mkdir -p $(DEV_DIR) && python3 -m ringleader_devcluster.images operator trainer
 
 # ---- for users with Docker and kind (the standard kind workflow; not exercised where no Docker engine runs) ----
 # With Docker: docker build. Without: buildah on a base image made with debootstrap, into OCI archives in the

@@ -4,9 +4,18 @@
 #   $RINGLEADER_CACHE/realnode-<v>/{kubelet,kube-proxy,cri-sweep,pause}   $RINGLEADER_CACHE/coredns-<v>/coredns
 #   $RINGLEADER_CACHE/registry-<v>/registry
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
-#   $RINGLEADER_CACHE/kueue-<v>/{kueue,crds/,webhook.yaml} (the manager; its CRDs and webhooks from its module)
+#   $RINGLEADER_CACHE/kueue-<v>/{kueue,crds/,webhook.yaml} (the manager; its CRDs and webhooks from its module),
+#   with --kueue only (`make dev-cluster KUEUE=1`, `make test`): the demo does not run Kueue
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
+
+with_kueue=0
+for arg in "$@"; do
+  case "$arg" in
+    --kueue) with_kueue=1 ;;
+    *) echo "build-binaries: unknown argument $arg (usage: build-binaries.sh [--kueue])" >&2; exit 2 ;;
+  esac
+done
 
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -128,14 +137,14 @@ fi
 # Kueue's manager, run outside the cluster like the control plane (ringleader_devcluster/kueue.py), and its CRDs,
 # copied from the same module so the binary and the schemas cannot disagree.
 kueue_dir="$cache/kueue-$KUEUE_VERSION"
-if ! have "$kueue_dir" kueue; then
+if [ "$with_kueue" = 1 ] && ! have "$kueue_dir" kueue; then
   say "building kueue $KUEUE_VERSION (about 5 minutes on 2 cores with empty Go caches)"
   start_timer
   install_tools "$kueue_dir" "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
     "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
   say "built kueue in $(took)"
 fi
-if [ ! -d "$kueue_dir/crds" ] || [ ! -f "$kueue_dir/webhook.yaml" ]; then
+if [ "$with_kueue" = 1 ] && { [ ! -d "$kueue_dir/crds" ] || [ ! -f "$kueue_dir/webhook.yaml" ]; }; then
   mod=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod/config/components/crd/bases" ] || die "kueue $KUEUE_VERSION's module has no config/components/crd/bases"
   tmp=$(mktemp -d "$cache/.kueue-manifests.XXXXXX")

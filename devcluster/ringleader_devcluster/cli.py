@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         if args.command == "up":
-            cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build, real_node=args.real_node)
+            cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build, real_node=args.real_node,
+                       kueue=args.kueue)  # fmt: skip
             if args.kueue:
                 kueue.start(Layout.from_env())
         elif args.command == "kueue-up":

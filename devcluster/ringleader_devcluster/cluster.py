@@ -39,15 +39,19 @@ def start_real_node(layout: Layout) -> None:
         raise ClusterError(f"real node: {e}") from e
 
 
-def up(fake_nodes: int | None, gpus: int, nodes: int, build: bool = True, real_node: bool | None = None) -> None:
+def up(
+    fake_nodes: int | None, gpus: int, nodes: int, build: bool = True, real_node: bool | None = None,
+    kueue: bool = False,
+) -> None:  # fmt: skip
     """Start what is not running yet: the control plane, the process node(s) and, unless `real_node` is False
-    (default: RINGLEADER_REAL_NODE, on unless "0"), the real node; return once every node is Ready."""
+    (default: RINGLEADER_REAL_NODE, on unless "0"), the real node; return once every node is Ready. With `build`,
+    what is missing is built first (Kueue's manager too with `kueue`; the caller starts it)."""
     if real_node is None:
         real_node = real_node_wanted()
     t0 = time.monotonic()
     layout = Layout.from_env()
     if build:
-        build_binaries()
+        build_binaries(kueue)
     preflight(layout)
     start_control_plane(layout)
     say("control plane ready", t0)

@@ -67,8 +67,10 @@ def preflight(layout: Layout) -> None:
         )
 
 
-def build_binaries() -> None:
-    res = subprocess.run(["bash", str(DEVCLUSTER_DIR / "build-binaries.sh")], check=False)
+def build_binaries(kueue: bool = False) -> None:
+    """Build what the dev cluster runs and is missing from the cache; Kueue's manager only with `kueue`."""
+    res = subprocess.run(["bash", str(DEVCLUSTER_DIR / "build-binaries.sh"), *(["--kueue"] if kueue else [])],
+                         check=False)  # fmt: skip
     if res.returncode != 0:
         raise ClusterError("building the control-plane binaries failed (see the lines above)")
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import registry
+from . import registry, wheels
 from .buildlog import BuildLog
 from .layout import REPO_ROOT, Layout
 from .tools import RealNodeError, remove_empty_dirs, run, run_lines
@@ -41,11 +42,13 @@ STRIP = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
 
 @dataclass(frozen=True)
 class Image:
-    """A Dockerfile of the repository and the files its build reads (what decides a rebuild)."""
+    """A Dockerfile of the repository and the files its build reads (what decides a rebuild); `wheels`: its build
+    installs the trainer's wheels from the cache's folder of them (wheels.py), mounted at WHEELS_MOUNT."""
 
     name: str
     dockerfile: str
     inputs: tuple[str, ...]
+    wheels: bool = False
 
 
 OPERATOR = Image("localhost/ringleader/operator:dev", "Dockerfile", ("api", "operator"))
@@ -53,7 +56,9 @@ TRAINER = Image(
     "localhost/ringleader/trainer:dev",
     "trainer-image/Dockerfile",
     ("requirements/trainer.txt", "trainer-image/ringleader_trainer", "examples"),
+    wheels=True,
 )
+WHEELS_MOUNT = "/wheels"  # where a build sees the wheels (the Dockerfile's WHEELS build argument)
 
 IMAGES = {"operator": OPERATOR, "trainer": TRAINER}
 
@@ -185,10 +190,15 @@ def _bud(layout: Layout, image: Image, context: Path) -> None:
         if log.feed(line):
             say(f"{image.dockerfile} {line.strip()}", t0)
 
+    # The wheels are mounted for the build's steps only: they are in no layer.
+    wheel_args = (
+        ["--volume", f"{wheels.download(layout)}:{WHEELS_MOUNT}:ro", "--build-arg", f"WHEELS={WHEELS_MOUNT}"]
+        if image.wheels else []
+    )  # fmt: skip
     try:
         code = run_lines(
             [*buildah, "bud", "--layers", "--force-rm", "--isolation", "chroot", "--network", "host", "--pull-never",
-             "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-f", image.dockerfile, "-t", image.name, "."],
+             "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", *wheel_args, "-f", image.dockerfile, "-t", image.name, "."],
             f"building {image.dockerfile}",
             progress,
             timeout=3600,  # the trainer's layers hold torch's CUDA wheels, about 5 GB
@@ -228,8 +238,39 @@ def publish(layout: Layout, image: Image, context: Path = REPO_ROOT) -> str:
     )
     say(f"building {image.name} from {image.dockerfile} (buildah) and pushing it to the dev cluster's registry{first}")
     _bud(layout, image, context)
-    run([*_buildah(layout), "push", "--quiet", "--tls-verify=false", image.name, registry.reference(image.name)],
-        f"buildah push {image.name}", 1800)  # fmt: skip
+    # Uncompressed, as `kind load` hands a node its images: the registry is on this machine, so gzip would only
+    # cost CPU twice (the push compressing the trainer's 5 GB, the node's pull inflating them).
+    run([*_buildah(layout), "push", "--quiet", "--disable-compression", "--tls-verify=false", image.name,
+         registry.reference(image.name)], f"buildah push {image.name}", 1800)  # fmt: skip
     _replace_earlier(marker, marker.touch)
     say(f"{image.name} pushed", t0)
     return image.name
+
+
+def prepare(layout: Layout, image: Image) -> None:
+    """Build the image into buildah's layer store, pushing it nowhere: `make demo` does this while the Go builds
+    run (the registry is not up yet), so that `publish` then finds every layer built and only pushes."""
+    t0 = time.monotonic()
+    say(f"building {image.name} from {image.dockerfile} (buildah; pushed once the dev cluster runs)")
+    _bud(layout, image, REPO_ROOT)
+    say(f"{image.name} built", t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 -m ringleader_devcluster.images NAME...`: `prepare` each image, with the standard library only
+    (before the venv exists)."""
+    names = sys.argv[1:] if argv is None else argv
+    if unknown := set(names) - set(IMAGES):
+        print(f"images: no image named {', '.join(sorted(unknown))}: one of {', '.join(IMAGES)}", file=sys.stderr)
+        return 2
+    try:
+        for name in names:
+            prepare(Layout.from_env(), IMAGES[name])
+    except (RealNodeError, subprocess.CalledProcessError) as e:
+        print(f"images: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

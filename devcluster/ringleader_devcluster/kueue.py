@@ -138,7 +138,7 @@ def start(layout: Layout) -> None:
         raise ClusterError("the dev cluster is not running: run 'make dev-cluster' first")
     program, crds, hooks = home(layout) / "kueue", home(layout) / "crds", home(layout) / "webhook.yaml"
     if not (program.exists() and crds.is_dir() and hooks.exists()):
-        raise ClusterError(f"{program.parent} is incomplete: run devcluster/build-binaries.sh")
+        raise ClusterError(f"{program.parent} is incomplete: run 'make dev-cluster KUEUE=1' (it builds Kueue)")
     for port in (WEBHOOK_PORT, HEALTH_PORT):
         ensure_port_free(port, "Kueue's manager")
     state = state_dir(layout)

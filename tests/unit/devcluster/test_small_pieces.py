@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from ringleader_devcluster import cluster, commands, controlplane
+from ringleader_devcluster import cluster, commands, controlplane, realnode, servicenet
 from ringleader_devcluster.layout import Layout, read_versions
 from ringleader_devcluster.node.kubeletapi import tail_bytes
 from ringleader_devcluster.node.network import Bridge, IPPool, NetworkError, netns_name
@@ -37,6 +37,17 @@ def test_bridge_layout() -> None:
     assert b.gateway == "198.18.0.1"
     assert [str(b.node_cidr(i)) for i in range(2)] == ["198.18.1.0/24", "198.18.2.0/24"]
     assert netns_name("0a1b2c3d-4e5f-6789-abcd-ef0123456789") == "rl-0a1b2c3d4e5f"
+
+
+def test_one_pod_network_the_real_nodes_pods_off_link_for_the_process_nodes() -> None:
+    """Both nodes' pods are in the one cluster pod network kube-proxy knows; the real node's range is outside the
+    process nodes' on-link network, so a process-node pod reaches it through the host (its default route)
+    instead of asking for it on its own bridge, where no one answers."""
+    everything = ipaddress.IPv4Network(servicenet.POD_CIDRS)
+    process, real = Bridge().network, ipaddress.IPv4Network(realnode.POD_CIDR)
+    assert process.subnet_of(everything) and real.subnet_of(everything)
+    assert not process.overlaps(real)
+    assert ipaddress.IPv4Network(controlplane.FAKE_POD_NETWORK).overlaps(everything) is False
 
 
 def test_gpu_pool_hands_out_disjoint_indices_and_refuses_overcommit() -> None:
@@ -258,3 +269,20 @@ def test_a_failed_containers_message_is_the_end_of_its_log_as_the_kubelet_gives_
     assert log_tail_message(many).splitlines() == [f"line {i}" for i in range(20, 100)]
     long = b"x" * 5000 + b"\nlast\n"
     assert log_tail_message(long) == ("x" * 2042) + "\nlast\n"
+
+
+def test_the_wheel_folder_is_named_by_the_pins_and_complete_only_once_marked(tmp_path: Path) -> None:
+    """A changed pin is another folder; a download cut short (no marker) is never taken for whole."""
+    from ringleader_devcluster import wheels
+
+    layout = Layout(cache=tmp_path / "cache", state=tmp_path / "state")
+    pins = tmp_path / "trainer.txt"
+    pins.write_text("torch==2.15.0\n")
+    first = wheels.folder(layout, pins)
+    pins.write_text("torch==2.16.0\n")
+    second = wheels.folder(layout, pins)
+    assert first != second and first.parent == second.parent == layout.cache / "wheels"
+    second.mkdir(parents=True)
+    assert not wheels.complete(second)
+    (second / wheels.COMPLETE).touch()
+    assert wheels.complete(second) and wheels.download(layout, pins) == second  # nothing fetched again
