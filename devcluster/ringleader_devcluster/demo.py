@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
             for image in (images.OPERATOR, images.TRAINER):
                 images.publish(layout, image)
             body = for_real_node(body)
+        pushed = time.monotonic()
         install_operator(layout, real)
+        installed = time.monotonic()
         config.load_kube_config(str(layout.kubeconfig))
         core, custom = client.CoreV1Api(), client.CustomObjectsApi()
         ensure_namespace(layout, ns, RESTRICTED if real else {})
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
         where = "its ranks in the trainer image on the real node" if real else "its ranks on the process node"
         say(f"applied {args.example.relative_to(REPO_ROOT)} in namespace {ns}: TrainingJob {name}, {where}")
+        applied = time.monotonic()
         ok = follow(core, custom, ns, name, total, args.timeout)
     except (ClusterError, RealNodeError, OSError, KeyError, yaml.YAMLError, client.ApiException) as e:
         sys.exit(f"demo: {e}")
@@ -198,6 +201,10 @@ def main(argv: list[str] | None = None) -> None:
     accuracy = final_accuracy(core, ns, name)
     shown = f"{accuracy:.4f}" if accuracy is not None else "unknown"
     say(f"TrainingJob {name} Succeeded: test accuracy {shown}", t0)
+    # Where this step's time went (the Go builds and the images built beside them printed their own times).
+    spent = {"images pushed": pushed - t0, "operator installed": installed - pushed,
+             "job from apply to Succeeded": time.monotonic() - applied}  # fmt: skip
+    say("time: " + ", ".join(f"{what} {seconds:.1f}s" for what, seconds in spent.items()))
     print(
         f"""
 Look around with the ringleader CLI (docs/cli.md; anywhere else: pip install ./api ./cli) and kubectl, both
