@@ -24,8 +24,8 @@ export RINGLEADER_DEV_DIR := $(DEV_DIR)
 # packages come from here, so each clone runs and tests its own code.
 export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image:$(CURDIR)/cli
 
-.PHONY: operator-up operator-down demo demo-images images kind-up kind-load kind-demo kind-down
-.PHONY: help venv wheels crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit integration lint bench bench-cluster bench-scale bench-trainer clean-cache
+.PHONY: operator-up operator-down demo prepared images-built images kind-up kind-load kind-demo kind-down
+.PHONY: help venv wheels crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit soak integration lint bench bench-cluster bench-scale bench-trainer clean-cache
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
@@ -56,16 +56,21 @@ crds: venv ## regenerate crds/trainingjob.yaml (and the chart's copy, docs/train
 	@$(PY) -m ringleader_operator.reference > docs/trainingjob.md
 	@echo "wrote crds/trainingjob.yaml, the chart's copy and docs/trainingjob.md"
 
-# Kueue's manager (3-5 minutes of a cold build) only where it runs: KUEUE=1, and the targets below that test or
-# measure it; `make demo` and a plain `make dev-cluster` do without.
+# Kueue's manager and kube-router (minutes each of a cold build) only where they run: KUEUE=1, NETPOL=1, and the
+# targets below that test or measure them (their tests start them); `make demo` and a plain `make dev-cluster`
+# do without.
 BUILD_KUEUE = $(filter-out 0,$(KUEUE))
+BUILD_NETPOL = $(filter-out 0,$(NETPOL))
 test integration bench-cluster: BUILD_KUEUE = 1
-binaries: ## build the Kubernetes binaries and helm into the cache (Kueue's manager too with KUEUE=1)
+test integration: BUILD_NETPOL = 1
+demo: BUILD_KUEUE =
+demo: BUILD_NETPOL =
+binaries: ## build the Kubernetes binaries and helm into the cache (Kueue's manager with KUEUE=1, kube-router with NETPOL=1)
 	@bash devcluster/check-system.sh
-	@bash devcluster/build-binaries.sh $(if $(BUILD_KUEUE),--kueue)
+	@bash devcluster/build-binaries.sh $(if $(BUILD_KUEUE),--kueue) $(if $(BUILD_NETPOL),--netpol)
 
-dev-cluster: venv binaries ## start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes [FAKE_NODES=N] [KUEUE=1]
-	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES)) $(if $(filter-out 0,$(KUEUE)),--kueue)
+dev-cluster: venv binaries ## start etcd, kube-apiserver, controller-manager, scheduler, the process and real nodes [FAKE_NODES=N] [KUEUE=1] [NETPOL=1]
+	@$(PY) -m ringleader_devcluster up --no-build $(if $(FAKE_NODES),--fake-nodes $(FAKE_NODES)) $(if $(filter-out 0,$(KUEUE)),--kueue,--no-kueue) $(if $(filter-out 0,$(NETPOL)),--netpol,--no-netpol)
 
 dev-cluster-down: venv ## stop all of it and remove .dev/
 	@$(PY) -m ringleader_devcluster down
@@ -108,10 +113,14 @@ integration: dev-cluster ## integration and end-to-end tests on the dev cluster
 
 # The serial dev-cluster tests mostly wait (the cores were 41 % busy), so the unit and trainer tests run beside
 # them, each line prefixed with its part.
-test: lint dev-cluster ## lint, unit, integration: what CI runs
+test: prepared ## lint, unit, integration: what CI runs
+	@$(MAKE) --no-print-directory lint dev-cluster
 	@$(PUSH_IMAGES)
 	@$(SHARED_PYTEST)
 	@tests/overlapped.sh unit '$(UNIT_PYTEST)' serial '$(SERIAL_PYTEST)'
+
+soak: venv ## the property tests at ten times make test's examples (admitted specs: 100,000), no cluster
+	@SPEC_EXAMPLES=100000 $(PY) -m pytest --durations=5 tests/unit/operator/test_spec_property.py
 
 # Each part ends by refreshing BENCHMARKS.md and bench/plots/ from whatever results exist.
 bench: bench-cluster bench-trainer ## all benchmarks: bench/results/, BENCHMARKS.md, bench/plots/
@@ -151,16 +160,19 @@ bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, s
 # The main job: the dev cluster (built on first use), the operator installed with helm, an example job followed
 # to Succeeded.
 # On a fresh machine the Go builds keep both cores busy for about ten minutes, so the downloads (the trainer's
-# wheels, PyPI, Debian's base image) and the image builds run beside them (make -j).
-demo: ## dev cluster + operator installed with helm + an example job to Succeeded
-	@echo "[demo] a cold first run on a fresh machine takes about 15 minutes (Go builds of Kubernetes beside torch's wheels and the images); later runs about a minute"
+# wheels, PyPI, Debian's base image) and the image builds run beside them (make -j): `prepared` is the venv, the
+# binaries and the images built into buildah's store (pushed once the dev cluster runs).
+prepared:
 	@bash devcluster/check-system.sh
-	@$(MAKE) --no-print-directory -j 3 venv binaries $(if $(filter 0,$(RINGLEADER_REAL_NODE)),,demo-images)
+	@$(MAKE) --no-print-directory -j 3 venv binaries $(if $(filter 0,$(RINGLEADER_REAL_NODE)),,images-built) \
+		BUILD_KUEUE=$(BUILD_KUEUE) BUILD_NETPOL=$(BUILD_NETPOL)
+
+images-built: wheels
+	@mkdir -p $(DEV_DIR) && python3 -m ringleader_devcluster.images operator trainer
+
+demo: prepared ## dev cluster + operator installed with helm + an example job to Succeeded
 	@$(MAKE) --no-print-directory dev-cluster
 	@$(PY) -m ringleader_devcluster.demo
-
-demo-images: wheels
-	@mkdir -p $(DEV_DIR) && python3 -m ringleader_devcluster.images operator trainer
 
 # ---- for users with Docker and kind (the standard kind workflow; not exercised where no Docker engine runs) ----
 # With Docker: docker build. Without: buildah on a base image made with debootstrap, into OCI archives in the

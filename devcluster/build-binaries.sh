@@ -6,14 +6,16 @@
 #   $RINGLEADER_CACHE/etcd-<v>/etcd   $RINGLEADER_CACHE/kwok-<v>/{kwok,kwokctl}   $RINGLEADER_CACHE/helm-<v>/helm
 #   $RINGLEADER_CACHE/kueue-<v>/{kueue,crds/,webhook.yaml} (the manager; its CRDs and webhooks from its module),
 #   with --kueue only (`make dev-cluster KUEUE=1`, `make test`): the demo does not run Kueue
+#   $RINGLEADER_CACHE/kube-router-<v>/kube-router (NetworkPolicy on the real node), with --netpol only
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
 
-with_kueue=0
+with_kueue=0 with_netpol=0
 for arg in "$@"; do
   case "$arg" in
     --kueue) with_kueue=1 ;;
-    *) echo "build-binaries: unknown argument $arg (usage: build-binaries.sh [--kueue])" >&2; exit 2 ;;
+    --netpol) with_netpol=1 ;;
+    *) echo "build-binaries: unknown argument $arg (usage: build-binaries.sh [--kueue] [--netpol])" >&2; exit 2 ;;
   esac
 done
 
@@ -156,6 +158,20 @@ if [ "$with_kueue" = 1 ] && { [ ! -d "$kueue_dir/crds" ] || [ ! -f "$kueue_dir/w
   mv "$tmp/crds" "$kueue_dir/crds"
   mv "$tmp/webhook.yaml" "$kueue_dir/webhook.yaml"
   rmdir "$tmp"
+fi
+
+# kube-router's network policy controller (ringleader_devcluster/netpol.py), through a wrapper module: the proxy
+# serves the release but not every dependency version it names (go/kube-router/go.mod says which one is replaced).
+router_dir="$cache/kube-router-$KUBE_ROUTER_VERSION"
+if [ "$with_netpol" = 1 ] && ! have "$router_dir" kube-router; then
+  say "building kube-router $KUBE_ROUTER_VERSION (a few minutes on 2 cores with empty Go caches)"
+  start_timer
+  tmp=$(mktemp -d "$cache/.kube-router.XXXXXX")
+  (cd "$here/go/kube-router" && progress "building kube-router" go build -trimpath \
+    -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    -o "$tmp/kube-router" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+  rm -rf "$router_dir"; mv "$tmp" "$router_dir"
+  say "built kube-router in $(took)"
 fi
 
 helm_dir="$cache/helm-$HELM_VERSION"

@@ -8,7 +8,7 @@ command -v mount >/dev/null || missing+=(mount)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 # The real node (RINGLEADER_REAL_NODE=0 leaves it out): containerd, runc, the CNI plugins, buildah and debootstrap
 # for images, openssl for the node's certificate, a static busybox for the node's test image, iptables for
-# kube-proxy.
+# kube-proxy, ipset for kube-router.
 if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
@@ -17,6 +17,7 @@ if [ "${RINGLEADER_REAL_NODE:-1}" != 0 ]; then
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v iptables-save >/dev/null || missing+=(iptables)
+  command -v ipset >/dev/null || missing+=(ipset)  # kube-router's NetworkPolicy sets (make dev-cluster NETPOL=1)
   { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || missing+=(busybox-static)  # static: no ldd
 fi
 if [ ${#missing[@]} -gt 0 ]; then

@@ -9,6 +9,15 @@ import sys
 from . import cluster, images, kueue, operatorprocess, realnode
 from .layout import Layout
 
+# Commands that take no argument: what each runs.
+SIMPLE = {
+    "netpol-up": lambda: cluster.start_network_policy(Layout.from_env()),
+    "kueue-up": lambda: kueue.start(Layout.from_env()),
+    "down": cluster.down,
+    "operator-up": operatorprocess.operator_up,
+    "operator-down": operatorprocess.operator_down,
+}
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="ringleader-devcluster", description=__doc__)
@@ -37,7 +46,14 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("KUEUE", "0") not in ("", "0"),
         help="also start Kueue's manager with its CRDs and webhooks (KUEUE=1 does too)",
     )
+    u.add_argument(
+        "--netpol",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("NETPOL", "0") not in ("", "0"),
+        help="also enforce NetworkPolicy on the real node (kube-router; NETPOL=1 does too)",
+    )
     sub.add_parser("down", help="stop everything the dev cluster started and remove its state")
+    sub.add_parser("netpol-up", help="enforce NetworkPolicy on the running dev cluster's real node (kube-router)")
     sub.add_parser("kueue-up", help="start Kueue's manager in the running dev cluster (CRDs, webhooks)")
     sub.add_parser("status", help="say what runs")
     sub.add_parser("operator-up", help="install the CRD and run the operator from this checkout")
@@ -50,17 +66,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "up":
             cluster.up(args.fake_nodes, args.gpus, args.nodes, build=not args.no_build, real_node=args.real_node,
-                       kueue=args.kueue)  # fmt: skip
+                       kueue=args.kueue, netpol=args.netpol)  # fmt: skip
             if args.kueue:
                 kueue.start(Layout.from_env())
-        elif args.command == "kueue-up":
-            kueue.start(Layout.from_env())
-        elif args.command == "down":
-            cluster.down()
-        elif args.command == "operator-up":
-            operatorprocess.operator_up()
-        elif args.command == "operator-down":
-            operatorprocess.operator_down()
+        elif args.command in SIMPLE:
+            SIMPLE[args.command]()
         elif args.command == "images":
             layout = Layout.from_env()
             if unknown := set(args.names) - set(images.IMAGES):

@@ -31,6 +31,16 @@ def real_node_wanted() -> bool:
     return os.environ.get("RINGLEADER_REAL_NODE", "1") != "0"
 
 
+def start_network_policy(layout: Layout) -> None:
+    """NetworkPolicy enforced on the real node (netpol.py), which must run; once."""
+    if not pid_from(realnode.Paths.of(layout).pidfile("kubelet")):
+        raise ClusterError("NetworkPolicy is enforced on the real node, which does not run (RINGLEADER_REAL_NODE=0?)")
+    try:
+        realnode.start_network_policy(layout, f"https://127.0.0.1:{API_PORT}")
+    except realnode.RealNodeError as e:
+        raise ClusterError(f"network policy: {e}") from e
+
+
 def start_real_node(layout: Layout) -> None:
     """The real node beside the process node; its failures become ClusterError with the same one line."""
     try:
@@ -41,17 +51,18 @@ def start_real_node(layout: Layout) -> None:
 
 def up(
     fake_nodes: int | None, gpus: int, nodes: int, build: bool = True, real_node: bool | None = None,
-    kueue: bool = False,
+    kueue: bool = False, netpol: bool = False,
 ) -> None:  # fmt: skip
     """Start what is not running yet: the control plane, the process node(s) and, unless `real_node` is False
     (default: RINGLEADER_REAL_NODE, on unless "0"), the real node; return once every node is Ready. With `build`,
-    what is missing is built first (Kueue's manager too with `kueue`; the caller starts it)."""
+    what is missing is built first (Kueue's manager too with `kueue`: the caller starts it; kube-router with
+    `netpol`, started here once the real node is Ready)."""
     if real_node is None:
         real_node = real_node_wanted()
     t0 = time.monotonic()
     layout = Layout.from_env()
     if build:
-        build_binaries(kueue)
+        build_binaries(kueue=kueue, netpol=netpol)
     preflight(layout)
     start_control_plane(layout)
     say("control plane ready", t0)
@@ -65,6 +76,9 @@ def up(
             layout, [realnode.NODE_NAME], t0, paths.pidfile("kubelet"), paths.log("kubelet"), "the kubelet"
         )
         say(f"real node ready (kubelet, containerd; log {paths.log('kubelet')})", t0)
+        if netpol:
+            start_network_policy(layout)
+            say("NetworkPolicy enforced on the real node (kube-router)", t0)
     if fake_nodes is not None:
         scale_fake_nodes(layout, fake_nodes)
     say(f"ready: export KUBECONFIG={layout.kubeconfig}", t0)

@@ -67,10 +67,11 @@ def preflight(layout: Layout) -> None:
         )
 
 
-def build_binaries(kueue: bool = False) -> None:
-    """Build what the dev cluster runs and is missing from the cache; Kueue's manager only with `kueue`."""
-    res = subprocess.run(["bash", str(DEVCLUSTER_DIR / "build-binaries.sh"), *(["--kueue"] if kueue else [])],
-                         check=False)  # fmt: skip
+def build_binaries(kueue: bool = False, netpol: bool = False) -> None:
+    """Build what the dev cluster runs and is missing from the cache; Kueue's manager only with `kueue`,
+    kube-router only with `netpol`."""
+    flags = [flag for flag, wanted in (("--kueue", kueue), ("--netpol", netpol)) if wanted]
+    res = subprocess.run(["bash", str(DEVCLUSTER_DIR / "build-binaries.sh"), *flags], check=False)
     if res.returncode != 0:
         raise ClusterError("building the control-plane binaries failed (see the lines above)")
 

@@ -55,6 +55,7 @@ class Layout:
             "coredns": f"coredns-{v['COREDNS_VERSION']}",
             "registry": f"registry-{v['REGISTRY_VERSION']}",
             "kueue": f"kueue-{v['KUEUE_VERSION']}",
+            "kube-router": f"kube-router-{v['KUBE_ROUTER_VERSION']}",
         }[name]
         return self.cache / folder / name
 

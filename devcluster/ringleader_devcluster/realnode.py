@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import images, registry, servicenet
+from . import images, netpol, registry, servicenet
 from .certs import client_certificate
 from .layout import Layout, read_versions
 from .pids import pid_from, spawn, wait_ready
@@ -326,6 +326,12 @@ def start(layout: Layout, server: str) -> None:
         paths.servicenet, kube_proxy=paths.binary("kube-proxy"), pki=pki, kubeconfig=_kubeconfig_for(server, pki),
         node_name=NODE_NAME, address=address, node_registered=lambda: _node_registered(layout),
     )  # fmt: skip
+
+
+def start_network_policy(layout: Layout, server: str) -> None:
+    """NetworkPolicy enforced for this node's pods (netpol.py: kube-router's policy controller), once."""
+    netpol.start(layout, binary=layout.binary("kube-router"), kubectl=layout.binary("kubectl"), pki=layout.pki,
+                 kubeconfig=_kubeconfig_for(server, layout.pki), node_name=NODE_NAME)  # fmt: skip
 
 
 def _kubeconfig_for(server: str, pki: Path) -> servicenet.KubeconfigFor:

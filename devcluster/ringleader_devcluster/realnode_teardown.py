@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import registry, servicenet
+from . import netpol, registry, servicenet
 from .layout import Layout
 from .pids import pid_from, stop_pidfile
 from .realnode import (
@@ -52,6 +52,7 @@ def stop(layout: Layout) -> None:
     if not paths.root.exists():
         return
     _stop(paths, "kubelet", 20)
+    netpol.stop(layout)  # before kube-proxy's cleanup: kube-router would put its chains back
     servicenet.stop(paths.servicenet, paths.binary("kube-proxy"))
     registry.stop(layout)
     if paths.containerd_config.exists() and paths.binary("cri-sweep").exists():
@@ -150,6 +151,7 @@ def leftovers(layout: Layout) -> list[str]:
         found.append(f"bridge {BRIDGE}")
     found += [f"cgroup {d}" for d in cgroup_dirs() if d.exists()]
     found += servicenet.iptables_leftovers()
+    found += [f"ipset {name}" for name in netpol.ipset_leftovers()]
     if KUBELET_SOCKET.exists():
         found.append(str(KUBELET_SOCKET))
     if CNI_RESULTS.is_dir():

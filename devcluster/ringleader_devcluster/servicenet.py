@@ -203,7 +203,7 @@ def stop(files: Files, kube_proxy: Path) -> None:
         files.root.mkdir(parents=True, exist_ok=True)
         with files.log("kube-proxy-cleanup").open("ab") as log:
             subprocess.run([str(kube_proxy), "--cleanup"], stdout=log, stderr=log, timeout=60, check=False)
-    _remove_kube_chains()
+    remove_kube_chains()
 
 
 IPTABLES_TABLES = ("nat", "filter", "mangle")
@@ -217,7 +217,7 @@ def _iptables_save(table: str) -> list[str]:
     return res.stdout.splitlines()
 
 
-def _remove_kube_chains() -> None:
+def remove_kube_chains() -> None:
     """What `kube-proxy --cleanup` leaves on purpose because a kubelet may share it (KUBE-FIREWALL,
     KUBE-MARK-MASQ, the canary chains): on this machine only the dev cluster makes KUBE-* chains."""
     for table in IPTABLES_TABLES:

@@ -127,6 +127,8 @@ def test_wrapper_modules_pin_the_versions_in_versions_env() -> None:
     staging = v["KUBE_VERSION"].replace("v1.", "v0.")
     assert f"k8s.io/client-go => k8s.io/client-go {staging}" in kube_mod
     assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in etcd_mod
+    router_mod = (root / "kube-router" / "go.mod").read_text()
+    assert f"github.com/cloudnativelabs/kube-router/v2 {v['KUBE_ROUTER_VERSION']}" in router_mod
     assert KUBELET_VERSION.startswith(f"{v['KUBE_VERSION']}-")  # the process node reports the cluster's version
 
 
@@ -286,3 +288,18 @@ def test_the_wheel_folder_is_named_by_the_pins_and_complete_only_once_marked(tmp
     assert not wheels.complete(second)
     (second / wheels.COMPLETE).touch()
     assert wheels.complete(second) and wheels.download(layout, pins) == second  # nothing fetched again
+
+
+def test_kube_router_enforces_policy_alone_for_the_real_node_on_the_clusters_service_range() -> None:
+    """Its firewall only (no routes, no service proxy: the CNI bridge and kube-proxy do those), for the real node,
+    with the API server's service range, health on loopback only, and its read access granted by name."""
+    from ringleader_devcluster import netpol
+
+    args = netpol.argv(Path("/bin/kube-router"), Path("/k.conf"), realnode.NODE_NAME)
+    assert {"--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--run-loadbalancer=false",
+            f"--service-cluster-ip-range={servicenet.SERVICE_CIDR}", f"--hostname-override={realnode.NODE_NAME}",
+            "--health-addr=127.0.0.1", "--metrics-port=0"} <= set(args)  # fmt: skip
+    role, binding = netpol.api_objects()
+    granted = {r for rule in role["rules"] for r in rule["resources"]}
+    assert {"pods", "namespaces", "nodes", "networkpolicies", "endpointslices"} <= granted
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": netpol.USER}]
