@@ -15,8 +15,9 @@ from ringleader_api import MAX_GPUS, MAX_KEEP, MAX_REPLICAS, MAX_SECONDS, MAX_ST
 from ringleader_operator.admission import Cluster
 from ringleader_operator.reconcile import plan
 
-# Derandomized, so every run draws the same specs: 2000 of them (set SPEC_EXAMPLES for a deeper search).
-EXAMPLES = int(os.environ.get("SPEC_EXAMPLES", "2000"))
+# Derandomized, so every run draws the same specs: 10,000 of them (set SPEC_EXAMPLES for a deeper search; `make
+# soak` runs 100,000).
+EXAMPLES = int(os.environ.get("SPEC_EXAMPLES", "10000"))
 MAX_RANKS = 12  # the operator's cap in this test: jobs stay small enough to plan fast, and the cap is hit
 NOW = "2026-01-01T00:00:00Z"
 NODES = [
