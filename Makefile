@@ -63,8 +63,6 @@ BUILD_KUEUE = $(filter-out 0,$(KUEUE))
 BUILD_NETPOL = $(filter-out 0,$(NETPOL))
 test integration bench-cluster: BUILD_KUEUE = 1
 test integration: BUILD_NETPOL = 1
-demo: BUILD_KUEUE =
-demo: BUILD_NETPOL =
 binaries: ## build the Kubernetes binaries and helm into the cache (Kueue's manager with KUEUE=1, kube-router with NETPOL=1)
 	@bash devcluster/check-system.sh
 	@bash devcluster/build-binaries.sh $(if $(BUILD_KUEUE),--kueue) $(if $(BUILD_NETPOL),--netpol)

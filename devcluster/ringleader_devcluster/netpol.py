@@ -13,16 +13,14 @@ and ipsets outlive the process, so `stop` removes them (the dev cluster's teardo
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from .certs import client_certificate
 from .layout import Layout
 from .pids import pid_from, spawn, stop_pidfile, wait_ready
-from .servicenet import SERVICE_CIDR, KubeconfigFor, remove_kube_chains
-from .tools import RealNodeError, http_ok, run
+from .servicenet import SERVICE_CIDR, KubeconfigFor, apply_objects, client_kubeconfig, remove_kube_chains
+from .tools import RealNodeError, http_ok
 
 USER = "system:kube-router"
 HEALTH_PORT = 20244
@@ -94,14 +92,8 @@ def start(layout: Layout, *, binary: Path, kubectl: Path, pki: Path, kubeconfig:
         raise RealNodeError(f"{binary} is missing: run 'make dev-cluster NETPOL=1' (it builds kube-router)")
     root = folder(layout)
     root.mkdir(parents=True, exist_ok=True)
-    manifest = root / "api-objects.json"
-    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": api_objects()}, indent=2))
-    run([str(kubectl), "--kubeconfig", str(layout.kubeconfig), "apply", "--server-side", "--force-conflicts",
-         "--field-manager=ringleader-devcluster", "-f", str(manifest)], "kubectl apply (kube-router's access)",
-        timeout=60)  # fmt: skip
-    cert, key = client_certificate(root / "pki", "kube-router", USER, None, pki)
-    config = root / "kube-router.kubeconfig"
-    config.write_text(json.dumps(kubeconfig(cert, key), indent=2))
+    apply_objects(kubectl, layout.kubeconfig, root, api_objects(), "kube-router's access")
+    config = client_kubeconfig(root, "kube-router", USER, pki, kubeconfig)
     log, pidfile = root / "kube-router.log", root / "kube-router.pid"
     pid = spawn(argv(binary, config, node_name), pidfile, log)
     wait_ready("kube-router", lambda: http_ok(f"http://{HEALTH}/healthz"), pid, log, READY_TIMEOUT)

@@ -145,11 +145,21 @@ def api_objects(address: str) -> list[dict[str, Any]]:
     ]
 
 
-def _kubeconfig_for(files: Files, name: str, user: str, pki: Path, kubeconfig: KubeconfigFor) -> Path:
-    cert, key = client_certificate(files.root / "pki", name, user, None, pki)
-    path = files.root / f"{name}.kubeconfig"
+def client_kubeconfig(root: Path, name: str, user: str, pki: Path, kubeconfig: KubeconfigFor) -> Path:
+    """`<root>/<name>.kubeconfig`: a kubeconfig for a client certificate of `user` signed by the cluster's CA."""
+    cert, key = client_certificate(root / "pki", name, user, None, pki)
+    path = root / f"{name}.kubeconfig"
     path.write_text(json.dumps(kubeconfig(cert, key), indent=2))
     return path
+
+
+def apply_objects(kubectl: Path, admin_kubeconfig: Path, root: Path, items: list[dict[str, Any]], what: str) -> None:
+    """Apply `items` server-side as the dev cluster's own (kept as `<root>/api-objects.json`)."""
+    manifest = root / "api-objects.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2))
+    apply = [str(kubectl), "--kubeconfig", str(admin_kubeconfig), "apply", "--server-side", "--force-conflicts",
+             "--field-manager=ringleader-devcluster", "-f", str(manifest)]  # fmt: skip
+    run(apply, f"kubectl apply ({what})", timeout=60)
 
 
 def start_dns(
@@ -159,14 +169,10 @@ def start_dns(
     """Create the kube-dns Service and CoreDNS's role, start CoreDNS (once; a running one is left alone) and
     return when it serves. `kubeconfig(cert, key)` makes a kubeconfig for a client certificate."""
     files.root.mkdir(parents=True, exist_ok=True)
-    manifest = files.root / "api-objects.json"
-    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": api_objects(address)}, indent=2))
-    apply = [str(kubectl), "--kubeconfig", str(admin_kubeconfig), "apply", "--server-side", "--force-conflicts",
-             "--field-manager=ringleader-devcluster", "-f", str(manifest)]  # fmt: skip
-    run(apply, "kubectl apply (cluster DNS)", timeout=60)
+    apply_objects(kubectl, admin_kubeconfig, files.root, api_objects(address), "cluster DNS")
     if pid_from(files.pidfile("coredns")):
         return
-    config = _kubeconfig_for(files, "coredns", "system:coredns", pki, kubeconfig)
+    config = client_kubeconfig(files.root, "coredns", "system:coredns", pki, kubeconfig)
     (files.root / "Corefile").write_text(corefile(address, config))
     pid = spawn([str(coredns), "-conf", str(files.root / "Corefile")], files.pidfile("coredns"), files.log("coredns"))
     wait_ready("CoreDNS", lambda: http_ok(f"http://{COREDNS_READY}/ready"), pid, files.log("coredns"), READY_TIMEOUT)
@@ -181,7 +187,7 @@ def start_proxy(
     if pid_from(files.pidfile("kube-proxy")):
         return
     files.root.mkdir(parents=True, exist_ok=True)
-    config = _kubeconfig_for(files, "kube-proxy", "system:kube-proxy", pki, kubeconfig)
+    config = client_kubeconfig(files.root, "kube-proxy", "system:kube-proxy", pki, kubeconfig)
     settings = files.root / "kube-proxy.yaml"
     settings.write_text(json.dumps(kube_proxy_config(config, node_name, address), indent=2))
     deadline = time.monotonic() + READY_TIMEOUT
