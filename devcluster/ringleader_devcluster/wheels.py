@@ -2,8 +2,7 @@
 project's venv (`make venv`) and the trainer image (images.py mounts the folder into its build) install from
 here, so a fresh machine fetches them once instead of twice. Standard library only: it runs before the venv exists.
 
-    python3 -m ringleader_devcluster.wheels           # download what is missing; print the folder (progress: stderr)
-    python3 -m ringleader_devcluster.wheels --path    # only print the folder
+    python3 -m ringleader_devcluster.wheels    # download what is missing; print the folder (progress: stderr)
 
 The folder is named after requirements/trainer.txt's digest: a changed pin is a new folder (older ones are
 removed once the new one is complete), and a folder is complete only once its `.complete` marker exists, so an
@@ -12,7 +11,6 @@ interrupted download is started again, never taken for whole.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import shutil
 import subprocess
@@ -78,13 +76,9 @@ def download(layout: Layout, requirements: Path = REQUIREMENTS) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--path", action="store_true", help="only print the folder")
-    args = parser.parse_args(argv)
-    layout = Layout.from_env()
+def main() -> int:
     try:
-        print(folder(layout) if args.path else download(layout))
+        print(download(Layout.from_env()))
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         print(f"wheels: downloading the trainer's wheels failed: {e}", file=sys.stderr)
         return 1

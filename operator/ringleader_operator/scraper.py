@@ -180,12 +180,11 @@ class ProgressScraper:
         if clock is None or record.stall is not None or not stalls.overdue(clock, deadline, now):
             return
         beats = await self._read_ranks(await self.pods(*key))
-        culprit = stalls.find_culprit(beats, time.time())
         if (found := self.memory(key)) is None:
             return
         record = found
+        record.clock = dataclasses.replace(clock, since=now)  # the next look, or stall, is another deadline away
         if stalls.unobserved(beats):
-            record.clock = dataclasses.replace(clock, since=now)  # looked at again a deadline later
             message = (
                 f"no progress seen for {now - clock.since:.0f} s, but none of the {len(beats)} ranks' metrics pages "
                 f"could be reached from the operator ({beats[0].error}): runPolicy.progressDeadlineSeconds is not "
@@ -194,8 +193,8 @@ class ProgressScraper:
             log.warning("[%s/%s] %s", *key, message)
             self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, message)
             return
+        culprit = stalls.find_culprit(beats, time.time())
         record.stall = stalls.Stall(clock.step, now - clock.since, clock.running_since, culprit, len(beats))
-        record.clock = dataclasses.replace(clock, since=now)  # another stall is another deadline away
         log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
         self.wake(key)
 
