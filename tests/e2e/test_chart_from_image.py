@@ -1,66 +1,24 @@
 """The chart installed with helm from the operator image, its pod on the real node in a namespace enforcing Pod
 Security "restricted": the operator it runs (in-cluster config through the `kubernetes` Service) takes a job in
-the trainer image to Succeeded; `helm upgrade` to two replicas that elect a leader, and the next job succeeds
-too; `helm uninstall` leaves nothing of what the release added."""
+the trainer image to Succeeded and reads the progress of a job on the process node. (`helm upgrade` and
+`helm uninstall`: test_upgrade_and_uninstall.py, after every test of this release.)"""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import images, operatorprocess, realnode
-from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_devcluster import images, realnode
 
 from tests.support.cluster import wait_for
 from tests.support.jobs import create, digits_job, get
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
 
-CHART = REPO_ROOT / "helm" / "ringleader"
-REPOSITORY, TAG = images.OPERATOR.name.rsplit(":", 1)
-VALUES = {
-    "image": {"repository": REPOSITORY, "tag": TAG, "pullPolicy": "Always"},
-    "nodeSelector": {realnode.LABEL: "true"},
-    "tolerations": [{"key": realnode.TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-}
-
 # Serial: the chart's operator replaces the one every other test uses while it runs.
 pytestmark = pytest.mark.serial
-
-
-def helm(layout: Layout, *args: str) -> str:
-    out = subprocess.run([str(layout.binary("helm")), "--kubeconfig", str(layout.kubeconfig), *args],
-                         capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-@pytest.fixture
-def release(layout: Layout, core: client.CoreV1Api, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A fresh release of the chart from the operator image (in place of the dev operator, restored afterwards:
-    two operators would both act on every job), in a restricted namespace of its own."""
-    images.publish(layout, images.OPERATOR)
-    name, ns = f"rl-{uuid.uuid4().hex[:6]}", f"rl-system-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
-    operatorprocess.operator_up()  # removes the release `make demo` may have left: no other chart's operator runs
-    operatorprocess.operator_down()
-    values = tmp_path / "values.json"
-    values.write_text(json.dumps(VALUES))  # JSON is YAML
-    try:
-        # a peering object of its own: the dev operator's is named `ringleader`, the chart's default
-        helm(layout, "install", name, str(CHART), "--namespace", ns, "-f", str(values),
-             "--set", f"leaderElection.peeringName={name}", "--wait", "--timeout", "180s")  # fmt: skip
-        yield name, ns
-    finally:
-        subprocess.run([str(layout.binary("helm")), "--kubeconfig", str(layout.kubeconfig), "uninstall", name,
-                        "--namespace", ns, "--wait"], capture_output=True, timeout=240, check=False)  # fmt: skip
-        core.delete_namespace(ns)
-        operatorprocess.operator_up()
 
 
 def operator_pods(core: client.CoreV1Api, name: str, ns: str) -> list[client.V1Pod]:
@@ -93,8 +51,8 @@ def progress_of_a_process_node_job(core: client.CoreV1Api, custom: client.Custom
         core.delete_namespace(ns)
 
 
-def test_the_chart_from_the_operator_image_installs_upgrades_and_uninstalls_on_the_real_node(
-    layout: Layout, core: client.CoreV1Api, custom: client.CustomObjectsApi, api: client.ApiClient,
+def test_the_chart_from_the_operator_image_installs_on_the_real_node_and_runs_jobs_on_both_nodes(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, api: client.ApiClient,
     restricted_namespace: str, release: tuple[str, str], tmp_path: Path,
 ) -> None:  # fmt: skip
     name, ns = release
@@ -123,35 +81,3 @@ def test_the_chart_from_the_operator_image_installs_upgrades_and_uninstalls_on_t
     assert operator._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": ns}
     assert operator._from[0].pod_selector.match_labels["app.kubernetes.io/instance"] == name
     assert [(x.protocol, x.port) for x in operator.ports] == [("TCP", 9090)]
-
-    helm(layout, "upgrade", name, str(CHART), "--namespace", ns, "--reuse-values", "--set", "replicaCount=2",
-         "--wait", "--timeout", "180s")  # fmt: skip
-    wait_for(
-        "two ready operator pods",
-        lambda: sum(
-            any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-            for p in operator_pods(core, name, ns)
-            if not p.metadata.deletion_timestamp
-        ) == 2,
-        timeout=120,
-    )  # fmt: skip
-    run_job(core, custom, restricted_namespace, "second")
-
-    helm(layout, "uninstall", name, "--namespace", ns, "--wait", "--timeout", "120s")
-    apps, rbac = client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
-    selector = f"app.kubernetes.io/instance={name}"
-    wait_for(
-        "everything the release added to be gone",
-        lambda: (
-            not (
-                apps.list_namespaced_deployment(ns, label_selector=selector).items
-                or core.list_namespaced_pod(ns, label_selector=selector).items
-                or core.list_namespaced_service(ns, label_selector=selector).items
-                or core.list_namespaced_service_account(ns, label_selector=selector).items
-                or rbac.list_cluster_role(label_selector=selector).items
-                or rbac.list_cluster_role_binding(label_selector=selector).items
-            )
-            or None
-        ),
-        timeout=90,
-    )

@@ -22,7 +22,6 @@ from tests.support.jobs import create, get, pods_of
 from tests.support.shared import one_at_a_time
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
-from .test_chart_from_image import release  # noqa: F401  (the chart's operator from its image, on the real node)
 
 # Serial: the chart's operator replaces the one every other test uses while it runs.
 pytestmark = pytest.mark.serial

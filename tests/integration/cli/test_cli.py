@@ -64,7 +64,7 @@ def script(tmp_path: Path, text: str, name: str = "job.py") -> Path:
 
 
 def test_submit_runs_the_example_under_each_strategy_to_succeeded_with_watch(kubeconfig: Path, namespace: str) -> None:
-    # The CLI's flags for a strategy and for shards; each strategy's run through the operator: test_examples_cluster.
+    # The CLI's flags for a strategy and for shards; each strategy's run through the operator: test_examples_chart.
     strategies = {"ar": ["--strategy", "allreduce"], "ps": ["--strategy", "parameter-server", "--ps", "1"]}
     runs = {
         name: subprocess.Popen(

@@ -1,75 +1,36 @@
-"""Kubeflow users' PyTorchJobs, moved over with `ringleader convert`: the project's own manifests and scripts
-(examples/kubeflow/), started the ways the training-operator's PyTorch examples start theirs, converted and
-applied to the dev cluster. Each runs to Succeeded with every rank seeing the world it should (each script also
-exits non-zero on a world other than EXPECTED_WORLD_SIZE, so a job split into worlds of one fails): `torchrun` with
-no options across a Master and a Worker; two pods of two processes (nprocPerNode) under `torchrun`; a plain
-env:// send/recv over three workers; and the elastic echo through torchrun's c10d rendezvous, which survives the
-loss of one of its pods."""
+"""A Kubeflow user's elastic PyTorchJob (examples/kubeflow/elastic-echo.yaml), moved over with `ringleader
+convert`: torchrun's c10d rendezvous survives the loss of one of its pods. Every example of examples/kubeflow/
+runs to Succeeded with every rank in the whole world under the chart's operator:
+tests/e2e/test_examples_chart.py."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
-from ringleader.convert import convert_documents
-from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_devcluster.layout import Layout
 
 from tests.support.cluster import kubectl, logs, wait_for
+from tests.support.examples import KUBEFLOW, converted
 from tests.support.jobs import condition, get, rank_status, wait_condition
 
 pytestmark = pytest.mark.usefixtures("operator")
-
-KUBEFLOW = REPO_ROOT / "examples" / "kubeflow"
-LINE = re.compile(r"rank (\d+) world_size (\d+)")
 
 
 def apply_converted(
     layout: Layout, kubeconfig: Path, tmp_path: Path, namespace: str, name: str, workers: dict[str, Any] | None = None,
     **env: str,
 ) -> dict[str, Any]:  # fmt: skip
-    """examples/kubeflow/`name` converted (with its scripts' ConfigMap, `workers` fields changed and `env` added to
-    the trainer container), applied in `namespace`; returns the TrainingJob."""
-    docs = [
-        *yaml.safe_load_all((KUBEFLOW / "scripts.yaml").read_text()),
-        *yaml.safe_load_all((KUBEFLOW / name).read_text()),
-    ]
-    converted = convert_documents(docs).documents
-    (job,) = [dict(d) for d in converted if d["kind"] == "TrainingJob"]
-    job["spec"]["workers"] |= workers or {}
-    container = job["spec"]["workers"]["template"]["spec"]["containers"][0]
-    container["env"] = [*(container.get("env") or []), *({"name": k, "value": v} for k, v in env.items())]
+    """examples/kubeflow/`name` converted (`workers` fields changed, `env` added), applied in `namespace`; returns
+    the TrainingJob."""
+    docs = converted(KUBEFLOW / name, workers, **env)
     manifest = tmp_path / name
-    manifest.write_text(yaml.safe_dump_all([d for d in converted if d["kind"] != "TrainingJob"] + [job]))
+    manifest.write_text(yaml.safe_dump_all(docs))
     kubectl(layout, kubeconfig, "apply", "-n", namespace, "-f", str(manifest))
-    return job
-
-
-def ranks_seen(core: client.CoreV1Api, namespace: str, job: str, pods: int) -> dict[int, int]:
-    """rank -> world size, from every worker pod's last lines."""
-    seen: dict[int, int] = {}
-    for i in range(pods):
-        for rank, world in LINE.findall(logs(core, namespace, f"{job}-worker-{i}", container="trainer")):
-            seen[int(rank)] = int(world)
-    return seen
-
-
-@pytest.mark.parametrize(
-    ("name", "pods", "world"),
-    [("allreduce-master-worker.yaml", 2, 2), ("allreduce-nproc.yaml", 2, 4), ("sendrecv-workers.yaml", 3, 3)],
-    ids=["torchrun-master-worker", "torchrun-2x2", "env-sendrecv"],
-)
-def test_a_converted_pytorchjob_runs_with_every_rank_in_the_whole_world(
-    layout: Layout, kubeconfig: Path, core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str,
-    tmp_path: Path, name: str, pods: int, world: int,
-) -> None:  # fmt: skip
-    job = apply_converted(layout, kubeconfig, tmp_path, namespace, name)["metadata"]["name"]
-    done = wait_condition(custom, namespace, job, "Succeeded", timeout=180)
-    assert done["status"]["worldSize"] == world
-    assert ranks_seen(core, namespace, job, pods) == dict.fromkeys(range(world), world)
+    return docs[-1]
 
 
 def test_the_elastic_echo_survives_the_loss_of_a_pod(

@@ -16,8 +16,8 @@ from ringleader_devcluster import kueue as devkueue
 from ringleader_devcluster.commands import ClusterError
 from ringleader_devcluster.layout import REPO_ROOT, Layout
 
-from tests.integration.operator.test_examples_cluster import shortened
 from tests.support.cluster import kubectl, wait_for
+from tests.support.examples import shortened
 from tests.support.jobs import (
     condition,
     create,
@@ -197,7 +197,7 @@ def test_the_kueue_examples_run(
         if d["kind"] == "LocalQueue":
             d["metadata"]["namespace"] = namespace
             d["spec"]["clusterQueue"] = cluster_queue
-    job = shortened(yaml.safe_load((REPO_ROOT / "examples/kueue/digits-queued.yaml").read_text()))
+    job = shortened(yaml.safe_load((REPO_ROOT / "examples/kueue/digits-queued.yaml").read_text()), 60, 4)
     manifest = tmp_path / "kueue.yaml"
     manifest.write_text(yaml.safe_dump_all([*docs, job]))
     kubectl(layout, kubeconfig, "apply", "-n", namespace, "-f", str(manifest))

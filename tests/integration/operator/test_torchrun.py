@@ -49,8 +49,8 @@ def torchrun_job(name: str, namespace: str, core: client.CoreV1Api, *options: st
     return body
 
 
-# torchrun with no options over one and over two processes a pod (procsPerPod) runs in the Kubeflow usage tier
-# (test_kubeflow_usage.py, converted PyTorchJobs); here its own --nproc-per-node.
+# torchrun with no options over one and over two processes a pod (procsPerPod) runs with the Kubeflow examples
+# (tests/e2e/test_examples_chart.py, converted PyTorchJobs); here its own --nproc-per-node.
 @pytest.mark.parametrize(
     ("options", "procs", "per_pod"),
     [(("--nproc-per-node", "2"), 1, 2)],

@@ -1,6 +1,6 @@
 """The real trainer through the operator on the dev cluster: a parameter-server job succeeds while its shards'
 ports take stray connections, which the shards drop and log. (Each strategy's run through the operator is
-test_examples_cluster's: the examples are one job per strategy; status.progress following rank 0 is
+tests/e2e/test_examples_chart.py's: the examples are one job per strategy; status.progress following rank 0 is
 test_jobs'.)"""
 
 from __future__ import annotations
