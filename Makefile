@@ -24,7 +24,7 @@ export RINGLEADER_DEV_DIR := $(DEV_DIR)
 # packages come from here, so each clone runs and tests its own code.
 export PYTHONPATH := $(CURDIR)/devcluster:$(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer-image:$(CURDIR)/cli
 
-.PHONY: operator-up operator-down demo prepared images-built images kind-up kind-load kind-demo kind-down
+.PHONY: operator-up operator-down demo prepared registry-binary images-pushed images kind-up kind-load kind-demo kind-down
 .PHONY: help venv wheels crds binaries dev-cluster dev-cluster-down dev-cluster-status test unit soak integration lint bench bench-cluster bench-scale bench-trainer clean-cache
 
 help: ## this list
@@ -63,7 +63,7 @@ BUILD_KUEUE = $(filter-out 0,$(KUEUE))
 BUILD_NETPOL = $(filter-out 0,$(NETPOL))
 test integration bench-cluster: BUILD_KUEUE = 1
 test integration: BUILD_NETPOL = 1
-binaries: ## build the Kubernetes binaries and helm into the cache (Kueue's manager with KUEUE=1, kube-router with NETPOL=1)
+binaries: registry-binary ## build the Kubernetes binaries and helm into the cache (Kueue's manager with KUEUE=1, kube-router with NETPOL=1)
 	@bash devcluster/check-system.sh
 	@bash devcluster/build-binaries.sh $(if $(BUILD_KUEUE),--kueue) $(if $(BUILD_NETPOL),--netpol)
 
@@ -159,14 +159,19 @@ bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, s
 # to Succeeded.
 # On a fresh machine the Go builds keep both cores busy for about ten minutes, so the downloads (the trainer's
 # wheels, PyPI, Debian's base image) and the image builds run beside them (make -j): `prepared` is the venv, the
-# binaries and the images built into buildah's store (pushed once the dev cluster runs).
+# binaries and the images built and pushed to the dev cluster's registry.
 prepared:
 	@bash devcluster/check-system.sh
-	@$(MAKE) --no-print-directory -j 3 venv binaries $(if $(filter 0,$(RINGLEADER_REAL_NODE)),,images-built) \
+	@$(MAKE) --no-print-directory -j 3 venv binaries $(if $(filter 0,$(RINGLEADER_REAL_NODE)),,images-pushed) \
 		BUILD_KUEUE=$(BUILD_KUEUE) BUILD_NETPOL=$(BUILD_NETPOL)
 
-images-built: wheels
-	@mkdir -p $(DEV_DIR) && python3 -m ringleader_devcluster.images operator trainer
+# The registry is built first (a minute of a cold build), so the images are pushed while the other Go builds
+# still run; it keeps running (its storage in the cache) until `make dev-cluster-down`.
+registry-binary:
+	@bash devcluster/build-binaries.sh --registry-only
+
+images-pushed: wheels registry-binary
+	@mkdir -p $(DEV_DIR) && python3 -m ringleader_devcluster.images --push operator trainer
 
 demo: prepared ## dev cluster + operator installed with helm + an example job to Succeeded
 	@$(MAKE) --no-print-directory dev-cluster

@@ -10,12 +10,13 @@
 # A cold build (empty Go caches) took 622 s on 2 cores (kube-apiserver alone 307 s); warm runs return at once.
 set -euo pipefail
 
-with_kueue=0 with_netpol=0
+with_kueue=0 with_netpol=0 registry_only=0
 for arg in "$@"; do
   case "$arg" in
     --kueue) with_kueue=1 ;;
     --netpol) with_netpol=1 ;;
-    *) echo "build-binaries: unknown argument $arg (usage: build-binaries.sh [--kueue] [--netpol])" >&2; exit 2 ;;
+    --registry-only) registry_only=1 ;;
+    *) echo "build-binaries: unknown argument $arg (usage: build-binaries.sh [--kueue] [--netpol] [--registry-only])" >&2; exit 2 ;;
   esac
 done
 
@@ -54,6 +55,26 @@ wait_for_exit() { # PID SECONDS: true once PID has exited, false if it still run
   for ((i = 0; i < $2 * 5; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
   return 1
 }
+
+# go install works directly for modules without local replace directives.
+install_tools() { # DIR LDFLAGS PACKAGE@VERSION...
+  local dir=$1 ld=$2 tmp
+  shift 2
+  tmp=$(mktemp -d "$cache/.install.XXXXXX")
+  for pkg in "$@"; do GOBIN="$tmp" progress "building ${pkg%@*}" go install -trimpath -ldflags "$ld" "$pkg"; done
+  rm -rf "$dir"; mv "$tmp" "$dir"
+}
+
+# The image registry the real node pulls from (ringleader_devcluster/registry.py), first and alone with
+# --registry-only: `make demo` pushes its images there while the other builds run.
+registry_dir="$cache/registry-$REGISTRY_VERSION"
+if ! have "$registry_dir" registry; then
+  say "building registry $REGISTRY_VERSION"
+  start_timer
+  install_tools "$registry_dir" "-s -w" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
+  say "built registry in $(took)"
+fi
+[ "$registry_only" = 0 ] || exit 0
 
 kube_dir="$cache/kubernetes-$KUBE_VERSION"
 minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
@@ -99,15 +120,6 @@ if ! have "$etcd_dir" etcd; then
   say "built etcd in $(took)"
 fi
 
-# go install works directly for modules without local replace directives.
-install_tools() { # DIR LDFLAGS PACKAGE@VERSION...
-  local dir=$1 ld=$2 tmp
-  shift 2
-  tmp=$(mktemp -d "$cache/.install.XXXXXX")
-  for pkg in "$@"; do GOBIN="$tmp" progress "building ${pkg%@*}" go install -trimpath -ldflags "$ld" "$pkg"; done
-  rm -rf "$dir"; mv "$tmp" "$dir"
-}
-
 # CoreDNS answers the real node's pods for cluster.local (ringleader_devcluster/servicenet.py).
 coredns_dir="$cache/coredns-$COREDNS_VERSION"
 if ! have "$coredns_dir" coredns; then
@@ -115,15 +127,6 @@ if ! have "$coredns_dir" coredns; then
   start_timer
   install_tools "$coredns_dir" "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
   say "built coredns in $(took)"
-fi
-
-# The image registry the real node pulls from (ringleader_devcluster/registry.py).
-registry_dir="$cache/registry-$REGISTRY_VERSION"
-if ! have "$registry_dir" registry; then
-  say "building registry $REGISTRY_VERSION"
-  start_timer
-  install_tools "$registry_dir" "-s -w" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
-  say "built registry in $(took)"
 fi
 
 kwok_dir="$cache/kwok-$KWOK_VERSION"

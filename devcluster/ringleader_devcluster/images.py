@@ -248,24 +248,30 @@ def publish(layout: Layout, image: Image, context: Path = REPO_ROOT) -> str:
 
 
 def prepare(layout: Layout, image: Image) -> None:
-    """Build the image into buildah's layer store, pushing it nowhere: `make demo` does this while the Go builds
-    run (the registry is not up yet), so that `publish` then finds every layer built and only pushes."""
+    """Build the image into buildah's layer store, pushing it nowhere (`publish` then finds every layer built and
+    only pushes)."""
     t0 = time.monotonic()
-    say(f"building {image.name} from {image.dockerfile} (buildah; pushed once the dev cluster runs)")
+    say(f"building {image.name} from {image.dockerfile} (buildah)")
     _bud(layout, image, REPO_ROOT)
     say(f"{image.name} built", t0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m ringleader_devcluster.images NAME...`: `prepare` each image, with the standard library only
-    (before the venv exists)."""
-    names = sys.argv[1:] if argv is None else argv
+    """`python3 -m ringleader_devcluster.images [--push] NAME...`, with the standard library only (before the venv
+    exists): `prepare` each image or, with --push, start the registry (its binary built first:
+    build-binaries.sh --registry-only) and `publish` each, so that `make demo` pushes while the Go builds run."""
+    args = sys.argv[1:] if argv is None else argv
+    push = "--push" in args
+    names = [a for a in args if a != "--push"]
     if unknown := set(names) - set(IMAGES):
         print(f"images: no image named {', '.join(sorted(unknown))}: one of {', '.join(IMAGES)}", file=sys.stderr)
         return 2
+    layout = Layout.from_env()
     try:
+        if push:
+            registry.start(layout)
         for name in names:
-            prepare(Layout.from_env(), IMAGES[name])
+            (publish if push else prepare)(layout, IMAGES[name])
     except (RealNodeError, subprocess.CalledProcessError) as e:
         print(f"images: {e}", file=sys.stderr)
         return 1
