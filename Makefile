@@ -145,9 +145,10 @@ bench-scale: dev-cluster ## one job of 1,000 to 10,000 workers, 1,000 jobs of 8:
 	@$(PY) -m bench.scale_bench --subjects floor floor/worker-0-named --workers 5000 --small-jobs 0 --reps 3
 	@$(PY) -m bench.report
 
-bench-trainer: venv ## ring vs gloo; step time per strategy; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble
+bench-trainer: venv ## ring vs gloo; step time per strategy and with OMP_NUM_THREADS; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
+	@$(PY) -m bench.omp_threads_bench
 	@$(PY) -m bench.checkpoint_bench
 	@$(PY) -m bench.stop_bench
 	@$(PY) -m bench.stall_bench export

@@ -326,6 +326,21 @@ def gpu(result: Result) -> list[str]:
     return out
 
 
+def omp_threads(result: Result) -> list[str]:
+    settings = result["settings"]
+    rows = [
+        [what, f"{result[f'step_s_{key}']['median'] * 1000:.1f} ms", f"{result[f'wall_s_{key}']['median']:.1f} s"]
+        for what, key in (("OMP_NUM_THREADS as the operator sets it (1)", "operator"), ("unset", "unset"))
+    ]
+    step, wall = result["step_s_operator_over_unset"], result["wall_s_operator_over_unset"]
+    rows.append(["operator's / unset (95 % interval over pairs)", _ratio(step), _ratio(wall)])
+    reps = (
+        f"{settings['example']}, {settings['workers']} workers (allreduce, gloo) on this machine's cores, "
+        f"{settings['steps']} steps, {settings['pairs']} interleaved pairs"
+    )
+    return [provenance(result, reps), "", *table(["setting", "median step", "run, start to end"], rows)]
+
+
 def _ratio(d: dict[str, float] | None) -> str:
     return f"{d['median']:.2f}x ({d['lo']:.2f}-{d['hi']:.2f})" if d else "-"
 
@@ -571,6 +586,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         "Recovery per node kind: process node vs real node (containers, trainer image)",
         "python -m bench.recovery_bench --cases allreduce --nodes process real",
         recovery_nodes,
+    ),
+    (
+        "omp_threads",
+        "Data plane: ranks sharing a node's cores, with and without the OMP_NUM_THREADS the operator writes",
+        "make bench-trainer",
+        omp_threads,
     ),
     ("checkpoint", "Checkpoint overhead at the default interval", "make bench-trainer", checkpoint),
     ("stop", "Stopping on SIGTERM: steps lost and the time a stop takes", "make bench-trainer", stop),

@@ -12,6 +12,7 @@ import copy
 import functools
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from ringleader_api import (
@@ -285,6 +286,21 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
     return env
 
 
+def cpu_threads(container: Mapping[str, Any], processes: int) -> str:
+    """OMP_NUM_THREADS for each of a trainer container's `processes`: its CPU limit (else its request) shared
+    among them, rounded down, at least 1; 1 when it asks for no CPU. Unset, torch starts a thread per core of
+    the node, whatever the pod's share of it: four ranks of a small model on a two-core node then ran their steps
+    nine times slower (bench/omp_threads_bench.py). torchrun sets 1 for more than one process; a template that
+    sets OMP_NUM_THREADS keeps its own."""
+    resources = container.get("resources") or {}
+    cpu = (resources.get("limits") or {}).get("cpu") or (resources.get("requests") or {}).get("cpu")
+    try:
+        cores = admission.parse_quantity(cpu) if cpu is not None else Decimal(0)
+    except ValueError:  # validate refuses the template first; a pod is still built for a status
+        cores = Decimal(0)
+    return str(max(1, int(cores / max(1, processes))))
+
+
 def _without_nulls(fields: dict[str, Any]) -> dict[str, Any]:
     """`fields` (changed in place) without its null values: to Kubernetes a null field is an absent one, and
     the pod builder adds to some of them (tolerations, volumes, ports)."""
@@ -387,6 +403,8 @@ def _wire_trainer(
     replica = job.replicas(role)
     assert replica is not None
     _add_missing_env(container, rank_env(job, role, index, attempt))
+    processes = job.spec.workers.procs_per_pod if role == Role.WORKER else 1
+    _add_missing_env(container, {"OMP_NUM_THREADS": cpu_threads(container, processes)})
     # A failed rank's last lines become its termination message, which outlives nothing but is read before the
     # pod is replaced (the RankOutput event keeps them): the kubelet's own FallbackToLogsOnError.
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")

@@ -9,6 +9,7 @@ from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import (
     InvalidTemplate,
     build_pod,
+    cpu_threads,
     delete_grace_seconds,
     desired_ranks,
     rank_env,
@@ -112,6 +113,7 @@ def test_worker_zero_pod_whole_object() -> None:
                         {"name": "PET_NODE_RANK", "value": "0"},
                         {"name": "PET_MASTER_ADDR", "value": "mnist-worker-0.mnist"},
                         {"name": "PET_MASTER_PORT", "value": "29500"},
+                        {"name": "OMP_NUM_THREADS", "value": "1"},  # asks for no CPU: one thread per process
                     ],
                     "terminationMessagePolicy": "FallbackToLogsOnError",  # a failed rank's last lines, kept
                     "ports": [
@@ -293,6 +295,33 @@ def test_user_settings_are_kept_and_only_missing_env_added() -> None:
     assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}, TOKEN_VOLUME]
     assert j.spec.workers.template["spec"]["containers"][0]["env"][0] == {"name": "PET_NPROC_PER_NODE", "value": "4"}
     assert len(j.spec.workers.template["spec"]["containers"][0]["env"]) == 2  # the job's template is untouched
+
+
+@pytest.mark.parametrize(
+    ("resources", "processes", "threads"),
+    [
+        ({}, 1, "1"),  # no CPU asked for: torchrun's one thread, not one per core of the node
+        ({"requests": {"cpu": "4"}}, 1, "4"),
+        ({"requests": {"cpu": "4"}, "limits": {"cpu": "8"}}, 2, "4"),  # the limit, shared by the pod's processes
+        ({"limits": {"cpu": "3"}}, 2, "1"),  # rounded down
+        ({"limits": {"cpu": "500m"}}, 1, "1"),  # at least one
+        ({"requests": {"cpu": 6}}, 3, "2"),  # a number, as YAML gives it
+        ({"limits": {"memory": "1Gi"}}, 1, "1"),
+        ({"requests": {"cpu": "lots"}}, 1, "1"),  # validate refuses it; the pod built for a status still has one
+    ],
+)
+def test_cpu_threads_share_the_containers_cpu_among_its_processes(
+    resources: dict[str, Any], processes: int, threads: str
+) -> None:
+    assert cpu_threads({"name": "trainer", "resources": resources}, processes) == threads
+
+
+def test_omp_num_threads_follows_the_pods_processes_and_a_templates_own_value_stands() -> None:
+    sharing = job(workers={"replicas": 1, "procsPerPod": 2, "template": template(resources={"limits": {"cpu": "8"}})})
+    assert env_of(build_pod(sharing, Role.WORKER, 0))["OMP_NUM_THREADS"] == "4"
+    own = job(workers={"replicas": 1, "template": template(env=[{"name": "OMP_NUM_THREADS", "value": "16"}])})
+    env = build_pod(own, Role.WORKER, 0)["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "OMP_NUM_THREADS"] == ["16"]
 
 
 def test_gpus_become_the_trainer_containers_limit_and_trainer_is_found_by_name() -> None:
