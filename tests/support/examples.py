@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 KUBEFLOW = REPO_ROOT / "examples" / "kubeflow"
 KUBEFLOW_SCRIPTS = KUBEFLOW / "scripts.yaml"
 KUBEFLOW_EXAMPLES = sorted(p for p in KUBEFLOW.glob("*.yaml") if p != KUBEFLOW_SCRIPTS)
-HEAVY = ("large-mlp", "wide-mlp")  # large-mlp: seconds a step on CPU workers; wide-mlp: 100 MB of gradients a step
 RANK_LINE = re.compile(r"rank (\d+) world_size (\d+)")  # what each script of examples/kubeflow/ prints
 
 
@@ -30,29 +30,33 @@ def trainer_command(spec: dict[str, Any]) -> list[str] | None:
     return command if "ringleader_trainer" in command else None
 
 
-def shortened(doc: dict[str, Any], steps: int, heavy_steps: int) -> dict[str, Any]:
-    """The TrainingJob `doc` with the built-in trainer's `--steps` set (`heavy_steps` for the large models) and
-    its `--log-every` cut with them to a tenth of the steps: the progress gauges (STEP and LOSS) move at each
-    log line, so a run cut short still shows several."""
+def shortened(doc: dict[str, Any], steps: int | None = None, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """The TrainingJob `doc` with the built-in trainer's `--steps` set and its `--log-every` cut with them to a
+    tenth of the steps (the progress gauges, STEP and LOSS, move at each log line, so a run cut short still shows
+    several), or kept as written when `steps` is None; `extra` arguments added."""
     for role in ("workers", "parameterServers"):
         template = (doc["spec"].get(role) or {}).get("template")
         if not template:
             continue
         command = template["spec"]["containers"][0].get("command") or []
-        if "ringleader_trainer" in command:
-            count = heavy_steps if any(example in command for example in HEAVY) else steps
-            for flag, value in (("--steps", count), ("--log-every", max(1, count // 10))):
-                if flag in command:
-                    command[command.index(flag) + 1] = str(value)
-                else:
-                    command += [flag, str(value)]
+        if "ringleader_trainer" not in command:
+            continue
+        settings = [] if steps is None else [("--steps", steps), ("--log-every", max(1, steps // 10))]
+        for flag, value in settings:
+            if flag in command:
+                command[command.index(flag) + 1] = str(value)
+            else:
+                command += [flag, str(value)]
+        command += list(extra)
     return doc
 
 
-def prepared(path: Path, namespace: str, steps: int, heavy_steps: int) -> tuple[list[dict[str, Any]], str]:
-    """The documents of examples/`path` ready to apply in `namespace` (steps cut as `shortened` does), and its
-    TrainingJob's name. A PersistentVolume is cluster-scoped: it gets a name and a host folder of its own, bound
-    to this namespace's claim."""
+def prepared(
+    path: Path, namespace: str, steps: int | None = None, extra: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], str]:
+    """The documents of examples/`path` ready to apply in `namespace` (the trainer's arguments changed as
+    `shortened` does), and its TrainingJob's name. A PersistentVolume is cluster-scoped: it gets a name and a
+    host folder of its own, bound to this namespace's claim."""
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     suffix = uuid.uuid4().hex[:6]
     for d in docs:
@@ -63,7 +67,7 @@ def prepared(path: Path, namespace: str, steps: int, heavy_steps: int) -> tuple[
         if d["kind"] == "PersistentVolumeClaim":
             d["spec"]["volumeName"] = next(x["metadata"]["name"] for x in docs if x["kind"] == "PersistentVolume")
         if d["kind"] == "TrainingJob":
-            shortened(d, steps, heavy_steps)
+            shortened(d, steps, extra)
     return docs, next(d["metadata"]["name"] for d in docs if d["kind"] == "TrainingJob")
 
 

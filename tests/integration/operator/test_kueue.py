@@ -197,7 +197,7 @@ def test_the_kueue_examples_run(
         if d["kind"] == "LocalQueue":
             d["metadata"]["namespace"] = namespace
             d["spec"]["clusterQueue"] = cluster_queue
-    job = shortened(yaml.safe_load((REPO_ROOT / "examples/kueue/digits-queued.yaml").read_text()), 60, 4)
+    job = shortened(yaml.safe_load((REPO_ROOT / "examples/kueue/digits-queued.yaml").read_text()), 60)
     manifest = tmp_path / "kueue.yaml"
     manifest.write_text(yaml.safe_dump_all([*docs, job]))
     kubectl(layout, kubeconfig, "apply", "-n", namespace, "-f", str(manifest))
