@@ -109,13 +109,18 @@ def beat_of(values: dict[str, float]) -> Beat:
 
 
 def progress_of(values: dict[str, float], now: str) -> Progress | None:
+    """The progress a page's gauges say, None without a step. At step 0 (before the trainer's first log line)
+    its loss and throughput gauges still read their initial 0: shown as none yet, not as a loss of 0."""
     if STEP not in values:
         return None
+    started = values[STEP] > 0
     return with_estimates(
         Progress(
             step=int(values[STEP]),
-            loss=round(values[LOSS], 6) if LOSS in values else None,
-            samples_per_second=round(values[SAMPLES_PER_SECOND], 2) if SAMPLES_PER_SECOND in values else None,
+            loss=round(values[LOSS], 6) if LOSS in values and started else None,
+            samples_per_second=round(values[SAMPLES_PER_SECOND], 2)
+            if SAMPLES_PER_SECOND in values and started
+            else None,
             last_checkpoint_step=int(values[LAST_CHECKPOINT_STEP]) if LAST_CHECKPOINT_STEP in values else None,
             checkpoint_seconds=round(values[CHECKPOINT_SECONDS], 3) if CHECKPOINT_SECONDS in values else None,
             step_seconds=round(values[STEP_SECONDS], 4) if STEP_SECONDS in values else None,

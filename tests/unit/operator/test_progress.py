@@ -61,8 +61,13 @@ def test_the_checkpoint_and_step_times_are_read(text: str, want: tuple[Any, ...]
         ("ringleader_trainer_step 5\nringleader_trainer_loss NaN\n", (5, None, None)),
         ("ringleader_trainer_loss 1.0\n", None),
         ("", None),
+        # before the first log line a trainer's gauges read 0: no loss yet, not a loss of 0
+        (
+            "ringleader_trainer_step 0\nringleader_trainer_loss 0\nringleader_trainer_samples_per_second 0\n",
+            (0, None, None),
+        ),
     ],
-    ids=["step-only", "nan-loss-dropped", "no-step", "empty"],
+    ids=["step-only", "nan-loss-dropped", "no-step", "empty", "before-the-first-step"],
 )
 def test_parse_partial_pages(text: str, want: tuple[int, float | None, float | None] | None) -> None:
     p = parse(text, NOW)
