@@ -93,8 +93,8 @@ def install_operator(layout: Layout, real: bool) -> None:
     say("operator ready", t0)
 
 
-def rank_losses(core: client.CoreV1Api, namespace: str, job: str) -> dict[str, float]:
-    """Each running rank's latest logged loss (from its JSON log lines), by pod name."""
+def rank_progress(core: client.CoreV1Api, namespace: str, job: str) -> dict[str, tuple[int, float]]:
+    """Each running rank's latest logged (step, loss) (from its JSON log lines), by pod name."""
     out = {}
     for pod in core.list_namespaced_pod(namespace, label_selector=f"ringleader.dev/job-name={job}").items:
         try:
@@ -104,7 +104,8 @@ def rank_losses(core: client.CoreV1Api, namespace: str, job: str) -> dict[str, f
         for line in reversed((text or "").splitlines()):
             if line.startswith("{") and '"loss"' in line:
                 try:
-                    out[pod.metadata.name] = float(json.loads(line)["loss"])
+                    entry = json.loads(line)
+                    out[pod.metadata.name] = (int(entry.get("step", 0)), float(entry["loss"]))
                 except (ValueError, KeyError, TypeError):
                     continue
                 break
@@ -131,10 +132,13 @@ def follow(
         job = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
         status = job.get("status") or {}
         ended = next((k for k in ("Succeeded", "Failed") if (condition(job, k) or {}).get("status") == "True"), None)
-        # Progress is sampled every few seconds; a job that succeeded did every step.
-        step = total if ended == "Succeeded" else int((status.get("progress") or {}).get("step") or 0)
+        # The status's progress is sampled every 5 s, and a short job trains between two samples: the ranks'
+        # own log lines (every 20 steps) move the bar between them. A job that succeeded did every step.
+        ranks = rank_progress(core, ns, name)
+        sampled = int((status.get("progress") or {}).get("step") or 0)
+        step = total if ended == "Succeeded" else max([sampled, *(logged for logged, _ in ranks.values())])
         losses = " ".join(f"{pod.rsplit('-', 2)[-2]}-{pod.rsplit('-', 1)[-1]}={loss:.3f}"
-                          for pod, loss in sorted(rank_losses(core, ns, name).items()))  # fmt: skip
+                          for pod, (_, loss) in sorted(ranks.items()))  # fmt: skip
         line = f"[demo] {status.get('phase', 'Pending'):<10} step {bar(step, total)}  loss {losses or '-'}"
         if line != last:
             print(("\r\033[K" if tty else "") + line, end="" if tty else "\n", flush=True)
