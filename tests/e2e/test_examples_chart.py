@@ -4,13 +4,15 @@ on the process node to Succeeded with the world it asks for, and those of the bu
 rising and their loss in `kubectl get tj` while they run (the operator, a pod on the real node, reads worker 0's
 page across the pod network). Scripts of the user's own serve no metrics page, so they show no step. The built-in
 trainer's examples run as written but for their pace (STEPS, PACE below; its own tests judge accuracy); the
-examples run a few at a time. Kueue's examples need Kueue and its queues: test_kueue.py."""
+examples run a few at a time. examples/kueue's job waits in its queue (Kueue's manager, which `make test`
+builds) until Kueue admits it."""
 
 from __future__ import annotations
 
 import math
 import re
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,18 +21,14 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from ringleader_devcluster import kueue as devkueue
+from ringleader_devcluster.commands import ClusterError
 from ringleader_devcluster.layout import Layout
 
 from tests.support.cluster import kubectl
-from tests.support.examples import (
-    EXAMPLES,
-    KUBEFLOW_EXAMPLES,
-    converted,
-    prepared,
-    ranks_seen,
-    trainer_command,
-)  # fmt: skip
-from tests.support.jobs import get, pods_of, trainer_events
+from tests.support.examples import EXAMPLES, KUBEFLOW_EXAMPLES, converted, prepared, queued, ranks_seen, trainer_command
+from tests.support.jobs import condition, get, pods_of, trainer_events
+from tests.support.shared import one_at_a_time
 
 from .helpers import diagnosis, is_true
 
@@ -48,6 +46,19 @@ STEPS = {"large-mlp-sharded.yaml": 4, "gpu-allreduce.yaml": 30, "digits-sharded.
 SLOWEST = ("large-mlp-sharded.yaml", "digits-sharded.yaml", "digits-pipeline.yaml")
 AT_ONCE = 4  # examples running together: enough to overlap pod starts, few enough for two cores
 TIMEOUT = 300  # seconds one example may take from apply to Succeeded
+
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+@pytest.fixture
+def kueue_running(layout: Layout) -> None:
+    """Kueue's manager, for examples/kueue (`make test` builds it; `make dev-cluster KUEUE=1` otherwise)."""
+    try:
+        with one_at_a_time(layout):
+            devkueue.start(layout)
+    except ClusterError as e:
+        pytest.fail(f"kueue: {e}")
 
 
 @dataclass
@@ -114,6 +125,8 @@ def problems(core: client.CoreV1Api, ns: str, run: Run) -> list[str]:
         seen = ranks_seen(core, ns, run.name, spec["workers"]["replicas"])
         if seen != dict.fromkeys(range(world_of(spec)), world_of(spec)):
             found.append(f"ranks and worlds printed: {seen}")
+    if run.example.startswith("kueue/") and (condition(job, "Suspended") or {}).get("reason") != "QueueAdmitted":
+        found.append(f"not admitted by Kueue: {condition(job, 'Suspended')}")
     if any(limit.get("nvidia.com/gpu") for limit in _limits(spec)) and not gpu_each(core, ns, run.name):
         found.append("pods not each given a GPU of their node")
     return [f"{run.example}: {line}" for line in found]
@@ -154,13 +167,14 @@ def _limits(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_every_example_runs_under_the_charts_operator_in_a_restricted_namespace_showing_step_and_loss(
     layout: Layout, kubeconfig: Path, core: client.CoreV1Api, custom: client.CustomObjectsApi,
-    restricted_namespace: str, release: tuple[str, str], tmp_path: Path,
+    restricted_namespace: str, release: tuple[str, str], kueue_running: None, tmp_path: Path,
 ) -> None:  # fmt: skip
-    ns = restricted_namespace
+    ns, cluster_queue = restricted_namespace, f"cq-{uuid.uuid4().hex[:8]}"
     examples = sorted(EXAMPLES, key=lambda p: p.name not in SLOWEST)
     runs = [Run(p.name, prepared(p, ns, STEPS.get(p.name), () if p.name in UNPACED else PACE)[0]) for p in examples]
     runs += [Run(f"kubeflow/{p.name}", converted(p)) for p in KUBEFLOW_EXAMPLES]
-    assert len({run.name for run in runs}) == len(runs) >= 15  # one namespace: every job a name of its own
+    runs += [Run("kueue/digits-queued.yaml", queued(ns, cluster_queue, None, PACE))]
+    assert len({run.name for run in runs}) == len(runs) >= 16  # one namespace: every job a name of its own
     pending, running, finished = deque(runs), list[Run](), list[Run]()
     while pending or running:
         while pending and len(running) < AT_ONCE:
@@ -194,3 +208,4 @@ def test_every_example_runs_under_the_charts_operator_in_a_restricted_namespace_
             for d in run.docs:
                 if d["kind"] == "PersistentVolume":
                     core.delete_persistent_volume(d["metadata"]["name"])
+        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)

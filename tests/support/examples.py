@@ -21,6 +21,7 @@ EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 KUBEFLOW = REPO_ROOT / "examples" / "kubeflow"
 KUBEFLOW_SCRIPTS = KUBEFLOW / "scripts.yaml"
 KUBEFLOW_EXAMPLES = sorted(p for p in KUBEFLOW.glob("*.yaml") if p != KUBEFLOW_SCRIPTS)
+KUEUE = REPO_ROOT / "examples" / "kueue"
 RANK_LINE = re.compile(r"rank (\d+) world_size (\d+)")  # what each script of examples/kubeflow/ prints
 
 
@@ -69,6 +70,21 @@ def prepared(
         if d["kind"] == "TrainingJob":
             shortened(d, steps, extra)
     return docs, next(d["metadata"]["name"] for d in docs if d["kind"] == "TrainingJob")
+
+
+def queued(
+    namespace: str, cluster_queue: str, steps: int | None = None, extra: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """examples/kueue: its queues (the ClusterQueue named `cluster_queue`, the LocalQueue in `namespace`) and its
+    queued job, the trainer's arguments changed as `shortened` does."""
+    docs = [d for d in yaml.safe_load_all((KUEUE / "queues.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "ClusterQueue":
+            d["metadata"]["name"] = cluster_queue
+        if d["kind"] == "LocalQueue":
+            d["metadata"]["namespace"] = namespace
+            d["spec"]["clusterQueue"] = cluster_queue
+    return [*docs, shortened(yaml.safe_load((KUEUE / "digits-queued.yaml").read_text()), steps, extra)]
 
 
 def converted(path: Path, workers: dict[str, Any] | None = None, **env: str) -> list[dict[str, Any]]:

@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from ringleader_devcluster import kueue as devkueue
 from ringleader_devcluster.commands import ClusterError
-from ringleader_devcluster.layout import REPO_ROOT, Layout
+from ringleader_devcluster.layout import Layout
 
-from tests.support.cluster import kubectl, wait_for
-from tests.support.examples import shortened
+from tests.support.cluster import wait_for
 from tests.support.jobs import (
     condition,
     create,
@@ -182,30 +180,6 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_check
     assert resumed["step"] >= 60  # from the checkpoint it saved, not from the start
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # a preemption is no failure
     assert job["status"]["progress"]["step"] == 160
-
-
-def test_the_kueue_examples_run(
-    custom: client.CustomObjectsApi, kueue: None, namespace: str, layout: Layout, kubeconfig: Path, tmp_path: Path
-) -> None:
-    """examples/kueue: the queues (the ClusterQueue renamed for this test, the LocalQueue in its namespace) and the
-    queued job, as written but for its step count, to Succeeded."""
-    docs = [d for d in yaml.safe_load_all((REPO_ROOT / "examples/kueue/queues.yaml").read_text()) if d]
-    cluster_queue = f"cq-{uuid.uuid4().hex[:8]}"
-    for d in docs:
-        if d["kind"] == "ClusterQueue":
-            d["metadata"]["name"] = cluster_queue
-        if d["kind"] == "LocalQueue":
-            d["metadata"]["namespace"] = namespace
-            d["spec"]["clusterQueue"] = cluster_queue
-    job = shortened(yaml.safe_load((REPO_ROOT / "examples/kueue/digits-queued.yaml").read_text()), 60)
-    manifest = tmp_path / "kueue.yaml"
-    manifest.write_text(yaml.safe_dump_all([*docs, job]))
-    kubectl(layout, kubeconfig, "apply", "-n", namespace, "-f", str(manifest))
-    try:
-        done = wait_condition(custom, namespace, "digits-queued", "Succeeded", timeout=180)
-        assert (condition(done, "Suspended") or {}).get("reason") == "QueueAdmitted"
-    finally:
-        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
 
 
 def test_a_job_managed_by_another_controller_is_left_alone_and_the_field_is_immutable(
