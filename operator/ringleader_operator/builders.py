@@ -290,7 +290,7 @@ def cpu_threads(container: Mapping[str, Any], processes: int) -> str:
     """OMP_NUM_THREADS for each of a trainer container's `processes`: its CPU limit (else its request) shared
     among them, rounded down, at least 1; 1 when it asks for no CPU. Unset, torch starts a thread per core of
     the node, whatever the pod's share of it: four ranks of a small model on a two-core node then ran their steps
-    nine times slower (bench/omp_threads_bench.py). torchrun sets 1 for more than one process; a template that
+    ten times slower (bench/omp_threads_bench.py). torchrun sets 1 for more than one process; a template that
     sets OMP_NUM_THREADS keeps its own."""
     resources = container.get("resources") or {}
     cpu = (resources.get("limits") or {}).get("cpu") or (resources.get("requests") or {}).get("cpu")
