@@ -21,14 +21,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from ringleader_devcluster import kueue as devkueue
-from ringleader_devcluster.commands import ClusterError
 from ringleader_devcluster.layout import Layout
 
+from tests.support import kueue
 from tests.support.cluster import kubectl
 from tests.support.examples import EXAMPLES, KUBEFLOW_EXAMPLES, converted, prepared, queued, ranks_seen, trainer_command
 from tests.support.jobs import condition, get, pods_of, trainer_events
-from tests.support.shared import one_at_a_time
 
 from .helpers import diagnosis, is_true
 
@@ -48,17 +46,10 @@ AT_ONCE = 4  # examples running together: enough to overlap pod starts, few enou
 TIMEOUT = 300  # seconds one example may take from apply to Succeeded
 
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-
-
 @pytest.fixture
 def kueue_running(layout: Layout) -> None:
-    """Kueue's manager, for examples/kueue (`make test` builds it; `make dev-cluster KUEUE=1` otherwise)."""
-    try:
-        with one_at_a_time(layout):
-            devkueue.start(layout)
-    except ClusterError as e:
-        pytest.fail(f"kueue: {e}")
+    """Kueue's manager, for examples/kueue."""
+    kueue.start(layout)
 
 
 @dataclass
@@ -208,4 +199,4 @@ def test_every_example_runs_under_the_charts_operator_in_a_restricted_namespace_
             for d in run.docs:
                 if d["kind"] == "PersistentVolume":
                     core.delete_persistent_volume(d["metadata"]["name"])
-        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+        custom.delete_cluster_custom_object(*kueue.API, "clusterqueues", cluster_queue)

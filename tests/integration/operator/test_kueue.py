@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from ringleader_devcluster import kueue as devkueue
-from ringleader_devcluster.commands import ClusterError
 from ringleader_devcluster.layout import Layout
 
+from tests.support import kueue as kueue_support
 from tests.support.cluster import wait_for
 from tests.support.jobs import (
     condition,
@@ -27,11 +26,10 @@ from tests.support.jobs import (
     training_job,
     wait_condition,
 )
-from tests.support.shared import one_at_a_time
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KUEUE = kueue_support.API
 FLAVOR = "process-nodes"  # its node labels put the pods on the process node
 QUOTA_CPU = 2  # two workers of one CPU each: one job at a time
 WORKER_CPU = "1"
@@ -40,11 +38,7 @@ WORKER_CPU = "1"
 @pytest.fixture(scope="module")
 def kueue(layout: Layout, custom: client.CustomObjectsApi) -> None:
     """Kueue's manager running, with a ResourceFlavor for the process node and two WorkloadPriorityClasses."""
-    try:
-        with one_at_a_time(layout):
-            devkueue.start(layout)
-    except ClusterError as e:
-        pytest.fail(f"kueue: {e}")
+    kueue_support.start(layout)
     flavor = {"metadata": {"name": FLAVOR}, "spec": {"nodeLabels": {"ringleader.dev/process-node": "true"}}}
     apply_cluster_object(custom, "resourceflavors", {"kind": "ResourceFlavor", **flavor})
     for name, value in (("low", 100), ("high", 1000)):
