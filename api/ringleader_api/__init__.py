@@ -439,8 +439,19 @@ class RunPolicy(Model):
         le=MAX_SECONDS,
         description="A Running job whose step does not advance for this long is Stalled: the condition names "
         "the rank that stopped first (and its node), and onStall says what follows. Counted from the last step "
-        "seen to advance, or from when the job turned Running (start-up and resuming included); leave room for "
-        "the longest checkpoint save. Default: no deadline.",
+        "seen to advance, once the job has made its first step since it turned Running (start-up has its own "
+        "deadline, startupDeadlineSeconds); leave room for the longest checkpoint save. A job whose progress "
+        "cannot be read (a script that serves no metrics page, a network that drops the operator's reads) is "
+        "never Stalled: the condition is Unknown, reason ProgressUnavailable. Default: no deadline.",
+    )
+    startup_deadline_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SECONDS,
+        description="With progressDeadlineSeconds: a job that turned Running (started, resumed or recovered) and "
+        "makes no first step for this long is Stalled (importing, loading a checkpoint, compiling, waiting for a "
+        "replaced rank count here, not against progressDeadlineSeconds). Default: 600, or "
+        "progressDeadlineSeconds if longer.",
     )
     on_stall: StallAction = Field(
         StallAction.RECOVER,
@@ -536,9 +547,11 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # the pods could not run together even on the cluster's empty nodes
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # they could, once others free the room
     FOREIGN_PODS = "ForeignPodsIgnored"  # pods carrying the job's labels that it does not own
-    PROGRESS_UNAVAILABLE = "ProgressUnavailable"  # worker 0's metrics page could not be read, several times
+    # worker 0's metrics page could not be read, several times (an event); Stalled Unknown: no stall can be told
+    PROGRESS_UNAVAILABLE = "ProgressUnavailable"
     PROGRESS_DEADLINE = "ProgressDeadlineExceeded"  # no step for runPolicy.progressDeadlineSeconds: Stalled
     PROGRESS_RESUMED = "ProgressResumed"  # the job got past the step it stalled at
+    PROGRESS_AVAILABLE = "ProgressAvailable"  # Stalled Unknown (progress unreadable) turns False: it is read again
     RANK_STALLED = "RankStalled"  # the rank that stopped first in a stall, replaced (not counted)
     STALL_LIMIT = "StallLimitExceeded"  # one stall more than runPolicy.stallLimit
     STRAGGLERS = "RanksStraggling"  # Straggler=True: ranks working runPolicy.stragglerThreshold x their peers

@@ -5,6 +5,8 @@
 - Succeeded and Failed are terminal and sticky: once either is True nothing changes any more.
 - Running and Restarting exclude each other; a terminal condition turns both False, and Succeeded turns
   Stalled and Straggler False too (Failed leaves them: they may be why).
+- A status is True, False or Unknown (None: what the operator cannot tell, e.g. Stalled while no progress page
+  can be read); only True excludes others.
 """
 
 from __future__ import annotations
@@ -55,25 +57,25 @@ def _set(conditions: list[Condition], new: Condition) -> list[Condition]:
 def set_condition(
     conditions: list[Condition],
     kind: ConditionType,
-    status: bool,
+    status: bool | None,
     reason: str,
     message: str,
     now: str,
     generation: int,
 ) -> list[Condition]:
-    """Return the conditions with `kind` set; the input list is not modified."""
+    """Return the conditions with `kind` set (`status` None: Unknown); the input list is not modified."""
     if finished(conditions):
         return conditions
     new = Condition(
         type=kind,
-        status="True" if status else "False",
+        status="Unknown" if status is None else "True" if status else "False",
         reason=reason,
         message=message,
         last_transition_time=now,
         observed_generation=generation,
     )
     out = _set(conditions, new)
-    if not status:
+    if status is not True:
         return out
     if kind == ConditionType.SUCCEEDED:  # it got to its end: no longer stalled, and nothing left to straggle
         excluded: tuple[ConditionType, ...] = (
@@ -88,6 +90,6 @@ def set_condition(
     else:
         excluded = ()
     for other in excluded:
-        if is_true(out, other):
+        if (c := condition(out, other)) is not None and c.status != "False":
             out = _set(out, new.model_copy(update={"type": other, "status": "False"}))
     return out

@@ -12,7 +12,7 @@ from typing import Any
 
 from .observed import Observations
 from .podcache import resource_version
-from .stalls import Clock, Stall
+from .stalls import Clock, Stall, Unavailable
 from .stragglers import Slow, Stragglers, Watch
 
 Key = tuple[str, str]  # (namespace, name)
@@ -35,11 +35,11 @@ class JobMemory:
     # managedFields left out; rounds read it instead of the API server. None: read it there.
     body: dict[str, Any] | None = None
     generation: int | None = None  # the spec's generation the last round was asked for
-    # The stall watch (scraper.py, stalls.py): worker 0's step and since when it has not changed; a stall found
-    # and not yet acted on by a round. Lost with the process: a new one starts the clock again (later, never
-    # sooner).
+    # The stall watch (scraper.py, stalls.py): worker 0's step and since when it has not changed; a stall (or
+    # that progress cannot be read) found and not yet acted on by a round. Lost with the process: a new one
+    # starts the clock again (later, never sooner).
     clock: Clock | None = None
-    stall: Stall | None = None
+    stall: Stall | Unavailable | None = None
     # The straggler watch: which ranks have been slow since when, when the pages were last read (monotonic), the
     # stragglers last handed to a round (None: none yet, in this process) and those not yet acted on.
     slow_watch: Watch | None = None

@@ -34,13 +34,14 @@ RANK_STEP = "ringleader_trainer_rank_step"
 EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
 EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
 COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
+STEP_TIMESTAMP = "ringleader_trainer_rank_step_timestamp_seconds"
 GAUGES = (
     STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS,
-    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS,
+    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS, STEP_TIMESTAMP,
 )  # fmt: skip
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
 # Seconds to connect, within SCRAPE_TIMEOUT: a kernel answers a SYN whatever its process does, so a connection not
-# made by then says the address cannot be reached (the network), not that the trainer hangs (stalls.unobserved).
+# made by then says the address cannot be reached (the network), not that the trainer hangs (stalls.judge).
 CONNECT_TIMEOUT = 1.5
 # Connection errors that say the address was not reached at all (no route), as against refused (the pod answered).
 UNREACHABLE_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ETIMEDOUT})
@@ -63,16 +64,20 @@ IN_RANGE = {
     EXCHANGE_STARTED: lambda v: 0 < v <= MAX_TIMESTAMP,
     EXCHANGE_DONE: lambda v: 0 < v <= MAX_TIMESTAMP,
     COMPUTE_SECONDS: lambda v: 0 < v <= 86400,
+    STEP_TIMESTAMP: lambda v: 0 < v <= MAX_TIMESTAMP,
 }
 
 
 class ScrapeError(Exception):
     """A page that could not be read. `unreachable`: no connection was made to the address at all (connecting
-    timed out, no route): what the operator's network says, not what the pod does."""
+    timed out, no route): what the operator's network says, not what the pod does. `hung`: a connection was
+    made (the pod's kernel answered) but no whole page came in time: what a trainer wedged in native code, or
+    stopped, does. Neither: the pod refused (nothing listens there) or served something other than a page."""
 
-    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+    def __init__(self, message: str, *, unreachable: bool = False, hung: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        self.hung = hung
 
 
 def parse(text: str, now: str) -> Progress | None:
@@ -104,7 +109,11 @@ def beat_of(values: dict[str, float]) -> Beat:
     if RANK_STEP not in values:
         return Beat()
     return Beat(
-        int(values[RANK_STEP]), values.get(EXCHANGE_STARTED), values.get(EXCHANGE_DONE), values.get(COMPUTE_SECONDS)
+        int(values[RANK_STEP]),
+        values.get(EXCHANGE_STARTED),
+        values.get(EXCHANGE_DONE),
+        values.get(COMPUTE_SECONDS),
+        values.get(STEP_TIMESTAMP),
     )
 
 
@@ -164,7 +173,7 @@ async def fetch(client: aiohttp.ClientSession, host: str, port: int) -> str:
     except aiohttp.ConnectionTimeoutError as e:  # before TimeoutError, which it also is
         raise ScrapeError(f"{url}: no connection within {CONNECT_TIMEOUT:g} s", unreachable=True) from e
     except TimeoutError as e:
-        raise ScrapeError(f"{url}: no whole page within {SCRAPE_TIMEOUT:.0f} s") from e
+        raise ScrapeError(f"{url}: no whole page within {SCRAPE_TIMEOUT:.0f} s", hung=True) from e
     except aiohttp.ClientConnectorError as e:
         unreachable = e.errno in UNREACHABLE_ERRNOS
         raise ScrapeError(f"{url}: {str(e)[:200] or type(e).__name__}", unreachable=unreachable) from e

@@ -33,7 +33,7 @@ from .policies import (
     ttl,
 )  # fmt: skip
 from .round_state import Plan, Round
-from .stalls import Stall
+from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
 
 
@@ -45,7 +45,7 @@ def plan(
     cluster: admission.Cluster | None = None,
     max_ranks: int = DEFAULT_MAX_RANKS,
     gone: list[dict[str, Any]] | None = None,
-    stalled: Stall | None = None,
+    stalled: Stall | Unavailable | None = None,
     slow: Stragglers | None = None,
     queued: kueue.QueueState | None = None,
     workload_gang: workload_api.Gang | None = None,

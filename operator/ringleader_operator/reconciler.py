@@ -58,7 +58,7 @@ from .policies.stall import STALLED_POD_GRACE_SECONDS
 from .reconcile import plan
 from .round_state import Plan
 from .scraper import SCRAPE_SECONDS, ProgressScraper, scrape_interval, watches_progress
-from .stalls import Stall
+from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
 from .workloads import Workloads
 from .workqueue import WorkQueue
@@ -552,7 +552,7 @@ class Reconciler:
             self.emit(obj, "Warning", Reason.INVALID_SPEC, message)
             return None
 
-    def _handled(self, key: Key, stalled: Stall | None, slow: Stragglers | None) -> None:
+    def _handled(self, key: Key, stalled: Stall | Unavailable | None, slow: Stragglers | None) -> None:
         """A round that carried out its plan has acted on the stall and the stragglers it was given (or dropped
         them as old): a newer finding the scraper left meanwhile stays for the next round."""
         if (record := self.jobs.get(key)) is None:

@@ -225,13 +225,14 @@ class Round:
         self.changed_ranks.add(key)
         return kept
 
-    def set_condition(self, kind: ConditionType, ok: bool, reason: str, message: str) -> None:
-        """Set a condition; one that turns True says so in an event (Warning for Failed, Stalled, Straggler), except
-        Restarting, whose restarts have an event per rank already."""
+    def set_condition(self, kind: ConditionType, ok: bool | None, reason: str, message: str) -> None:
+        """Set a condition (`ok` None: Unknown); one that turns True or Unknown says so in an event (Warning for
+        Failed, Stalled, Straggler, and for what is not known), except Restarting, whose restarts have an event
+        per rank already."""
         before = self.status.conditions
         self.status.conditions = set_condition(before, kind, ok, reason, message, self.now, self.generation)
-        if ok and self.status.conditions != before and kind != ConditionType.RESTARTING:
-            warn = kind in (ConditionType.FAILED, ConditionType.STALLED, ConditionType.STRAGGLER)
+        if ok is not False and self.status.conditions != before and kind != ConditionType.RESTARTING:
+            warn = ok is None or kind in (ConditionType.FAILED, ConditionType.STALLED, ConditionType.STRAGGLER)
             self.plan.events.append(Event("Warning" if warn else "Normal", reason, message))
 
     def fail(self, reason: str, message: str) -> None:

@@ -118,7 +118,7 @@ class ProgressScraper:
         policy = _policy(obj)
         if policy is None:
             return
-        await self._watch_stall(obj, key, record, page, policy.progress_deadline_seconds)
+        await self._watch_stall(obj, key, record, page, policy)
         if (record := self.memory(key)) is not None:
             await self._watch_stragglers(obj, key, record, policy)
 
@@ -156,6 +156,8 @@ class ProgressScraper:
         stalled_at = status.get("lastStallStep")
         if _condition_true(status, ConditionType.STALLED) and now.step > (stalled_at if stalled_at is not None else -1):
             self.wake(key)  # past the stall: its round turns Stalled False
+        elif _condition(status, ConditionType.STALLED) == "Unknown":
+            self.wake(key)  # progress is read again: its round turns Stalled False
 
     async def _watch_stall(
         self,
@@ -163,39 +165,36 @@ class ProgressScraper:
         key: Key,
         record: JobMemory,
         page: dict[str, float] | None,
-        deadline: int | None,
+        policy: RunPolicy,
     ) -> None:
         """Advance the job's stall clock with worker 0's step (read at every step: `rank_step`; else the
-        progress step); once it is older than the deadline, read every rank and leave the stall for a round."""
-        step = None
+        progress step) and the time of its last step; once it is overdue, read every rank and leave what they
+        say (a stall, or that progress cannot be read) for a round."""
+        deadline = policy.progress_deadline_seconds
+        step = stepped_at = None
         if page is not None:
-            step = progress.beat_of(page).step
+            beat = progress.beat_of(page)
+            step, stepped_at = beat.step, beat.stepped_at
             if step is None and progress.STEP in page:
                 step = int(page[progress.STEP])
-        status = obj.get("status") or {}
-        running = _running_since(status)
+        running = _running_since(obj.get("status") or {})
         now = time.monotonic()
-        record.clock = stalls.tick(record.clock, step, running, now)
+        record.clock = stalls.tick(record.clock, step, running, now, stepped_at, _unix(running))
         clock = record.clock
-        if clock is None or record.stall is not None or not stalls.overdue(clock, deadline, now):
+        startup = max(policy.startup_deadline_seconds or stalls.STARTUP_DEADLINE_SECONDS, deadline or 0)
+        if clock is None or record.stall is not None or not stalls.overdue(clock, deadline, startup, now):
             return
         beats = await self._read_ranks(await self.pods(*key))
         if (found := self.memory(key)) is None:
             return
         record = found
-        record.clock = dataclasses.replace(clock, since=now)  # the next look, or stall, is another deadline away
-        if stalls.unobserved(beats):
-            message = (
-                f"no progress seen for {now - clock.since:.0f} s, but none of the {len(beats)} ranks' metrics pages "
-                f"could be reached from the operator ({beats[0].error}): runPolicy.progressDeadlineSeconds is not "
-                "acted on until one can (check NetworkPolicies and routes between the operator and the job's pods)"
-            )
-            log.warning("[%s/%s] %s", *key, message)
-            self.emit(dict(obj), "Warning", Reason.PROGRESS_UNAVAILABLE, message)
-            return
-        culprit = stalls.find_culprit(beats, time.time())
-        record.stall = stalls.Stall(clock.step, now - clock.since, clock.running_since, culprit, len(beats))
-        log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
+        # The next look, or stall, is another deadline away.
+        record.clock = dataclasses.replace(clock, since=now, looked=True)
+        record.stall = stalls.judge(clock, beats, time.time(), now - clock.since)
+        if isinstance(record.stall, stalls.Stall):
+            log.warning("[%s/%s] stalled: %s", *key, record.stall.describe())
+        else:
+            log.warning("[%s/%s] progress unavailable: %s", *key, record.stall.message)
         self.wake(key)
 
     async def _watch_stragglers(self, obj: Mapping[str, Any], key: Key, record: JobMemory, policy: RunPolicy) -> None:
@@ -233,7 +232,9 @@ class ProgressScraper:
                     text = await progress.fetch(self._session(), _ip(pod), METRICS_PORT)
                     return stalls.RankBeat(name, role, index, node, progress.parse_beat(text))
                 except progress.ScrapeError as e:
-                    return stalls.RankBeat(name, role, index, node, error=str(e), unreachable=e.unreachable)
+                    return stalls.RankBeat(
+                        name, role, index, node, error=str(e), unreachable=e.unreachable, hung=e.hung
+                    )
 
         reads = []
         for pod in pods:
@@ -274,8 +275,21 @@ def _running_for(pod: Mapping[str, Any], now: float) -> float | None:
         return None
 
 
+def _unix(stamp: str | None) -> float | None:
+    """A status time (RFC 3339) in Unix seconds, None when absent or unreadable."""
+    try:
+        return parse_time(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+def _condition(status: Mapping[str, Any], kind: ConditionType) -> str | None:
+    """The status (True, False, Unknown) of the condition `kind`, None when it is not there."""
+    return next((str(c.get("status")) for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
 def _condition_true(status: Mapping[str, Any], kind: ConditionType) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
+    return _condition(status, kind) == "True"
 
 
 def _running_since(status: Mapping[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from ringleader_devcluster.realpods import on_real_node
 from ringleader_operator.builders import METRICS_PORT
 
 from tests.support.cluster import kubectl, logs, python_pod, wait_for, wait_phase
-from tests.support.jobs import create, get, pods_of
+from tests.support.jobs import condition, create, get, pods_of
 from tests.support.shared import one_at_a_time
 
 from .helpers import diagnosis, is_true, trainer_job, wait_finished
@@ -118,3 +118,40 @@ def test_a_jobs_policy_admits_its_ranks_and_the_operator_and_refuses_everyone_el
         core.delete_namespace(other)
     job = wait_finished(custom, ns, "guarded", timeout=300)
     assert is_true(job, "Succeeded"), diagnosis(core, ns, job)
+
+
+@pytest.mark.usefixtures("release", "enforced")
+def test_a_job_the_operator_cannot_reach_is_never_stalled(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str
+) -> None:
+    """progressDeadlineSeconds 10, and a policy of the user's own in place of the job's: its ranks reach each
+    other, the operator reaches none of their pages. Its progress is unknown (Stalled Unknown, reason
+    ProgressUnavailable, saying why), never a stall: no rank is replaced and the job succeeds."""
+    ns = restricted_namespace
+    networking = client.NetworkingV1Api()
+    body = trainer_job("unreached", "allreduce", "--steps", "600", "--straggler", "0:0.05",
+                       runPolicy={"progressDeadlineSeconds": 10})  # fmt: skip
+    create(custom, ns, body)
+
+    def jobs_policy() -> str | None:
+        return next((p.metadata.name for p in networking.list_namespaced_network_policy(ns).items), None)
+
+    networking.delete_namespaced_network_policy(wait_for("the job's NetworkPolicy", jobs_policy, timeout=60), ns)
+    ranks = {"matchLabels": {"ringleader.dev/job-name": "unreached"}}
+    only_ranks = {"podSelector": ranks, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": ranks}]}]}
+    own = {"metadata": {"name": "ranks-only"}, "spec": only_ranks}
+    networking.create_namespaced_network_policy(ns, own)
+
+    def unknown() -> dict[str, Any] | None:
+        found = condition(get(custom, ns, "unreached"), "Stalled")
+        return found if found is not None and found["status"] == "Unknown" else None
+
+    stalled = wait_for("unreached's Stalled Unknown", unknown, timeout=240)
+    print(f"Stalled Unknown: {stalled['message']}")
+    assert stalled["reason"] == "ProgressUnavailable", stalled
+    assert "progressDeadlineSeconds is not acted on until one can be read" in stalled["message"], stalled
+    job = wait_finished(custom, ns, "unreached", timeout=300)
+    assert is_true(job, "Succeeded"), diagnosis(core, ns, job)
+    assert (job["status"].get("stalls") or 0) == 0
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=unreached").items
+    assert not [e for e in events if e.reason in ("ProgressDeadlineExceeded", "RankStalled")], events

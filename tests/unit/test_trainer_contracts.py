@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,10 @@ def test_operator_reads_the_trainers_metrics_page() -> None:
 def test_operator_reads_where_a_rank_is_from_its_page() -> None:
     m = TrainerMetrics()
     assert progress.parse_beat(m.text()) == Beat(0, None, None)  # nothing done yet
+    before = time.time()
     m.reached(57)
+    stepped_at = progress.parse_beat(m.text()).stepped_at  # what ends a job's start-up (stalls.tick)
+    assert stepped_at is not None and before <= stepped_at <= time.time()
     m.entered_exchange()
     waiting = progress.parse_beat(m.text())
     assert waiting.step == 57 and waiting.waiting_since is not None and waiting.exchange_done is None

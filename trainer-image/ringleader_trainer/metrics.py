@@ -28,6 +28,7 @@ RANK_STEP = "ringleader_trainer_rank_step"
 EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
 EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
 COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
+STEP_TIMESTAMP = "ringleader_trainer_rank_step_timestamp_seconds"
 COMPUTE_SMOOTHING = 0.1  # weight of the newest step in the moving average: about the last 10 steps
 
 
@@ -53,6 +54,10 @@ class RankPlace:
             value=self.started,
         )
         yield GaugeMetricFamily(EXCHANGE_DONE, "Unix time this rank's last exchange completed.", value=self.done)
+        yield GaugeMetricFamily(
+            STEP_TIMESTAMP, "Unix time this rank completed its last step; 0: none yet in this process.",
+            value=self.step_at,
+        )  # fmt: skip
         yield GaugeMetricFamily(
             COMPUTE_SECONDS,
             "Seconds per step this rank works outside exchanges, a moving average over about 10 steps.",

@@ -103,6 +103,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--save-final", type=Path, help="worker 0 writes the final model's state_dict here")
     p.add_argument("--straggler", metavar="INDEX:SECONDS",
                    help="worker INDEX sleeps SECONDS every step (to study staleness)")  # fmt: skip
+    p.add_argument("--start-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="every worker waits SECONDS before its first step, its page served (a slow start-up: a "
+                        "large checkpoint to load), to test the start-up deadline")  # fmt: skip
     p.add_argument("--hang-at-step", metavar="STEP:INDEX",
                    help="worker INDEX stops for good after step STEP, in its pod's first attempt only "
                         "(RINGLEADER_ATTEMPT 0): a hung rank, to test stall detection")  # fmt: skip
@@ -117,6 +120,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in ("steps", "batch_size", "log_every"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.start_delay <= 86400:
+        raise ConfigError(f"--start-delay {args.start_delay} is not between 0 and 86400 seconds")
     args.straggler = _pair(args.straggler, "--straggler", "INDEX:SECONDS", int, float)
     args.hang_at_step = _pair(args.hang_at_step, "--hang-at-step", "STEP:INDEX", int, int)
     return args
@@ -168,6 +173,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
     optimizer = strategy.distributed_optimizer(optimizer, model)
     checkpoints = strategy.checkpointer(model, optimizer)
     checkpoints.restore()
+    time.sleep(args.start_delay)
     loss_fn = nn.CrossEntropyLoss()
     rank, shard, shards = strategy.rank, strategy.data_rank, strategy.data_parallel_size
     steps_per_epoch = len(split.train) // (shards * args.batch_size)

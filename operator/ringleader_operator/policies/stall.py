@@ -1,6 +1,11 @@
 """runPolicy.progressDeadlineSeconds: act on a stall the progress scraper found (stalls.py), and turn Stalled
 False once the job is past the step it stalled at.
 
+When the scraper could not read the pages that would tell (`Unavailable`: a script that serves none, a network
+between the operator and the pods that drops everything), Stalled turns Unknown (reason ProgressUnavailable,
+saying why) and nothing else happens: a rank the operator cannot read is not a rank that hangs. It turns False
+once worker 0's progress is read again.
+
 A stall sets Stalled=True (a Warning event says which rank stopped first, and where) and counts in
 status.stalls. Then runPolicy.onStall: Fail fails the job; Recover replaces the rank named (its pod deleted
 with a short grace: it is stuck, a save will not come; its peers lose it, recover in place and resume from
@@ -13,21 +18,25 @@ from __future__ import annotations
 from ringleader_api import ROLE_NAMES, ConditionType, Reason, StallAction
 
 from ..builders import rank_key
-from ..conditions import is_true
+from ..conditions import condition, is_true
 from ..failures import Failure, Kind
-from ..observed import ObservedPod
+from ..observed import ObservedPod, parse_time
 from ..round_state import NOTHING_KNOWN, Round
-from ..stalls import Stall
+from ..stalls import Stall, Unavailable
 from .restarts import replace_rank
 
 STALLED_POD_GRACE_SECONDS = 5  # a stuck rank saves nothing on SIGTERM; its log's last lines get out
 
 
-def act_on_stall(r: Round, stall: Stall | None) -> None:
+def act_on_stall(r: Round, stall: Stall | Unavailable | None) -> None:
     """After the ranks are reconciled (r.by_rank set): Stalled False once past the stall, then the new stall,
     if it was found while the job is Running as it is now (an older one is dropped)."""
     _resumed(r)
     if stall is None or r.failed or r.running_since != stall.running_since:
+        return
+    if isinstance(stall, Unavailable):
+        if not is_true(r.status.conditions, ConditionType.STALLED):  # a stall being recovered from stays named
+            r.set_condition(ConditionType.STALLED, None, Reason.PROGRESS_UNAVAILABLE, stall.message)
         return
     policy = r.job.spec.run_policy
     r.stalled_seconds = stall.seconds
@@ -63,8 +72,18 @@ def _replace_stalled(r: Round, pod: ObservedPod, whole_gang: bool) -> None:
 
 
 def _resumed(r: Round) -> None:
-    """Stalled turns False once worker 0's step (status.progress) is past the step the job stalled at."""
-    if not is_true(r.status.conditions, ConditionType.STALLED) or r.old.progress is None:
+    """Stalled turns False once worker 0's step (status.progress) is past the step the job stalled at, or (Stalled
+    Unknown) once its progress was read after the condition turned Unknown."""
+    stalled = condition(r.status.conditions, ConditionType.STALLED)
+    if stalled is None or r.old.progress is None:
+        return
+    if stalled.status == "Unknown":
+        read = r.old.progress.updated_at
+        if read and parse_time(read) > parse_time(stalled.last_transition_time):
+            message = f"worker 0's progress is read again (step {r.old.progress.step})"
+            r.set_condition(ConditionType.STALLED, False, Reason.PROGRESS_AVAILABLE, message)
+        return
+    if stalled.status != "True":
         return
     last = r.status.last_stall_step
     if r.old.progress.step > (last if last is not None else -1):

@@ -1,22 +1,39 @@
 """Stalls and stragglers on the dev cluster. A worker hung by the trainer's fault flag makes the job Stalled
 (runPolicy.progressDeadlineSeconds), naming that worker and its node, within the deadline and one scrape; the
 operator replaces it (not counted against backoffLimit), its peers recover in place, and the job succeeds. A
-worker slowed by `--straggler` is named in the Straggler condition (runPolicy.stragglerThreshold) and, under
-stragglerPolicy Replace, recreated once preferring another node, and the job succeeds."""
+worker stopped by SIGSTOP (its page no longer answers) is named too. What is not a stall is left alone: a script
+that serves no progress page (Stalled Unknown, ProgressUnavailable) and a start-up longer than the deadline both
+succeed untouched. A worker slowed by `--straggler` is named in the Straggler condition
+(runPolicy.stragglerThreshold) and, under stragglerPolicy Replace, recreated once preferring another node, and
+the job succeeds."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from ringleader_operator.observed import parse_time
 
-from tests.support.jobs import condition, create, digits_job, rank_status, trainer_events, wait_condition
+from tests.support.cluster import wait_for
+from tests.support.jobs import (
+    condition,
+    create,
+    digits_job,
+    get,
+    rank_status,
+    trainer_events,
+    training_job,
+    wait_condition,
+)
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-DEADLINE = 30  # seconds: start-up (three pods importing torch on two cores) must fit in it
+DEADLINE = 30  # seconds (start-up has its own deadline, 600 s by default)
 
 
 def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
@@ -55,6 +72,77 @@ def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
     assert DEADLINE <= goodput["stalledSeconds"] <= DEADLINE + 6  # found at the first scrape past the deadline
     assert goodput["restartingSeconds"] > 0 and goodput["stepsLost"] > 0
     assert 0 < goodput["ratio"] < 1
+
+
+def rank_processes(namespace: str, job: str, role: str, index: int) -> list[int]:
+    """The process node's processes of one rank (its trainer and what it forked), told by the environment the
+    operator gives each rank."""
+    want = {f"RINGLEADER_NAMESPACE={namespace}", f"RINGLEADER_JOB_NAME={job}", f"RINGLEADER_ROLE={role}",
+            f"RINGLEADER_INDEX={index}"}  # fmt: skip
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+            if want <= set((entry / "environ").read_bytes().decode(errors="replace").split("\0")):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_stopped_rank_is_named_within_the_deadline_and_replaced(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    """SIGSTOP on worker 1's processes once the job trains: its page takes the connection and sends nothing, which
+    names it (a refused or unreachable page would not); it is replaced and the job succeeds."""
+    deadline = 20
+    body = digits_job("stopped", 3, 900, tmp_path / "ckpt", runPolicy={"progressDeadlineSeconds": deadline})
+    create(custom, namespace, body)
+
+    def training() -> bool:
+        return (((get(custom, namespace, "stopped").get("status") or {}).get("progress") or {}).get("step") or 0) >= 100
+
+    wait_for("stopped's step 100", training, timeout=240)
+    pids = rank_processes(namespace, "stopped", "worker", 1)
+    assert pids, "worker 1's processes"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.time()
+    job = wait_condition(custom, namespace, "stopped", "Stalled", timeout=deadline + 60)
+    print(f"SIGSTOP to Stalled: {time.time() - stopped_at:.1f} s (deadline {deadline} s)")
+    message = (condition(job, "Stalled") or {})["message"]
+    assert "worker 1 (pod stopped-worker-1 on node process-node) did not answer for its metrics page" in message
+    assert "no whole page within" in message, message
+    job = wait_condition(custom, namespace, "stopped", "Succeeded", timeout=300)
+    rank = rank_status(job)["worker-1"]
+    assert (rank["stalls"], rank["restarts"]) == (1, 0) and job["status"]["stalls"] == 1
+
+
+def test_neither_a_script_without_a_page_nor_a_long_start_up_is_a_stall(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    """progressDeadlineSeconds 10: a script that serves no metrics page runs 30 s, and a trainer waits 30 s before
+    its first step with its page served (at step 0). Neither is Stalled or has a rank replaced; both succeed.
+    The script's job says why its deadline is not acted on (Stalled Unknown, ProgressUnavailable)."""
+    policy = {"progressDeadlineSeconds": 10}
+    create(custom, namespace, training_job("pageless", "import time; time.sleep(30)", workers=2, runPolicy=policy))
+    slow = digits_job("slow-start", 2, 60, tmp_path / "ckpt", runPolicy=policy)
+    slow["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += ["--start-delay", "30"]
+    create(custom, namespace, slow)
+
+    unknown = wait_condition(custom, namespace, "pageless", "Stalled", timeout=180, status="Unknown")
+    stalled = condition(unknown, "Stalled") or {}
+    assert stalled["reason"] == "ProgressUnavailable"
+    assert "worker 0's step could not be read" in stalled["message"], stalled
+    for name in ("pageless", "slow-start"):
+        job = wait_condition(custom, namespace, name, "Succeeded", timeout=300)
+        assert (job["status"].get("stalls") or 0) == 0, job["status"]
+        ranks = rank_status(job)
+        replaced = ("stalls", "restarts", "stops", "uncounted", "straggles")
+        assert not any(r[k] for r in ranks.values() for k in replaced), ranks
+        assert (condition(job, "Stalled") or {}).get("status", "False") == "False"  # success ends any doubt
+        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        assert not [e for e in events if e.reason == "ProgressDeadlineExceeded"], name
+    assert trainer_events(core, namespace, "slow-start-worker-0", "done")
 
 
 def test_a_straggler_is_named_replaced_once_preferring_another_node_and_the_job_succeeds(

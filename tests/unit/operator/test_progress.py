@@ -17,6 +17,7 @@ from ringleader_api import Role
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
 from ringleader_operator.scraper import scrape_interval, watches_progress
+from ringleader_operator.stalls import Stall
 
 from tests.support.localhttp import served
 
@@ -265,19 +266,20 @@ def _closed_port() -> Iterator[int]:
 
 
 @pytest.mark.parametrize(
-    ("target", "unreachable", "says"),
+    ("target", "unreachable", "hung", "says"),
     [
-        (lambda: _listener(backlog_full=True), True, "no connection within"),
-        (lambda: _listener(backlog_full=False), False, "no whole page within"),
-        (_closed_port, False, "Connect call failed"),
+        (lambda: _listener(backlog_full=True), True, False, "no connection within"),
+        (lambda: _listener(backlog_full=False), False, True, "no whole page within"),
+        (_closed_port, False, False, "Connect call failed"),
     ],
     ids=["syn-dropped", "wedged-trainer", "refused"],
 )
 def test_a_page_whose_address_was_never_reached_is_told_from_a_pod_that_answered(
-    target: Callable[[], contextlib.AbstractContextManager[int]], unreachable: bool, says: str
+    target: Callable[[], contextlib.AbstractContextManager[int]], unreachable: bool, hung: bool, says: str
 ) -> None:
-    """The stall watch acts only on what the pods answered (stalls.unobserved): a connection never made says the
-    network failed, while a refused connection or a silent open one says something of the pod."""
+    """The stall watch acts only on what tells of a hang (stalls.judge): a connection never made says the network
+    failed, a refused one that nothing listens there (a script that serves no page); only a connection taken and
+    no page sent says the trainer hangs."""
 
     async def main(port: int) -> ScrapeError:
         client = session()
@@ -293,7 +295,7 @@ def test_a_page_whose_address_was_never_reached_is_told_from_a_pod_that_answered
         t0 = time.monotonic()
         error = asyncio.run(main(port))
         assert time.monotonic() - t0 < SCRAPE_TIMEOUT + 1.0
-    assert (error.unreachable, says in str(error)) == (unreachable, True), error
+    assert (error.unreachable, error.hung, says in str(error)) == (unreachable, hung, True), error
 
 
 def pods_at(ips: dict[str, tuple[Role, int]]) -> Callable[[str, str], Awaitable[list[dict[str, Any]]]]:
@@ -396,7 +398,8 @@ def test_a_job_without_progress_for_its_deadline_is_found_stalled_naming_the_ran
     now = time.time()
     pages = {
         "127.0.0.1": f"ringleader_trainer_step 40\nringleader_trainer_rank_step 57\n"
-        f"ringleader_trainer_exchange_started_timestamp_seconds {now - 1}\n",
+        f"ringleader_trainer_exchange_started_timestamp_seconds {now - 1}\n"
+        f"ringleader_trainer_rank_step_timestamp_seconds {now - 1.5}\n",  # a step since the job turned Running
         "127.0.0.2": f"ringleader_trainer_rank_step 57\nringleader_trainer_exchange_done_timestamp_seconds {now - 2}\n",
         "127.0.0.3": f"ringleader_trainer_rank_step 57\n"
         f"ringleader_trainer_exchange_started_timestamp_seconds {now - 1}\n",
@@ -414,10 +417,11 @@ def test_a_job_without_progress_for_its_deadline_is_found_stalled_naming_the_ran
         ) -> None:
             pass
 
+    running = utc(now - 60)
     job = {
         "metadata": {"namespace": "ns", "name": "j"},
         "spec": {"runPolicy": {"progressDeadlineSeconds": 1}},
-        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t1"}]},
+        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": running}]},
     }
     woken: list[Key] = []
 
@@ -448,50 +452,81 @@ def test_a_job_without_progress_for_its_deadline_is_found_stalled_naming_the_ran
     record = asyncio.run(main())
     assert sorted(reads) == ["127.0.0.1"] * 4 + ["127.0.0.2", "127.0.0.3"]  # 3 scrapes, 1 read of every rank
     assert woken == [("ns", "j")]
-    assert record.stall is not None and record.stall.step == 57 and record.stall.culprit is not None
+    assert isinstance(record.stall, Stall) and record.stall.step == 57 and record.stall.culprit is not None
     assert record.stall.culprit.pod == "j-worker-1" and record.stall.culprit.node == "node-1"
     assert record.stall.describe().startswith("no progress for 1 s at step 57: worker 1 (pod j-worker-1 on node")
 
 
+def utc(unix: float) -> str:
+    """A status time (RFC 3339, whole seconds) for Unix time `unix`."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
+
+
+REFUSED, UNREACHED, HUNG = "refused", "unreached", "hung"
+
+
 @pytest.mark.parametrize(
-    ("reached", "acted_on"),
-    [((), False), ((1,), True)],
-    ids=["no-rank-reached", "one-rank-reached"],
-)
-def test_a_stall_is_acted_on_only_when_some_rank_was_reached(
-    monkeypatch: pytest.MonkeyPatch, reached: tuple[int, ...], acted_on: bool
+    ("first", "then", "found"),
+    [
+        # (worker 0's first read: a step after the turn to Running, or an error) -> (every rank at the look)
+        #   -> what is handed to a round
+        (UNREACHED, [UNREACHED] * 3, "Unavailable: none of the 3 ranks' metrics pages could be reached"),
+        (REFUSED, [REFUSED] * 3, "Unavailable: worker 0's step could not be read"),
+        (REFUSED, [REFUSED, UNREACHED, 57], "Unavailable: worker 0's step could not be read"),
+        (57, [UNREACHED] * 3, "Unavailable: none of the 3 ranks' metrics pages could be reached"),
+        (57, [REFUSED] * 3, "Unavailable: none of the 3 ranks' metrics pages could be read"),
+        (57, [57, HUNG, 57], "Stall: worker 1 (pod j-worker-1 on node node-1) did not answer"),
+        (57, [57, REFUSED, 56], "Stall: worker 2 (pod j-worker-2 on node node-2) stopped first: at step 56"),
+    ],
+    ids=["network-down", "pageless-script", "pageless-worker-0", "network-broke", "pages-gone", "stopped-rank",
+         "refused-rank-not-named"],
+)  # fmt: skip
+def test_only_a_page_that_tells_makes_a_stall(
+    monkeypatch: pytest.MonkeyPatch, first: int | str, then: list[int | str], found: str
 ) -> None:
-    """Past the deadline with no page read: when no rank's address could be reached (the operator's network, a
-    NetworkPolicy), no stall is handed to a round (a healthy job is not killed for it): one Warning event says
-    so and the clock restarts. When one rank answered (here: refused), the ranks never reached are named."""
+    """Past the deadline, every rank's page is read: a rank that took the connection and sent nothing (stopped,
+    wedged) is named, one that refused or could not be reached is not (it says nothing of a hang); when nothing
+    tells, or worker 0's step was never read, what is handed to a round is Unavailable (Stalled Unknown), never
+    a stall (a healthy job is not killed for what the operator cannot see)."""
     from ringleader_operator import progress as progress_module
     from ringleader_operator.jobmemory import JobMemory, Key
     from ringleader_operator.scraper import ProgressScraper
 
     ranks = {f"10.9.0.{i}": (Role.WORKER, i) for i in range(3)}
+    now = time.time()
+    looks: dict[str, list[int | str]] = {"phase": [first, REFUSED, REFUSED]}
 
     async def fetch(_client: object, host: str, port: int) -> str:
-        index = ranks[host][1]
-        if index in reached:
-            raise ScrapeError(f"http://{host}:{port}/metrics: refused")
-        raise ScrapeError(f"http://{host}:{port}/metrics: no connection within 1.5 s", unreachable=True)
+        said = looks["phase"][ranks[host][1]]
+        url = f"http://{host}:{port}/metrics"
+        if said == REFUSED:
+            raise ScrapeError(f"{url}: Connect call failed: refused")
+        if said == UNREACHED:
+            raise ScrapeError(f"{url}: no connection within 1.5 s", unreachable=True)
+        if said == HUNG:
+            raise ScrapeError(f"{url}: no whole page within 2 s", hung=True)
+        return (f"ringleader_trainer_step {said}\nringleader_trainer_rank_step {said}\n"
+                f"ringleader_trainer_rank_step_timestamp_seconds {now - 1}\n")  # fmt: skip
 
     monkeypatch.setattr(progress_module, "fetch", fetch)
     job = {
         "metadata": {"namespace": "ns", "name": "j"},
         "spec": {"runPolicy": {"progressDeadlineSeconds": 1}},
-        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t1"}]},
+        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": utc(now - 60)}]},
     }
-    events: list[tuple[str, str]] = []
     woken: list[Key] = []
+
+    async def patch_status(*_args: Any, **_kwargs: Any) -> None:
+        pass
 
     async def main() -> JobMemory:
         jobs: dict[Key, JobMemory] = {("ns", "j"): JobMemory()}
-        r = ProgressScraper(object(), lambda _o, _t, reason, msg: events.append((reason, msg)), jobs.get,  # type: ignore[arg-type]
-                            pods_at(ranks), woken.append)  # fmt: skip
+        kube = type("Kube", (), {"patch_status": staticmethod(patch_status)})()
+        r = ProgressScraper(kube, lambda *_: None, jobs.get, pods_at(ranks), woken.append)
         await r.scrape(job)  # starts the clock
-        jobs[("ns", "j")].next_scrape_at = 0.0
         started = jobs[("ns", "j")].clock
+        looks["phase"] = then
+        jobs[("ns", "j")].next_scrape_at = 0.0
         await asyncio.sleep(1.1)
         await r.scrape(job)  # overdue: every rank read
         record = jobs[("ns", "j")]
@@ -499,13 +534,60 @@ def test_a_stall_is_acted_on_only_when_some_rank_was_reached(
         return record
 
     record = asyncio.run(main())
-    if acted_on:
-        assert woken == [("ns", "j")] and record.stall is not None and record.stall.culprit is not None
-        assert record.stall.culprit.pod == "j-worker-0" and "did not answer" in record.stall.culprit.message
-    else:
-        assert woken == [] and record.stall is None
-        assert [reason for reason, _ in events] == ["ProgressUnavailable"]
-        assert "none of the 3 ranks' metrics pages could be reached from the operator" in events[0][1]
+    assert woken == [("ns", "j")]
+    kind, says = found.split(": ", 1)
+    assert type(record.stall).__name__ == kind
+    told = record.stall.describe() if isinstance(record.stall, Stall) else getattr(record.stall, "message", "")
+    assert says in told, told
+
+
+def test_start_up_is_not_a_stall_until_its_own_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 serves its page at step 0 and has made no step since the job turned Running: the progress
+    deadline (1 s) passes untouched; the start-up deadline (2 s) makes it a stall before its first step. Once a
+    step is seen, the progress deadline counts."""
+    from ringleader_operator import progress as progress_module
+    from ringleader_operator.jobmemory import JobMemory, Key
+    from ringleader_operator.scraper import ProgressScraper
+
+    ranks = {"10.9.0.0": (Role.WORKER, 0)}
+    page = {"text": "ringleader_trainer_rank_step 0\n"}
+
+    async def fetch(_client: object, host: str, port: int) -> str:
+        return page["text"]
+
+    monkeypatch.setattr(progress_module, "fetch", fetch)
+    policy = {"progressDeadlineSeconds": 1, "startupDeadlineSeconds": 2}
+    job = {
+        "metadata": {"namespace": "ns", "name": "j"},
+        "spec": {"runPolicy": policy},
+        "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": utc(time.time())}]},
+    }
+
+    async def patch_status(*_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    async def main() -> None:
+        jobs: dict[Key, JobMemory] = {("ns", "j"): JobMemory()}
+        kube = type("Kube", (), {"patch_status": staticmethod(patch_status)})()
+        r = ProgressScraper(kube, lambda *_: None, jobs.get, pods_at(ranks), lambda _key: None)
+        record = jobs[("ns", "j")]
+        await r.scrape(job)
+        await asyncio.sleep(1.2)
+        await r.scrape(job)
+        assert record.stall is None  # past the progress deadline, within start-up
+        await asyncio.sleep(1.0)
+        await r.scrape(job)
+        assert isinstance(record.stall, Stall) and not record.stall.started
+        assert record.stall.describe().startswith("no first step in 2 s since the job turned Running (still at step 0)")
+        record.stall, record.clock = None, None
+        await r.scrape(job)  # the clock again: step 0, start-up
+        page["text"] = "ringleader_trainer_rank_step 1\n"
+        await r.scrape(job)  # the first step: the progress deadline counts from here
+        await asyncio.sleep(1.1)
+        await r.scrape(job)
+        assert isinstance(record.stall, Stall) and record.stall.started and record.stall.step == 1
+
+    asyncio.run(main())
 
 
 def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: pytest.MonkeyPatch) -> None:

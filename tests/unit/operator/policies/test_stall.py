@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from ringleader_api import Role
 from ringleader_operator.reconcile import plan
-from ringleader_operator.stalls import Culprit, Stall
+from ringleader_operator.stalls import Culprit, Stall, Unavailable
 
 from ..builders import NOW, conds, job, pod
 
@@ -33,7 +33,7 @@ def stall(culprit: Culprit | None = W1, running_since: str = RUNNING_SINCE) -> S
     return Stall(120, 65.0, running_since, culprit, 2)
 
 
-def decide(status: dict[str, Any], found: Stall | None, **policy: Any) -> Any:
+def decide(status: dict[str, Any], found: Stall | Unavailable | None, **policy: Any) -> Any:
     run_policy = {"progressDeadlineSeconds": 60, **policy}
     return plan(job(status=status, runPolicy=run_policy), PODS, True, NOW, stalled=found)
 
@@ -97,3 +97,46 @@ def test_stalled_turns_false_once_the_job_is_past_the_step_it_stalled_at(step: i
     if stalled == "False":
         c = next(c for c in p.status.conditions if c.type == "Stalled")
         assert (c.reason, c.message) == ("ProgressResumed", "step 121 is past the stall at step 120")
+
+
+UNREAD = "worker 0's step could not be read (refused), ...; runPolicy.progressDeadlineSeconds is not acted on ..."
+
+
+@pytest.mark.parametrize(
+    ("before", "found", "want"),
+    [
+        # (Stalled as read, what the scraper found) -> Stalled after the round
+        (None, Unavailable(RUNNING_SINCE, UNREAD), ("Unknown", "ProgressUnavailable")),
+        ("True", Unavailable(RUNNING_SINCE, UNREAD), ("True", "ProgressDeadlineExceeded")),  # the stall stays named
+        (None, Unavailable("2025-12-31T23:59:00Z", UNREAD), (None, None)),  # found before a recovery: dropped
+    ],
+    ids=["unknown", "stalled-stays", "old"],
+)  # fmt: skip
+def test_progress_that_cannot_be_read_is_reported_and_never_acted_on(
+    before: str | None, found: Unavailable, want: tuple[str | None, str | None]
+) -> None:
+    status = running(1 if before else 0, lastStallStep=120)
+    if before:
+        status["conditions"].append({"type": "Stalled", "status": before, "reason": "ProgressDeadlineExceeded"})
+    p = decide(status, found)
+    stalled = next((c for c in p.status.conditions if c.type == "Stalled"), None)
+    assert ((stalled.status, stalled.reason) if stalled else (None, None)) == want
+    assert (p.status.phase, p.kill_pods, p.delete_pods, p.status.stalls) == ("Running", [], [], 1 if before else 0)
+    unknown = [e for e in p.events if e.reason == "ProgressUnavailable"]
+    assert [e.type for e in unknown] == (["Warning"] if want[0] == "Unknown" else [])
+
+
+@pytest.mark.parametrize(
+    ("read_at", "stalled"),
+    [("2025-12-31T23:55:00Z", "Unknown"), ("2025-12-31T23:56:01Z", "False")],
+    ids=["read-before", "read-since"],
+)
+def test_stalled_unknown_turns_false_once_progress_is_read_again(read_at: str, stalled: str) -> None:
+    status = running(progress={"step": 7, "updatedAt": read_at})
+    status["conditions"].append({"type": "Stalled", "status": "Unknown", "reason": "ProgressUnavailable",
+                                 "message": UNREAD, "lastTransitionTime": "2025-12-31T23:56:00Z"})  # fmt: skip
+    p = decide(status, None)
+    c = next(c for c in p.status.conditions if c.type == "Stalled")
+    assert c.status == stalled
+    if stalled == "False":
+        assert (c.reason, c.message) == ("ProgressAvailable", "worker 0's progress is read again (step 7)")
