@@ -200,6 +200,14 @@ class TorchrunSettings(Model):
     )
 
 
+class FailureClass(StrEnum):
+    """What a rank's failure is put down to (the operator's failures.py classes it; docs/operator.md lists how)."""
+
+    INFRASTRUCTURE = "Infrastructure"  # a node lost, an eviction or preemption, a network or collective timeout, a GPU
+    USER_CODE = "UserCode"  # the program's own error: an exception, a crash, its own exit code
+    RESOURCES = "Resources"  # out of memory at the container's limit (or the GPU's)
+
+
 class FailureAction(StrEnum):
     FAIL_JOB = "FailJob"
     RESTART_RANK = "RestartRank"
@@ -233,20 +241,20 @@ class ExitCodes(Model):
         return values
 
 
-RULE_MATCHES = ("onExitCodes", "onReasons", "onPodConditions")
+RULE_MATCHES = ("onExitCodes", "onReasons", "onPodConditions", "onClasses", "onExceptions")
 
 
 class FailureRule(Model):
     """One failure rule: the first whose match holds decides what a rank's ended pod does (FailJob, RestartRank,
-    RestartGang, Ignore). Exactly one of onExitCodes, onReasons, onPodConditions."""
+    RestartGang, Ignore). Exactly one of onExitCodes, onReasons, onPodConditions, onClasses, onExceptions."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.onExitCodes), has(self.onReasons), has(self.onPodConditions)]"
-                    ".filter(x, x).size() == 1",
-                    "message": "a failure rule sets exactly one of onExitCodes, onReasons, onPodConditions",
+                    "rule": "[has(self.onExitCodes), has(self.onReasons), has(self.onPodConditions), "
+                    "has(self.onClasses), has(self.onExceptions)].filter(x, x).size() == 1",
+                    "message": f"a failure rule sets exactly one of {', '.join(RULE_MATCHES)}",
                 }
             ]
         }
@@ -274,10 +282,26 @@ class FailureRule(Model):
         "PreemptionByScheduler, TerminationByKubelet, DeletionByTaintManager, DeletionByPodGC).",
     )
 
+    on_classes: list[FailureClass] | None = Field(
+        None,
+        min_length=1,
+        max_length=3,
+        description="The failure's class (Infrastructure, UserCode, Resources) is one of these (docs/operator.md).",
+    )
+    on_exceptions: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_RULE_VALUES,
+        description="The exception the rank's termination message names (the trainer's exit record, or a Python "
+        "traceback) is one of these, by its qualified name (torch.OutOfMemoryError) or its own (ValueError).",
+        json_schema_extra={"items": {"type": "string", "maxLength": 253}},
+    )
+
     @model_validator(mode="after")
     def _one_match(self) -> FailureRule:
-        if sum(x is not None for x in (self.on_exit_codes, self.on_reasons, self.on_pod_conditions)) != 1:
-            raise ValueError("a failure rule sets exactly one of onExitCodes, onReasons, onPodConditions")
+        matches = (self.on_exit_codes, self.on_reasons, self.on_pod_conditions, self.on_classes, self.on_exceptions)
+        if sum(x is not None for x in matches) != 1:
+            raise ValueError(f"a failure rule sets exactly one of {', '.join(RULE_MATCHES)}")
         return self
 
 
@@ -396,8 +420,63 @@ class RestartBackoff(Model):
     cap_seconds: float = _wait(60.0, "Longest wait between two restarts of the same rank.")
 
 
+class FailureBudget(Model):
+    """How many failures of one class the job restarts, and how fast (runPolicy.failureBudgets)."""
+
+    limit: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_STEPS,
+        description="Failures of this class restarted within windowSeconds; the next one fails the job. Default: "
+        "Infrastructure 20, UserCode runPolicy.backoffLimit, Resources 3.",
+    )
+    window_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SECONDS,
+        description="The count starts again this long after the first failure it holds. Default: Infrastructure "
+        "3600; UserCode and Resources count over the job's whole life.",
+    )
+    same_error_limit: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_STEPS,
+        description="This many failures in a row with the same error (the exception's type and message) fail the "
+        "job whatever the limit. Default: UserCode 3, others none.",
+    )
+    backoff: RestartBackoff | None = Field(
+        None, description="Back-off between restarts of the same rank for this class. Default: restartBackoff."
+    )
+
+
+class FailureBudgets(Model):
+    """Each class of failure has its own budget: a node's trouble does not use up the restarts meant for code."""
+
+    infrastructure: FailureBudget = Field(default_factory=FailureBudget)
+    user_code: FailureBudget = Field(default_factory=FailureBudget)
+    resources: FailureBudget = Field(default_factory=FailureBudget)
+
+    def of(self, kind: FailureClass) -> FailureBudget:
+        return {
+            FailureClass.INFRASTRUCTURE: self.infrastructure,
+            FailureClass.USER_CODE: self.user_code,
+            FailureClass.RESOURCES: self.resources,
+        }[kind]
+
+
 class RunPolicy(Model):
-    backoff_limit: int = Field(3, ge=0, le=MAX_STEPS, description="Restarts allowed across the job before it fails.")
+    backoff_limit: int = Field(
+        3,
+        ge=0,
+        le=MAX_STEPS,
+        description="Restarts for failures of the program's own (class UserCode) allowed across the job before it "
+        "fails; infrastructure and resource failures have their own budgets (failureBudgets).",
+    )
+    failure_budgets: FailureBudgets = Field(
+        default_factory=FailureBudgets,
+        description="Per class of failure (infrastructure, userCode, resources): how many are restarted, within "
+        "what window, how many of the same error in a row end it, and the back-off (docs/operator.md).",
+    )
     restart_backoff: RestartBackoff = Field(
         default_factory=RestartBackoff, description="Exponential back-off between restarts of the same rank."
     )
@@ -538,6 +617,7 @@ class Reason(StrEnum):
     GANG_RESTART = "GangRestart"  # a failure rule's RestartGang: every other rank recreated (not counted)
     IGNORED = "FailureIgnored"  # a failure rule's Ignore: the rank recreated, not counted
     BACKOFF_LIMIT = "BackoffLimitExceeded"
+    FAILURE_BUDGET = "FailureBudgetExceeded"  # a class's failureBudgets limit or sameErrorLimit reached
     INVALID_SPEC = "InvalidSpec"
     SUSPENDED = "JobSuspended"
     RESUMED = "JobResumed"
@@ -582,6 +662,28 @@ class ReplicaStatus(Model):
     restarts: int = 0
 
 
+class FailureCount(Model):
+    """Failures of one class (status.failures): the budget's count and what the same-error limit looks at."""
+
+    total: int = Field(0, description="Failures of this class over the job's life.")
+    in_window: int = Field(0, description="Failures restarted in the current window (failureBudgets' windowSeconds).")
+    window_start: str | None = Field(None, description="When the current window began (its first failure).")
+    last_error: str = Field("", description="The last failure's error (exception type: message), if it said one.")
+    same_errors: int = Field(0, description="Failures in a row with that error.")
+
+
+class FailureRecord(Model):
+    """One failure, named and classed: the first of the job's latest incident (status.lastFailure)."""
+
+    failure_class: FailureClass = Field(alias="class", description="Infrastructure, UserCode or Resources.")
+    rank: str = Field(description="The rank that failed (`worker-1`).")
+    pod: str
+    node: str = ""
+    exit_code: int | None = None
+    evidence: str = Field("", description="What tells the class: the exception and where, OOMKilled, the node lost.")
+    time: str = Field("", description="When it ended (its container's finishedAt), else when it was seen.")
+
+
 class RankStatus(Model):
     """One rank's restart history; the operator's memory of it lives here, not in the operator process."""
 
@@ -590,7 +692,7 @@ class RankStatus(Model):
     # rank sharing it. A job of 10,000 ranks then reads and copies its ranks without 10,000 validations or copies.
     model_config = ConfigDict(frozen=True)
 
-    restarts: int = Field(0, description="Times this rank was restarted (counted against backoffLimit).")
+    restarts: int = Field(0, description="Times this rank was restarted (counted against its class's budget).")
     stops: int = Field(0, description="Times this rank stopped cleanly on request and was recreated (not counted).")
     stalls: int = Field(0, description="Times this rank was replaced for stopping first in a stall (not counted).")
     uncounted: int = Field(
@@ -818,6 +920,14 @@ class TrainingJobStatus(Model):
     goodput: Goodput | None = Field(None, description="Where the job's wall time went.")
     elastic: ElasticStatus | None = Field(
         None, description="An elastic job's size and why (minReplicas set; fewer workers run while only that many fit)."
+    )
+    failures: dict[str, FailureCount] = Field(
+        default_factory=dict, description="Per class of failure (Infrastructure, UserCode, Resources): its counts."
+    )
+    last_failure: FailureRecord | None = Field(
+        None,
+        description="The first failure of the job's latest incident (failures within 30 s of it belong to it): "
+        "the rank, pod and node, its class and the evidence.",
     )
     ranks_forgotten: int = Field(
         0,

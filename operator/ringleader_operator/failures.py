@@ -12,11 +12,22 @@ nothing was lost, so an eviction loop costs time, not work.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ringleader_api import ExitCodeOperator, ExitCodes, FailureAction, FailureRule, Reason, RestartPolicy
+from ringleader_api import (
+    ExitCodeOperator,
+    ExitCodes,
+    FailureAction,
+    FailureClass,
+    FailureRule,
+    Reason,
+    RestartPolicy,
+)
+
+from .evidence import Said
 
 # The trainer's ExitCode.STOPPED (docs/exit-codes.md; tests/unit/test_trainer_contracts.py holds both sides).
 STOPPED_EXIT_CODE = 202
@@ -71,6 +82,9 @@ class Failure:
     detail: str = ""  # Kubernetes' own word for it: a disruption or pod reason, a terminated state's reason
     reason: str = ""  # pod.status.reason, else the trainer container's terminated reason (OOMKilled, Error)
     disruption: str = ""  # the reason of the pod's DisruptionTarget condition
+    node: str = ""  # the node the pod ran on
+    at: str | None = None  # when its trainer container ended (finishedAt), if it says
+    said: Said = field(default_factory=Said)  # what its termination message says of its end (evidence.read)
 
     def describe(self) -> str:
         """`failed with exit code 137 (OOMKilled)`, `was evicted (EvictionByEvictionAPI)`, ..."""
@@ -95,18 +109,86 @@ def classify(exit_code: int | None, pod_reason: str, disruption: str) -> Failure
     `exit_code` is the trainer container's non-zero exit code, if it has one; `pod_reason` is
     pod.status.reason; `disruption` is the reason of its DisruptionTarget condition, if any. A clean stop is
     one whatever made the pod go (its disruption or reason is kept as the detail)."""
-    seen = {"reason": pod_reason, "disruption": disruption}
     if exit_code == STOPPED_EXIT_CODE:
-        return Failure(Kind.STOPPED, exit_code, disruption or pod_reason, **seen)
-    if disruption in _DISRUPTIONS:
-        return Failure(_DISRUPTIONS[disruption], exit_code, disruption, **seen)
-    if pod_reason in _POD_REASONS:
-        return Failure(_POD_REASONS[pod_reason], exit_code, pod_reason, **seen)
-    if exit_code is not None:
-        return Failure(Kind.EXIT, exit_code, pod_reason, **seen)
-    # Failed with neither an exit code nor a known reason (admission rejected, image never ran, ...): the
-    # program did not fail, so this is the infrastructure's.
-    return Failure(Kind.EVICTED if pod_reason else Kind.DELETED, None, pod_reason or disruption, **seen)
+        kind, detail = Kind.STOPPED, disruption or pod_reason
+    elif disruption in _DISRUPTIONS:
+        kind, detail = _DISRUPTIONS[disruption], disruption
+    elif pod_reason in _POD_REASONS:
+        kind, detail = _POD_REASONS[pod_reason], pod_reason
+    elif exit_code is not None:
+        kind, detail = Kind.EXIT, pod_reason
+    else:
+        # Failed with neither an exit code nor a known reason (admission rejected, image never ran, ...): the
+        # program did not fail, so this is the infrastructure's.
+        kind, detail = (Kind.EVICTED if pod_reason else Kind.DELETED), pod_reason or disruption
+    return Failure(kind, exit_code, detail, reason=pod_reason, disruption=disruption)
+
+
+# Signals a program dies of by its own doing (a crash in native code, an abort); any other (SIGKILL, SIGTERM,
+# SIGHUP, ...) came from outside it: a kill, a stop not waited for.
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+# What a GPU's failure leaves in an exception's text (the driver's and NCCL's words; a CUDA out-of-memory is not
+# one: it is the job's size).
+GPU_MARKERS = ("CUDA error", "NCCL error", "ncclUnhandledCudaError", "ncclSystemError", "Xid", "ECC error",
+               "cudaErrorLaunchFailure", "CUBLAS_STATUS_EXECUTION_FAILED", "GPU is lost", "uncorrectable")  # fmt: skip
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "MemoryError")
+# Exceptions of the network and of collectives that timed out or lost a peer: torch.distributed's own, the socket's.
+NETWORK_EXCEPTIONS = ("DistBackendError", "DistNetworkError", "DistStoreError", "ConnectionResetError",
+                      "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError")  # fmt: skip
+NETWORK_MARKERS = ("Connection reset by peer", "Connection closed by peer", "collective operation timeout",
+                   "communicator was aborted", "Socket Timeout", "timed out waiting for")  # fmt: skip
+# The trainer's own exit codes for what its peers or the network did (exitcodes.py): RENDEZVOUS_TIMEOUT, PEER_LOST.
+NETWORK_EXIT_CODES = {200: "the rendezvous timed out", 201: "a collective failed or timed out (a peer lost)"}
+
+
+def failure_class(failure: Failure) -> tuple[FailureClass, str]:
+    """The class of a failure and its evidence (one line). Whatever Kubernetes did to the pod (an eviction, its
+    node lost, a deletion) is the infrastructure's; of a program's exit, the kernel's OOM kill, then what its
+    termination message says (a GPU's error, running out of memory, a network's or a collective's failure), then
+    its exit code (the trainer's codes for lost peers, an exception of its own, a signal from outside, a crash)."""
+    said = failure.said
+    if failure.kind != Kind.EXIT:
+        evidence = failure.describe() + (f"; it said {said.describe()}" if said.exception else "")
+        return FailureClass.INFRASTRUCTURE, evidence
+    if failure.reason == "OOMKilled":
+        return FailureClass.RESOURCES, "OOMKilled: out of memory at the container's limit"
+    return _by_what_it_said(said) or _by_exit_code(failure.exit_code, said.describe())
+
+
+def _by_what_it_said(said: Said) -> tuple[FailureClass, str] | None:
+    """The class the exception's words tell, None when they tell none."""
+    text, error = f"{said.exception} {said.message}", said.describe()
+    if any(marker in text for marker in GPU_MARKERS):
+        return FailureClass.INFRASTRUCTURE, f"a GPU error: {error}"
+    if any(marker in text for marker in OOM_MARKERS):
+        return FailureClass.RESOURCES, f"out of memory: {error}"
+    if said.exception.rsplit(".", 1)[-1] in NETWORK_EXCEPTIONS or any(m in text for m in NETWORK_MARKERS):
+        return FailureClass.INFRASTRUCTURE, f"a network or collective failure: {error}"
+    return None
+
+
+def _by_exit_code(code: int | None, error: str) -> tuple[FailureClass, str]:
+    """The class an exit code tells, with the exception said (`error`, may be empty) as the evidence."""
+    if code in NETWORK_EXIT_CODES:
+        return FailureClass.INFRASTRUCTURE, NETWORK_EXIT_CODES[code] + (f": {error}" if error else "")
+    if error:
+        return FailureClass.USER_CODE, error
+    sig = _signal(code)
+    if sig is None:
+        return FailureClass.USER_CODE, f"exit code {code}"
+    if sig in CRASH_SIGNALS:
+        return FailureClass.USER_CODE, f"crashed: {sig.name}"
+    return FailureClass.INFRASTRUCTURE, f"killed from outside: {sig.name}"
+
+
+def _signal(code: int | None) -> signal.Signals | None:
+    """The signal an exit code 128+N says the program died of, None when it is no such code."""
+    if code is None or code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128)
+    except ValueError:
+        return None
 
 
 class Decision(StrEnum):
@@ -144,7 +226,8 @@ _ACTIONS = {
 def matches(rule: FailureRule, failure: Failure) -> bool:
     """Whether the rule holds for the failure. Exit codes match a program's exit only (an evicted pod's 137 is
     the eviction's); reasons match the pod's reason or the trainer container's termination reason; pod
-    conditions match the DisruptionTarget condition's reason."""
+    conditions match the DisruptionTarget condition's reason; classes match the failure's class (failure_class);
+    exceptions match the exception its termination message names, by its qualified or its short name."""
     if rule.on_exit_codes is not None:
         if failure.kind != Kind.EXIT or failure.exit_code is None:
             return False
@@ -152,6 +235,11 @@ def matches(rule: FailureRule, failure: Failure) -> bool:
         return listed if rule.on_exit_codes.operator == ExitCodeOperator.IN else not listed
     if rule.on_reasons is not None:
         return bool(failure.reason) and failure.reason in rule.on_reasons
+    if rule.on_classes is not None:
+        return failure_class(failure)[0] in rule.on_classes
+    if rule.on_exceptions is not None:
+        name = failure.said.exception
+        return bool(name) and (name in rule.on_exceptions or name.rsplit(".", 1)[-1] in rule.on_exceptions)
     return bool(failure.disruption) and failure.disruption in (rule.on_pod_conditions or [])
 
 
@@ -172,19 +260,18 @@ def first_match(
 def decide(
     policy: RestartPolicy,
     failure: Failure,
-    restarts: int,
-    backoff_limit: int,
+    exhausted: bool = False,
     rules: Sequence[FailureRule] = (),
 ) -> tuple[Decision, Reason | None, int | None]:
     """What to do with a rank whose pod stopped, the job's failure reason if it fails, and the index of the
-    role's rule that decided (None: restartPolicy's, or none). `restarts` counts the job's restarts so far
-    (every counted restart, infrastructure ones too: an eviction loop ends); an ignored failure counts for
-    nothing, so the limit does not stop it."""
+    role's rule that decided (None: restartPolicy's, or none). `exhausted`: one more failure of its class is past
+    the class's budget (budgets.charge), which fails a restart (reason BackoffLimitExceeded; the caller may name
+    it more closely); an ignored failure is not charged, so the budget does not stop it."""
     action, rule = first_match(rules, policy, failure)
     decision = _ACTIONS[action]
     if decision == Decision.FAIL:
         return decision, Reason.FAILURE_RULE if rule is not None else Reason.FAILED, rule
-    if decision != Decision.IGNORE and restarts >= backoff_limit:
+    if decision != Decision.IGNORE and exhausted:
         return Decision.FAIL, Reason.BACKOFF_LIMIT, rule
     return decision, None, rule
 
@@ -192,12 +279,11 @@ def decide(
 def decide_restart(
     policy: RestartPolicy,
     failure: Failure,
-    restarts: int,
-    backoff_limit: int,
+    exhausted: bool = False,
     rules: Sequence[FailureRule] = (),
 ) -> tuple[Decision, Reason | None]:
     """`decide` without the rule's index."""
-    decision, reason, _ = decide(policy, failure, restarts, backoff_limit, rules)
+    decision, reason, _ = decide(policy, failure, exhausted, rules)
     return decision, reason
 
 

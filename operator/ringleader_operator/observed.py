@@ -3,12 +3,14 @@ pod's state as the decisions need it, and what an earlier job of the same name l
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ringleader_api import ANNOTATION_ATTEMPT, KIND, Role, TrainingJob
 
+from . import evidence
 from .admission import gated
 from .builders import ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import Failure, classify
@@ -46,6 +48,8 @@ class ObservedPod:
     ended: bool = False  # the pod is done (Succeeded/Failed) or a container terminated with a non-zero code
     output: str = ""  # the failed container's termination message: its last lines (FallbackToLogsOnError)
     gated: bool = False  # it carries the gang gate (admission.GATE)
+    node: str = ""  # spec.nodeName
+    finished_at: str | None = None  # the failed container's finishedAt
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -65,13 +69,14 @@ class ObservedPod:
         except (KeyError, ValueError):
             workers = None
         status = pod.get("status") or {}
-        exit_code, reason, output = None, "", ""
+        exit_code, reason, output, finished_at = None, "", "", None
         for cs in status.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated")
             if term and term.get("exitCode", 0) != 0:
                 exit_code = int(term["exitCode"])
                 reason = term.get("reason") or ""
                 output = str(term.get("message") or "")
+                finished_at = term.get("finishedAt") if isinstance(term.get("finishedAt"), str) else None
                 break
         conditions = status.get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -98,6 +103,8 @@ class ObservedPod:
             ended=exit_code is not None or status.get("phase") in ("Succeeded", "Failed"),
             output=output,
             gated=gated(pod),
+            node=str((pod.get("spec") or {}).get("nodeName") or ""),
+            finished_at=finished_at,
         )
 
     @property
@@ -105,7 +112,10 @@ class ObservedPod:
         return self.deletion_deadline is not None
 
     def failure(self) -> Failure:
-        return classify(self.exit_code, self.reason, self.disruption)
+        """Why the pod stopped, where and when, and what it said of it (its termination message)."""
+        found = classify(self.exit_code, self.reason, self.disruption)
+        said = evidence.read(self.output) if self.output else evidence.Said()
+        return dataclasses.replace(found, node=self.node, at=self.finished_at, said=said)
 
 
 FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest are counted

@@ -41,10 +41,10 @@ OUTPUT_CHARACTERS = 1000  # of a failed container's termination message (its las
 
 
 def _container_end(container_status: Mapping[str, Any]) -> dict[str, Any]:
-    """A container status with only its name and, once it ended, its exit code, reason and the end of its
-    message."""
+    """A container status with only its name and, once it ended, its exit code, reason, end time and the end of
+    its message."""
     term = (container_status.get("state") or {}).get("terminated")
-    state = {"terminated": _pick(term, ("exitCode", "reason"))} if term else {}
+    state = {"terminated": _pick(term, ("exitCode", "reason", "finishedAt"))} if term else {}
     if term and term.get("message"):
         state["terminated"]["message"] = str(term["message"])[-OUTPUT_CHARACTERS:]
     return {"name": container_status.get("name"), "state": state}

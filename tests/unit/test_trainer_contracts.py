@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 from ringleader_api import RestartPolicy
-from ringleader_operator import progress
+from ringleader_operator import evidence, progress
 from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart
 from ringleader_operator.stalls import Beat
+from ringleader_trainer import exitrecord
 from ringleader_trainer.exitcodes import ExitCode
 from ringleader_trainer.metrics import TrainerMetrics
+from ringleader_trainer.train import ConfigError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -55,7 +57,7 @@ def test_operator_reads_where_a_rank_is_from_its_page() -> None:
 def test_exit_codes_agree_with_the_exit_code_restart_policy(code: ExitCode) -> None:
     if code == ExitCode.OK:
         return
-    decision, _ = decide_restart(RestartPolicy.EXIT_CODE, Failure(Kind.EXIT, int(code)), restarts=0, backoff_limit=3)
+    decision, _ = decide_restart(RestartPolicy.EXIT_CODE, Failure(Kind.EXIT, int(code)))
     assert (decision == Decision.RESTART) == code.retryable
 
 
@@ -67,3 +69,22 @@ def test_docs_list_every_exit_code() -> None:
 def test_the_operator_reads_the_trainers_clean_stop_as_one() -> None:
     assert STOPPED_EXIT_CODE == ExitCode.STOPPED
     assert classify(int(ExitCode.STOPPED), "Error", "").kind == Kind.STOPPED
+
+
+def test_operator_reads_the_trainers_exit_record() -> None:
+    """The last line a failing rank writes (exitrecord.py) is what the operator's evidence.read takes from its
+    termination message: the exception, where it was raised, the step a stopping rank saved."""
+
+    def fail() -> None:
+        raise ValueError("bad shape (3, 4)\nsecond line")
+
+    try:
+        fail()
+    except ValueError as e:
+        said = evidence.read("Traceback (most recent call last):\n...\n" + exitrecord.record(1, e) + "\n")
+    assert (said.exception, said.message, said.code) == ("ValueError", "bad shape (3, 4)", 1)
+    assert said.frames[-1].startswith("test_trainer_contracts.py:") and said.frames[-1].endswith(" in fail")
+    stopped = evidence.read(exitrecord.record(ExitCode.STOPPED, saved_step=540))
+    assert (stopped.saved_step, stopped.code, stopped.exception) == (540, 202, "")
+    qualified = evidence.read(exitrecord.record(3, ConfigError("--steps must be at least 1")))
+    assert qualified.exception == "ringleader_trainer.train.ConfigError"

@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from types import FrameType
 
+from ringleader_trainer import exitrecord
 from ringleader_trainer.env import LAUNCHED_BY, LOCAL_LAUNCH_ENV
 from ringleader_trainer.exitcodes import ExitCode, exit_now
 from ringleader_trainer.logs import log_json
@@ -186,8 +187,9 @@ def _run_child(main: Callable[[], int], parent: int) -> None:
         else:
             print(e.code, file=sys.stderr)
             code = 1
-    except BaseException:
+    except BaseException as e:
         traceback.print_exc()
+        exitrecord.write(1, e)  # after the traceback: the last line, where the operator reads it
         code = 1
     exit_now(code)
 

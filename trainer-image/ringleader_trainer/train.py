@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ringleader_trainer import data, memory, models, recovery
+from ringleader_trainer import data, exitrecord, memory, models, recovery
 from ringleader_trainer.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import emit, log_json
@@ -261,5 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind = "stopped" if code == ExitCode.STOPPED else "error"
         emit(f"ringleader-trainer: {kind}: {message} (exit {int(code)} {code.name})", sys.stderr)
         if code == ExitCode.CRASH:
-            raise  # an unexpected error: keep the traceback
+            raise  # an unexpected error: keep the traceback (the supervisor writes the exit record after it)
+        if isinstance(e, Stopped):
+            exitrecord.write(code, saved_step=e.step)
+        else:
+            exitrecord.write(code, e)
         return code

@@ -18,10 +18,11 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from ringleader_api import ROLE_FIELDS, ROLE_NAMES, RankStatus, Reason, Role, ranges
+from ringleader_api import ROLE_FIELDS, ROLE_NAMES, FailureRecord, RankStatus, Reason, Role, ranges
 
+from ..budgets import budget, charge
 from ..builders import build_pod, pod_name, rank_key
-from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide
+from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide, failure_class
 from ..observed import ObservedPod, format_time, parse_time
 from ..rankbook import current, exited_under_always
 from ..round_state import NOTHING_KNOWN, Event, Round
@@ -122,51 +123,81 @@ def _watch_going(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None
 
 
 def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) -> bool:
-    """Count the failure of the rank's current attempt; True when the rank is to be restarted (after its
-    back-off), False when the job fails instead."""
+    """Count the failure of the rank's current attempt against its class's budget (budgets.py) and name it
+    (status.lastFailure); True when the rank is to be restarted (after its class's back-off), False when the job
+    fails instead."""
     key = rank_key(role, index)
     rank = r.status.ranks.get(key) or NOTHING_KNOWN
     spec = r.job.replicas(role)
     assert spec is not None
     policy = r.job.spec.run_policy
-    what = f"{ROLE_NAMES[role]} {index} (pod {pod}) {failure.describe()}"
-    total = sum(r.restarts.values())
+    where = f" on node {failure.node}" if failure.node else ""
+    what = f"{ROLE_NAMES[role]} {index} (pod {pod}{where}) {failure.describe()}"
     if failure.kind == Kind.STOPPED:  # it saved where it stopped: recreated at once, no restart counted
-        note = f"{what}; recreating it (not counted: {total} of backoffLimit {policy.backoff_limit} restarts used)"
+        note = f"{what}; recreating it (not counted against any failure budget)"
         replace_rank(r, key, failure, failure.describe(), None, note, "Normal", stops=rank.stops + 1)
         return True
+    kind, evidence = failure_class(failure)
+    classed = f", class {kind.value}" + (f": {evidence}" if evidence != failure.describe() else "")
+    what += classed
+    detail = failure.describe() + classed
     rules = spec.failure_rules
-    decision, reason, matched = decide(spec.restart_policy, failure, total, policy.backoff_limit, rules)
+    limits = budget(policy, kind)
+    count, over, exhausted = charge(r.status.failures.get(kind.value), limits, failure.said.error, r.at)
+    decision, reason, matched = decide(spec.restart_policy, failure, exhausted is not None, rules)
     rule = f"{ROLE_FIELDS[role]}.failureRules[{matched}]"
     by_rule = f"; {rule} ({rules[matched].action.value}) matched" if matched is not None else ""
+    _name(r, FailureRecord(
+        failure_class=kind, rank=key, pod=pod, node=failure.node, exit_code=failure.exit_code, evidence=evidence,
+        time=failure.at or r.now,
+    ))  # fmt: skip
     if decision == Decision.FAIL:
-        limit = f"; backoffLimit {policy.backoff_limit} reached" if reason == Reason.BACKOFF_LIMIT else ""
-        r.fail(reason or Reason.FAILED, what + by_rule + limit)
+        r.status.failures[kind.value] = count
+        if reason == Reason.BACKOFF_LIMIT:  # its class's budget is spent (decide says so with this reason)
+            r.fail(exhausted or reason, f"{what}{by_rule}; {over}")
+        else:
+            r.fail(reason or Reason.FAILED, what + by_rule)
         return False
     if decision == Decision.IGNORE:
         uncounted = rank.uncounted + 1
-        delay = backoff_seconds(uncounted, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
+        delay = backoff_seconds(uncounted, limits.base_seconds, limits.cap_seconds)
         after = r.after(math.ceil(delay) + 1)
-        note = f"{what}{by_rule}: recreating it in {math.ceil(delay)} s (not counted against backoffLimit)"
-        replace_rank(r, key, failure, failure.describe(), after, note, "Normal", uncounted=uncounted)
+        note = f"{what}{by_rule}: recreating it in {math.ceil(delay)} s (not counted against any failure budget)"
+        replace_rank(r, key, failure, detail, after, note, "Normal", uncounted=uncounted)
         r.wake_at(after)
         return True
+    r.status.failures[kind.value] = count
     r.restarts[role] += 1
     restarts = rank.restarts + 1
-    delay = backoff_seconds(restarts, policy.restart_backoff.base_seconds, policy.restart_backoff.cap_seconds)
+    delay = backoff_seconds(restarts, limits.base_seconds, limits.cap_seconds)
     # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
     # `delay` from the moment the failure was seen.
     after = r.after(math.ceil(delay) + 1)
     gang = ", and every other rank with it" if decision == Decision.RESTART_GANG else ""
     note = (
-        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {restarts} of this rank, "
-        f"{total + 1} of backoffLimit {policy.backoff_limit})"
+        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {restarts} of this rank; "
+        f"{limits.describe(count.in_window)})"
     )
-    replace_rank(r, key, failure, failure.describe(), after, note, "Warning", restarts=restarts)
+    replace_rank(r, key, failure, detail, after, note, "Warning", restarts=restarts)
     r.wake_at(after)
     if decision == Decision.RESTART_GANG:
         _restart_gang(r, (role, index), what)
     return True
+
+
+INCIDENT_SECONDS = 30.0  # failures within this long of an incident's first belong to it (a node lost with 8 ranks)
+
+
+def _name(r: Round, failure: FailureRecord) -> None:
+    """status.lastFailure names the first failure of the job's latest incident: a failure that ended within
+    INCIDENT_SECONDS after it belongs to it; one that ended before it (seen later) was the first; one that ended
+    later still begins a new incident."""
+    last = r.status.last_failure
+    if last is not None and last.time:
+        gap = (parse_time(failure.time) - parse_time(last.time)).total_seconds()
+        if 0 <= gap < INCIDENT_SECONDS or gap <= -INCIDENT_SECONDS:
+            return
+    r.status.last_failure = failure
 
 
 def _restart_gang(r: Round, failed: tuple[Role, int], what: str) -> None:

@@ -1,18 +1,32 @@
 """Restart policies on the dev cluster: each policy and exit-code class does what the decision table says,
-evictions are retried as infrastructure, and restarts of one rank back off exponentially."""
+evictions are retried as infrastructure, and restarts of one rank back off exponentially. Each failure is named
+and classed (the exception a script or the trainer raised, in the condition and status.lastFailure), each class
+has its own budget (a node's trouble does not use up backoffLimit), and the same exception three times in a row
+is not retried."""
 
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
+from ringleader_operator.observed import parse_time
 
 from tests.support.cluster import wait_for
-from tests.support.jobs import condition, create, rank_status, training_job, wait_condition
+from tests.support.jobs import (
+    condition,
+    create,
+    digits_job,
+    get,
+    live_pods,
+    rank_status,
+    training_job,
+    wait_condition,
+)
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -68,7 +82,7 @@ def test_restart_policy_and_exit_code(
     else:
         failed = condition(job, "Failed")
         assert failed is not None and failed["reason"] == reason
-        assert "worker 1 (pod policy-worker-1) failed with exit code" in failed["message"]
+        assert "worker 1 (pod policy-worker-1 on node process-node) failed with exit code" in failed["message"]
         assert status["replicaStatuses"]["worker"]["restarts"] == 0
 
 
@@ -109,3 +123,85 @@ def test_restarts_of_one_rank_back_off_exponentially(
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # The first restart waits at least 3 s, the second at least 6 s (each attempt exits at once).
     assert len(gaps) == 2 and gaps[0] >= 3 and gaps[1] >= 6, gaps
+
+
+RAISES = "import os, time\nif os.environ['RANK'] == '1':\n    raise ValueError('bad shape (3, 4)')\ntime.sleep(30)\n"
+
+
+def test_each_failure_is_named_and_classed_and_the_same_exception_thrice_is_not_retried(
+    custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    """A script's ValueError (its traceback, under Never), the trainer's own configuration error (its exit record,
+    under ExitCode), and a ValueError every attempt (backoffLimit 10): each Failed condition names the rank, its
+    node, the class and the exception; status.lastFailure holds the same; the third identical exception ends the
+    job though backoffLimit would allow more."""
+    never = training_job("raises", RAISES, workers=2)
+    never["spec"]["workers"]["restartPolicy"] = "Never"
+    create(custom, namespace, never)
+    config = digits_job("config", 1, 0, tmp_path / "ckpt")
+    config["spec"]["workers"]["restartPolicy"] = "ExitCode"
+    create(custom, namespace, config)
+    thrice = training_job("thrice", RAISES, workers=2, runPolicy={"backoffLimit": 10})
+    create(custom, namespace, thrice)
+
+    seen = {}
+    for name in ("raises", "config", "thrice"):
+        job = wait_condition(custom, namespace, name, "Failed", timeout=180)
+        seen[name] = (time.time(), job)
+    job = seen["raises"][1]
+    failed = condition(job, "Failed") or {}
+    assert failed["reason"] == "RankFailed", failed
+    assert failed["message"].startswith(
+        "worker 1 (pod raises-worker-1 on node process-node) failed with exit code 1, class UserCode: "
+        "ValueError: bad shape (3, 4) (<string>:3 in <module>)"
+    ), failed
+    last = job["status"]["lastFailure"]
+    assert (last["class"], last["rank"], last["pod"], last["node"], last["exitCode"]) == (
+        "UserCode",
+        "worker-1",
+        "raises-worker-1",
+        "process-node",
+        1,
+    )
+    assert last["evidence"] == "ValueError: bad shape (3, 4) (<string>:3 in <module>)"
+    # The figure: from the rank's end (its container's finishedAt) to its class in status, at most this.
+    print(f"failure to class in status: <= {seen['raises'][0] - parse_time(last['time']).timestamp():.1f} s")
+
+    failed = condition(seen["config"][1], "Failed") or {}
+    assert failed["reason"] == "RankFailed" and (
+        "class UserCode: ringleader_trainer.train.ConfigError: --steps must be at least 1" in failed["message"]
+    ), failed
+
+    job = seen["thrice"][1]
+    failed = condition(job, "Failed") or {}
+    assert failed["reason"] == "FailureBudgetExceeded", failed
+    assert failed["message"].endswith(
+        "ValueError: bad shape (3, 4) (<string>:3 in <module>); the same error 3 times in a row "
+        "(failureBudgets.userCode.sameErrorLimit 3)"
+    ), failed
+    assert job["status"]["failures"]["UserCode"]["total"] == 3 and rank_status(job)["worker-1"]["restarts"] == 2
+
+
+def test_a_nodes_trouble_does_not_use_up_the_budget_meant_for_code(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """backoffLimit 1, and worker 1's pod force-deleted twice (as when its node is lost): both are the
+    infrastructure's, counted in its own budget, and the job, whose code never failed, succeeds."""
+    create(custom, namespace, training_job("lost", "import time\ntime.sleep(25)\n", runPolicy={"backoffLimit": 1}))
+
+    def running(attempt: str) -> bool:
+        pods = {p.metadata.name: p for p in live_pods(core, namespace, "lost")}
+        pod = pods.get("lost-worker-1")
+        return (
+            pod is not None and pod.status.phase == "Running"
+            and pod.metadata.annotations.get("ringleader.dev/attempt") == attempt
+        )  # fmt: skip
+
+    for attempt in ("0", "1"):
+        wait_for(f"worker 1's attempt {attempt} running", lambda a=attempt: running(a), timeout=90)
+        core.delete_namespaced_pod("lost-worker-1", namespace, grace_period_seconds=0)
+    job = wait_condition(custom, namespace, "lost", "Succeeded", timeout=180)
+    failures = job["status"]["failures"]
+    assert failures["Infrastructure"]["total"] == 2 and "UserCode" not in failures, failures
+    assert rank_status(job)["worker-1"]["restarts"] == 2
+    assert get(custom, namespace, "lost")["status"]["lastFailure"]["class"] == "Infrastructure"

@@ -1,5 +1,5 @@
-"""The failure table, pure: what a pod's end was (classify), whether the rank restarts under each restart policy
-(decide_restart), and the back-off between restarts."""
+"""The failure table, pure: what a pod's end was (classify), its class and evidence (failure_class), whether the
+rank restarts under each restart policy and rule (decide_restart), and the back-off between restarts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,18 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from ringleader_api import FailureRule, Reason, RestartPolicy
-from ringleader_operator.failures import Decision, Failure, Kind, backoff_seconds, classify, decide_restart
+from ringleader_api import FailureClass, FailureRule, Reason, RestartPolicy
+from ringleader_operator.evidence import Said
+from ringleader_operator.failures import (
+    Decision,
+    Failure,
+    Kind,
+    backoff_seconds,
+    classify,
+    decide_restart,
+    failure_class,
+    matches,
+)
 
 E, EV, NL, DEL, ST = Kind.EXIT, Kind.EVICTED, Kind.NODE_LOST, Kind.DELETED, Kind.STOPPED
 
@@ -69,7 +79,7 @@ P = RestartPolicy
 def test_decide_restart(
     policy: RestartPolicy, failure: Failure, restarts: int, limit: int, want: tuple[Decision, Reason | None]
 ) -> None:
-    assert decide_restart(policy, failure, restarts, limit) == want
+    assert decide_restart(policy, failure, exhausted=restarts >= limit) == want
 
 
 def rule(action: str, **match: Any) -> FailureRule:
@@ -88,7 +98,7 @@ BY_RULE = (Decision.FAIL, Reason.FAILURE_RULE)
 @pytest.mark.parametrize(
     ("policy", "rules", "failure", "restarts", "want"),
     [
-        # (restartPolicy, the role's rules, the failure, restarts so far of backoffLimit 3) -> decision
+        # (restartPolicy, the role's rules, the failure, restarts so far of a budget of 3) -> decision
         (P.EXIT_CODE, [FAIL_OOM], OOM, 0, BY_RULE),  # the rule first: 137 would be retried under ExitCode
         (P.ON_FAILURE, [FAIL_OOM], Failure(E, 1, reason="Error"), 0, RESTART),  # no rule holds: the policy's
         (P.NEVER, [RESTART_201], Failure(E, 201, reason="Error"), 0, RESTART),  # before Never's own rule
@@ -107,7 +117,7 @@ BY_RULE = (Decision.FAIL, Reason.FAILURE_RULE)
 def test_failure_rules(
     policy: RestartPolicy, rules: list[FailureRule], failure: Failure, restarts: int, want: tuple[Any, ...]
 ) -> None:
-    assert decide_restart(policy, failure, restarts, 3, rules) == want
+    assert decide_restart(policy, failure, restarts >= 3, rules) == want
 
 
 def test_classify_keeps_the_reasons_rules_match() -> None:
@@ -140,3 +150,76 @@ def test_a_rule_that_cannot_be_evaluated_is_refused(body: dict[str, Any]) -> Non
 )  # fmt: skip
 def test_backoff_seconds(rank_restarts: int, base: float, cap: float, want: float) -> None:
     assert backoff_seconds(rank_restarts, base, cap) == want
+
+
+INF, CODE, RES = FailureClass.INFRASTRUCTURE, FailureClass.USER_CODE, FailureClass.RESOURCES
+
+
+def ended(code: int, exception: str = "", message: str = "", reason: str = "Error") -> Failure:
+    """A program's exit with `code` whose termination message named `exception` (none: it named none)."""
+    frames = ("train.py:190 in train",) if exception else ()
+    return Failure(E, code, reason, reason=reason, said=Said(exception, message, frames))
+
+
+@pytest.mark.parametrize(
+    ("failure", "want"),
+    [
+        # Kubernetes' doing: the infrastructure's, whatever the program said.
+        (Failure(EV, 143, "EvictionByEvictionAPI", disruption="EvictionByEvictionAPI"),
+         (INF, "was evicted (EvictionByEvictionAPI)")),
+        (Failure(NL, None, "DeletionByTaintManager"), (INF, "was lost with its node (DeletionByTaintManager)")),
+        (Failure(DEL, None, "pod disappeared"), (INF, "was deleted (pod disappeared)")),
+        (Failure(Kind.EXITED), (INF, "exited")),
+        # The kernel's OOM kill at the container's limit, and running out of memory as the exception says.
+        (ended(137, reason="OOMKilled"), (RES, "OOMKilled: out of memory at the container's limit")),
+        (ended(1, "torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB"),
+         (RES, "out of memory: torch.OutOfMemoryError: CUDA out of memory.")),
+        # A GPU's error: the infrastructure's, though the program raised it.
+        (ended(1, "RuntimeError", "CUDA error: an illegal memory access was encountered"),
+         (INF, "a GPU error: RuntimeError: CUDA error")),
+        (ended(1, "torch.distributed.DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970"),
+         (INF, "a GPU error: torch.distributed.DistBackendError")),
+        # The network's, a collective's timeout, a lost peer.
+        (ended(1, "torch.distributed.DistNetworkError", "Connection reset by peer"),
+         (INF, "a network or collective failure: torch.distributed.DistNetworkError")),
+        (ended(1, "RuntimeError", "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)"),
+         (INF, "a network or collective failure")),
+        (ended(201, "ringleader_trainer.ring.PeerLost", "worker 2 closed the connection"),
+         (INF, "a collective failed or timed out (a peer lost): ringleader_trainer.ring.PeerLost")),
+        (ended(200), (INF, "the rendezvous timed out")),
+        # The program's own.
+        (ended(1, "ValueError", "bad shape"), (CODE, "ValueError: bad shape (train.py:190 in train)")),
+        (ended(3, "ringleader_trainer.exitcodes.ConfigError", "--steps must be at least 1"),
+         (CODE, "ringleader_trainer.exitcodes.ConfigError: --steps must be at least 1")),
+        (ended(1), (CODE, "exit code 1")),  # a script that said nothing
+        (ended(139), (CODE, "crashed: SIGSEGV")),
+        (ended(134), (CODE, "crashed: SIGABRT")),
+        (ended(137), (INF, "killed from outside: SIGKILL")),
+        (ended(143), (INF, "killed from outside: SIGTERM")),
+        (ended(255), (CODE, "exit code 255")),  # 127 over 128 is no signal
+    ],
+    ids=["evicted", "node-lost", "deleted", "exited", "oom-killed", "cuda-oom", "cuda-error", "nccl-error", "network",
+         "watchdog", "peer-lost", "rendezvous", "exception", "trainer-config", "no-word", "segv", "abort",
+         "sigkill", "sigterm", "255"],
+)  # fmt: skip
+def test_failure_class(failure: Failure, want: tuple[FailureClass, str]) -> None:
+    kind, evidence = failure_class(failure)
+    assert kind == want[0] and evidence.startswith(want[1]), (kind, evidence)
+
+
+@pytest.mark.parametrize(
+    ("match", "failure", "holds"),
+    [
+        ({"onClasses": ["Infrastructure"]}, Failure(NL), True),
+        ({"onClasses": ["Infrastructure"]}, ended(1, "ValueError", "x"), False),
+        ({"onClasses": ["UserCode", "Resources"]}, ended(137, reason="OOMKilled"), True),
+        ({"onExceptions": ["ValueError"]}, ended(1, "ValueError", "x"), True),
+        ({"onExceptions": ["OutOfMemoryError"]}, ended(1, "torch.OutOfMemoryError", "x"), True),  # its own name
+        ({"onExceptions": ["torch.OutOfMemoryError"]}, ended(1, "torch.OutOfMemoryError", "x"), True),
+        ({"onExceptions": ["ValueError"]}, ended(1), False),  # it named none
+        ({"onExceptions": ["ValueError"]}, ended(1, "KeyError", "x"), False),
+    ],
+    ids=["class", "other-class", "classes", "exception", "short-name", "qualified", "none-named", "other"],
+)
+def test_rules_on_classes_and_exceptions(match: dict[str, Any], failure: Failure, holds: bool) -> None:
+    assert matches(rule("FailJob", **match), failure) is holds

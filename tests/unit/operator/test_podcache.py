@@ -216,7 +216,7 @@ def test_the_digest_keeps_what_is_read_and_drops_the_rest() -> None:
     assert d["metadata"]["annotations"] == built["metadata"]["annotations"]  # ours only: not kubectl's
     assert "managedFields" not in d["metadata"] and "volumes" not in d["spec"]
     assert d["spec"]["containers"] == [{"name": "trainer", "resources": {"limits": {"cpu": "1"}}}]
-    ended = {"terminated": {"exitCode": 3, "reason": "Error"}}
+    ended = {"terminated": {"exitCode": 3, "reason": "Error", "finishedAt": NOW}}  # startedAt dropped
     assert d["status"]["containerStatuses"] == [{"name": "trainer", "state": ended}]
     assert d["status"]["podIP"] == "10.1.0.7" and d["spec"]["nodeName"] == "n1"
 

@@ -65,7 +65,8 @@ def test_never_policy_fails_the_job_naming_rank_and_exit_code() -> None:
     p = plan(job(**spec), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Failed", exit_code=3)], True, NOW)
     assert p.status.phase == "Failed"
     failed = next(c for c in p.status.conditions if c.type.value == "Failed")
-    assert failed.reason == "RankFailed" and failed.message == "worker 1 (pod j-worker-1) failed with exit code 3"
+    assert failed.reason == "RankFailed"
+    assert failed.message == "worker 1 (pod j-worker-1) failed with exit code 3, class UserCode: exit code 3"
     assert p.delete_pods == ["j-worker-0"]  # the still-running rank is cleaned up
     assert ("Warning", "RankFailed", failed.message) in p.events
 
@@ -78,8 +79,8 @@ def test_on_failure_restarts_the_rank_after_its_backoff_and_counts_it_once() -> 
     restarting = next(c for c in p.status.conditions if c.type.value == "Restarting")
     assert restarting.reason == "RankRestarting"
     assert restarting.message == (
-        "worker 1 (pod j-worker-1) failed with exit code 1; restarting it in 1 s "
-        "(restart 1 of this rank, 1 of backoffLimit 3)"
+        "worker 1 (pod j-worker-1) failed with exit code 1, class UserCode: exit code 1; restarting it in 1 s "
+        "(restart 1 of this rank; UserCode 1 of backoffLimit 3)"
     )
     assert p.events[1:] == [("Warning", "RankRestarting", restarting.message)]  # after JobCreated
     assert p.status.replica_statuses["worker"].restarts == 1
@@ -135,8 +136,9 @@ def test_a_pod_deleted_by_others_is_an_infrastructure_restart_even_under_never(
     evicted = pod(Role.WORKER, 1, "Running", deleting=True, disruption=disruption, deadline=after(30))
     p = again(running, [w0, evicted], **spec)
     assert p.status.phase == "Restarting" and p.delete_pods == [] and p.force_delete_pods == []
-    assert p.events == [("Warning", reason, f"worker 1 (pod j-worker-1) {words}; restarting it in 1 s "
-                                            "(restart 1 of this rank, 1 of backoffLimit 3)")]  # fmt: skip
+    assert p.events == [("Warning", reason, f"worker 1 (pod j-worker-1) {words}, class Infrastructure; restarting "
+                                            "it in 1 s (restart 1 of this rank; Infrastructure 1 of 20 in 3600 "
+                                            "s)")]  # fmt: skip
     assert again(p, [w0, evicted], **spec).status.replica_statuses["worker"].restarts == 1  # counted once
 
 
@@ -153,7 +155,8 @@ def test_a_pod_that_vanished_unseen_by_the_operator_counts_as_deleted() -> None:
     running = plan(job(), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True, NOW)
     p = again(running, [pod(Role.WORKER, 0, "Running")])
     assert p.status.ranks["worker-1"].last_reason == "PodDeleted" and p.create_pods == []
-    assert p.status.ranks["worker-1"].last_message == "was deleted (pod disappeared)"  # names no rank: groups
+    # names no rank: groups
+    assert p.status.ranks["worker-1"].last_message == "was deleted (pod disappeared), class Infrastructure"
     assert any("worker 1 (pod j-worker-1) was deleted (pod disappeared)" in e.message for e in p.events)
 
 
@@ -165,9 +168,9 @@ def test_a_pod_of_an_old_attempt_is_deleted_without_counting() -> None:
 
 
 def test_backoff_limit_ends_restarts() -> None:
-    status = {"replicaStatuses": {"worker": {"restarts": 3}}}
+    status = {"replicaStatuses": {"worker": {"restarts": 3}}, "failures": {"UserCode": {"inWindow": 3}}}
     p = plan(
-        job(status=status), [pod(Role.WORKER, 0, "Failed", exit_code=137), pod(Role.WORKER, 1, "Running")], True, NOW
+        job(status=status), [pod(Role.WORKER, 0, "Failed", exit_code=1), pod(Role.WORKER, 1, "Running")], True, NOW
     )
     failed = next(c for c in p.status.conditions if c.type.value == "Failed")
     assert failed.reason == "BackoffLimitExceeded" and "backoffLimit 3 reached" in failed.message

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from ringleader_api import RankStatus, Role
+from ringleader_operator.evidence import Said
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.restarts import count_failure, reconcile_ranks
 from ringleader_operator.round_state import Round
@@ -61,27 +62,90 @@ def test_a_parameter_server_that_exits_under_always_is_restarted() -> None:
     assert r.plan.delete_pods == ["j-ps-0"] and r.restarts[Role.PS] == 1
 
 
+def said(exception: str, message: str) -> Said:
+    return Said(exception, message, ("train.py:190 in train",))
+
+
+VALUE_ERROR = Failure(Kind.EXIT, 1, said=said("ValueError", "bad shape"))
+RECENT, HOURS_AGO = "2025-12-31T23:30:00Z", "2025-12-31T21:00:00Z"
+
+
 @pytest.mark.parametrize(
-    ("limit", "restarts", "failure", "restarted", "reason"),
+    ("policy", "failures", "failure", "want"),
     [
-        (3, 0, Failure(Kind.EXIT, 1), True, "RankRestarting"),
-        (3, 3, Failure(Kind.EXIT, 1), False, "BackoffLimitExceeded"),
-        (3, 0, Failure(Kind.EVICTED), True, "RankEvicted"),
-        (0, 0, Failure(Kind.NODE_LOST), False, "BackoffLimitExceeded"),
+        # (runPolicy, status.failures so far, the failure) -> (restarted, event reason, a phrase of its message)
+        ({}, {}, Failure(Kind.EXIT, 1),
+         (True, "RankRestarting", "class UserCode: exit code 1; restarting it in 4 s (restart 1 of this rank; "
+                                  "UserCode 1 of backoffLimit 3)")),
+        ({}, {"UserCode": {"inWindow": 3}}, Failure(Kind.EXIT, 1),
+         (False, "BackoffLimitExceeded", "class UserCode: exit code 1; backoffLimit 3 reached")),
+        # The code's budget spent, a node's trouble is still retried: it has its own.
+        ({}, {"UserCode": {"inWindow": 3}}, Failure(Kind.EVICTED), (True, "RankEvicted",
+                                                                    "Infrastructure 1 of 20 in 3600 s")),
+        ({}, {"Infrastructure": {"inWindow": 20, "windowStart": RECENT}}, Failure(Kind.NODE_LOST),
+         (False, "FailureBudgetExceeded", "21 Infrastructure failures in 3600 s, failureBudgets.infrastructure.limit "
+                                           "20")),
+        ({}, {"Infrastructure": {"inWindow": 20, "windowStart": HOURS_AGO}}, Failure(Kind.NODE_LOST),
+         (True, "NodeLost", "Infrastructure 1 of 20 in 3600 s")),  # its window has passed: counted anew
+        ({"failureBudgets": {"infrastructure": {"limit": 0}}}, {}, Failure(Kind.NODE_LOST),
+         (False, "FailureBudgetExceeded", "failureBudgets.infrastructure.limit 0")),
+        ({"backoffLimit": 0}, {}, Failure(Kind.EXIT, 137, "OOMKilled", reason="OOMKilled"),
+         (True, "RankRestarting", "class Resources: OOMKilled: out of memory at the container's limit")),
+        ({}, {"Resources": {"inWindow": 3}}, Failure(Kind.EXIT, 137, "OOMKilled", reason="OOMKilled"),
+         (False, "FailureBudgetExceeded", "4 Resources failures, failureBudgets.resources.limit 3")),
+        # The same exception a third time in a row is not retried, though backoffLimit would allow it.
+        ({"backoffLimit": 10}, {"UserCode": {"inWindow": 2, "lastError": "ValueError: bad shape", "sameErrors": 2}},
+         VALUE_ERROR, (False, "FailureBudgetExceeded", "class UserCode: ValueError: bad shape (train.py:190 in train); "
+                                                       "the same error 3 times in a row")),
+        ({"backoffLimit": 10}, {"UserCode": {"inWindow": 2, "lastError": "ValueError: other", "sameErrors": 2}},
+         VALUE_ERROR, (True, "RankRestarting", "UserCode 3 of backoffLimit 10")),
     ],
-)
-def test_count_failure(limit: int, restarts: int, failure: Failure, restarted: bool, reason: str) -> None:
-    status = {"replicaStatuses": {"worker": {"restarts": restarts}}}
-    r = round_of(job(status=status, runPolicy={"backoffLimit": limit, "restartBackoff": {"baseSeconds": 4}}))
+    ids=["code", "code-spent", "infra-own-budget", "infra-spent", "infra-window-passed", "infra-limit-0",
+         "resources", "resources-spent", "same-error", "other-error"],
+)  # fmt: skip
+def test_count_failure(
+    policy: dict[str, Any], failures: dict[str, Any], failure: Failure, want: tuple[bool, str, str]
+) -> None:
+    restarted, reason, says = want
+    status = {"failures": failures}
+    r = round_of(job(status=status, runPolicy={"restartBackoff": {"baseSeconds": 4}, **policy}))
     assert count_failure(r, Role.WORKER, 1, W1, failure) is restarted
     rank = r.status.ranks.get("worker-1", RankStatus())
-    assert r.plan.events[-1].reason == reason and r.plan.events[-1].message.startswith(f"worker 1 (pod {W1})")
+    event = r.plan.events[-1]
+    assert event.reason == reason and event.message.startswith(f"worker 1 (pod {W1})"), event
+    assert says in event.message, event.message
+    kind = next(k for k in ("UserCode", "Infrastructure", "Resources") if f", class {k}" in event.message)
+    assert r.status.failures[kind].total == (failures.get(kind) or {}).get("total", 0) + 1
+    last = r.status.last_failure
+    assert last is not None and (last.failure_class, last.rank, last.pod) == (kind, "worker-1", W1)
     if restarted:
         # Back-off 4 s for a rank's first restart, plus the second `now`'s truncation may have cost.
         assert rank.restarts == 1 and rank.restart_after == after(5) and r.plan.requeue_after == 5
-        assert r.restarting == [(reason, r.plan.events[-1].message)]
+        assert r.restarting == [(reason, event.message)]
     else:
         assert r.failed and rank.restarts == 0
+
+
+@pytest.mark.parametrize(
+    ("last", "at", "named"),
+    [
+        (None, "2025-12-31T23:59:00Z", "worker-1"),
+        ("2025-12-31T23:58:50Z", "2025-12-31T23:59:00Z", "worker-0"),  # 10 s later: the same incident
+        ("2025-12-31T23:59:10Z", "2025-12-31T23:59:00Z", "worker-1"),  # it ended first, seen later
+        ("2025-12-31T23:58:00Z", "2025-12-31T23:59:00Z", "worker-1"),  # a minute later: a new incident
+        ("2026-01-01T00:10:00Z", "2025-12-31T23:59:00Z", "worker-0"),  # long before the one named: an old one
+    ],
+    ids=["first", "same-incident", "earlier", "new-incident", "older"],
+)  # fmt: skip
+def test_the_first_failure_of_an_incident_is_named(last: str | None, at: str, named: str) -> None:
+    status: dict[str, Any] = {}
+    if last is not None:
+        status["lastFailure"] = {"class": "Infrastructure", "rank": "worker-0", "pod": "j-worker-0", "time": last}
+    r = round_of(job(status=status))
+    count_failure(r, Role.WORKER, 1, W1, Failure(Kind.NODE_LOST, node="n2", at=at))
+    assert r.status.last_failure is not None and r.status.last_failure.rank == named
+    if named == "worker-1":
+        assert (r.status.last_failure.node, r.status.last_failure.time) == ("n2", at)
 
 
 CHECKPOINTED: dict[str, Any] = {"checkpoint": {"intervalSteps": 100}}
@@ -125,10 +189,10 @@ def test_a_rank_stopped_on_request_is_recreated_and_not_counted(
     requeue = None if r.plan.requeue_after is None else round(r.plan.requeue_after)
     reason = r.plan.events[-1].reason if r.plan.events else None
     assert (rank.restarts, rank.stops, requeue, reason) == want
-    assert r.restarts[Role.WORKER] == want[0]  # what backoffLimit weighs
+    assert r.restarts[Role.WORKER] == want[0]  # counted restarts
     if want[1]:
         assert rank.attempt == 1 and not rank.pod_seen and rank.restart_after is None
-        assert "not counted: 0 of backoffLimit 3" in r.plan.events[-1].message
+        assert "not counted against any failure budget" in r.plan.events[-1].message
 
 
 def test_after_a_stop_the_replacement_is_the_next_attempt_and_the_stopped_pod_is_not_counted_again() -> None:
