@@ -27,6 +27,7 @@ from .policies import (
     queue,
     resize,
     restarts,
+    saves,
     stall,
     straggler,
     suspend,
@@ -71,6 +72,7 @@ def plan(
         r.fail(Reason.INVALID_SPEC, str(e))
         return _close(r, queued)
     outcome.note_created(r)
+    saves.note_saves(r)
     if suspend.suspend(r) or queue.hold(r, queued):
         return _close(r, queued)
     suspend.resume(r)

@@ -590,16 +590,16 @@ class Reconciler:
         record = self.jobs.get((job.namespace, job.name))
         stored_status = obj.get("status") or {}
         stored = stored_status.get("ranks") or {}
-        unchanged = p.status == job.status and not p.final_progress
+        unchanged = p.status == job.status and not p.writes_progress
         if unchanged and record is not None and record.ranks_stored is not None and record.ranks_stored == stored:
             return
         version = (obj.get("metadata") or {}).get("resourceVersion")
         with record.timing_more() if record is not None else contextlib.nullcontext():
-            new_status = status_json(p.status, with_progress=p.final_progress)
+            new_status = status_json(p.status, with_progress=p.writes_progress)
             grouped = new_status.get("ranks", {})
             gone = stored.keys() - grouped.keys()
             dropped = dropped_keys(stored_status, new_status)
-            changed = gone or dropped or new_status != _status_read(record, job, version, p.final_progress)
+            changed = gone or dropped or new_status != _status_read(record, job, version, p.writes_progress)
         if changed:
             whole = dict(new_status)
             new_status["ranks"] = ranks_patch(stored, grouped)
@@ -610,7 +610,7 @@ class Reconciler:
                 record.ranks_stored = ((written.get("status") or {}).get("ranks")) or {}
                 written_version = str((written.get("metadata") or {}).get("resourceVersion"))
                 # a status written with its progress is not what a round without it encodes: no memo of it
-                record.status_written = None if p.final_progress else (written_version, whole)
+                record.status_written = None if p.writes_progress else (written_version, whole)
         elif record is not None and stored == grouped:
             record.ranks_stored = stored
 

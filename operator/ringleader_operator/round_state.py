@@ -57,7 +57,8 @@ class Plan:
     # The gang scheduler's PodGroup, or the Workload API's Workload and PodGroup: created, in order, before the pods.
     scheduling_objects: list[dict[str, Any]] = field(default_factory=list)
     foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
-    final_progress: bool = False  # status.progress is the round's to write (the job finished: its last step)
+    # status.progress is the round's to write (the job finished: its last step; a stop saved: its step)
+    writes_progress: bool = False
     kill_pods: list[str] = field(default_factory=list)  # stopped first in a stall: deleted with a short grace
 
 

@@ -250,7 +250,7 @@ def _unread(clock: Clock, beats: list[RankBeat]) -> str:
         )
     if clock.step is None:
         return (
-            f"worker 0's step could not be read ({first}), so a stall cannot be told from a script that serves "
-            f"no progress page; {_NOT_ACTED_ON}"
+            f"worker 0's step could not be read ({first}): a script that serves no progress page and a network "
+            f"that refuses the operator look the same, so no stall can be told; {_NOT_ACTED_ON}"
         )
     return f"none of the {len(beats)} ranks' metrics pages could be read ({first}); {_NOT_ACTED_ON}"

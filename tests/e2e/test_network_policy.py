@@ -128,7 +128,7 @@ def test_a_job_the_operator_cannot_reach_is_never_stalled(
     other, the operator reaches none of their pages. Its progress is unknown (Stalled Unknown, reason
     ProgressUnavailable, saying why), never a stall: no rank is replaced and the job succeeds."""
     ns = restricted_namespace
-    networking = client.NetworkingV1Api()
+    networking = client.NetworkingV1Api(core.api_client)
     body = trainer_job("unreached", "allreduce", "--steps", "600", "--straggler", "0:0.05",
                        runPolicy={"progressDeadlineSeconds": 10})  # fmt: skip
     create(custom, ns, body)

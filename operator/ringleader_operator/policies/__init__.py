@@ -6,11 +6,12 @@ In the order `reconcile.plan` applies them:
 |---------------|--------------------------------------------------------------------------------------|
 | cleanup       | which pods of an ended job go (runPolicy.cleanPodPolicy)                             |
 | outcome       | Created; Succeeded / Restarting / Running / Pending once the ranks are looked at     |
+| saves         | status.progress's lastCheckpointStep from the exit records of ranks that stopped      |
 | suspend       | runPolicy.suspend: delete every pod; resuming                                        |
 | deadline      | runPolicy.activeDeadlineSeconds: fail the job and stop its pods                      |
 | resize        | a changed worker count re-forms the whole world; ranks the job no longer has go     |
 | restarts      | each rank: create its pod, count its pod's failure, restart it after its back-off    |
-| stall         | runPolicy.progressDeadlineSeconds: Stalled, replace the rank that stopped first       |
+| stall         | runPolicy.progressDeadlineSeconds: Stalled (or Unknown), replace the rank stopped first |
 | straggler     | runPolicy.stragglerThreshold: Straggler, replace a straggler once (Replace)           |
 | gang          | gated pods: release them together once they fit, or wait (and fail past the timeout) |
 | goodput       | status.goodput: the time since the last change of phase, counted into its part       |

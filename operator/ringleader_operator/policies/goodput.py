@@ -10,7 +10,7 @@ last measured step time), the rest productive.
 
 Steps are lost when a rank is replaced while the job runs, except when it stopped with its checkpoint (a clean
 stop, or a straggler replaced in a job that checkpoints): worker 0's last step less its newest checkpoint's, as
-status.progress last said (without checkpoints, every step).
+status.progress last said, or a stopping rank's exit record (without checkpoints, every step).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def note_lost_work(r: Round, failure: Failure) -> None:
     stopped. Counted once per round, and only while the job was Running (a second rank lost during the same
     recovery loses nothing more)."""
     lossless = failure.kind == Kind.STOPPED or (failure.kind == Kind.STRAGGLED and r.job.spec.checkpoint is not None)
-    if lossless or r.old.phase != JobPhase.RUNNING or r.old.progress is None:
+    progress = r.status.progress  # as read, or with the step a stop saved this round (policies/saves.py)
+    if lossless or r.old.phase != JobPhase.RUNNING or progress is None:
         return
-    progress = r.old.progress
     saved = (progress.last_checkpoint_step or 0) if r.job.spec.checkpoint is not None else 0
     r.lost_steps = max(r.lost_steps, 0, progress.step - saved)
 

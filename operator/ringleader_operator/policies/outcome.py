@@ -27,7 +27,7 @@ def conclude(r: Round) -> None:
         st.completion_time = r.now
         if st.progress is not None:  # the last scrape came seconds before the end: the final step is the total
             st.progress = finished(st.progress)
-            r.plan.final_progress = True
+            r.plan.writes_progress = True
         clean_pods(r)
     elif r.restarting:
         note = "; ".join(note for _, note in r.restarting[:NOTES_NAMED])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -189,16 +189,19 @@ def test_a_nodes_trouble_does_not_use_up_the_budget_meant_for_code(
     infrastructure's, counted in its own budget, and the job, whose code never failed, succeeds."""
     create(custom, namespace, training_job("lost", "import time\ntime.sleep(25)\n", runPolicy={"backoffLimit": 1}))
 
-    def running(attempt: str) -> bool:
-        pods = {p.metadata.name: p for p in live_pods(core, namespace, "lost")}
-        pod = pods.get("lost-worker-1")
-        return (
-            pod is not None and pod.status.phase == "Running"
-            and pod.metadata.annotations.get("ringleader.dev/attempt") == attempt
-        )  # fmt: skip
+    def running(attempt: str) -> Callable[[], bool]:
+        def check() -> bool:
+            pods = {p.metadata.name: p for p in live_pods(core, namespace, "lost")}
+            pod = pods.get("lost-worker-1")
+            return (
+                pod is not None and pod.status.phase == "Running"
+                and pod.metadata.annotations.get("ringleader.dev/attempt") == attempt
+            )  # fmt: skip
+
+        return check
 
     for attempt in ("0", "1"):
-        wait_for(f"worker 1's attempt {attempt} running", lambda a=attempt: running(a), timeout=90)
+        wait_for(f"worker 1's attempt {attempt} running", running(attempt), timeout=90)
         core.delete_namespaced_pod("lost-worker-1", namespace, grace_period_seconds=0)
     job = wait_condition(custom, namespace, "lost", "Succeeded", timeout=180)
     failures = job["status"]["failures"]

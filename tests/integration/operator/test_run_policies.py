@@ -84,6 +84,11 @@ def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspend
     )
     (saved,) = ckpt.complete_steps(directory, ckpt.expected_files(2, 0))  # the stop's, no interval's
     assert 40 <= saved < 100, saved
+
+    def saved_in_status() -> int | None:  # from the stopping ranks' exit records: their pages are gone
+        return ((get(custom, namespace, "susp").get("status") or {}).get("progress") or {}).get("lastCheckpointStep")
+
+    assert wait_for("the stop's save in status", lambda: saved_in_status() == saved, timeout=30)
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
     assert "startTime" not in job["status"]  # cleared once it ran: removed, not left stored by a merge patch
 

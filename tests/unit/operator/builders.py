@@ -50,15 +50,16 @@ def pod(
     reason: str = "",
     disruption: str = "",
     deadline: str = NOW,
+    output: str = "",
 ) -> dict[str, Any]:
+    """A rank pod of job `j` as the API serves it; `output`: its trainer container's termination message."""
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": [{"type": "Ready", "status": str(ready and phase == "Running")}],
     }
     if exit_code is not None:
-        status["containerStatuses"] = [
-            {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
-        ]
+        ended = {"exitCode": exit_code, "reason": "Error", **({"message": output} if output else {})}
+        status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": ended}}]
     if reason:
         status["reason"] = reason
     if disruption:

@@ -65,7 +65,7 @@ def test_a_succeeded_job_shows_the_final_step_not_the_last_scrape() -> None:
     conclude(r)
     p = r.status.progress
     assert p is not None and (p.step, p.percent, p.eta_seconds) == (600, 100.0, 0)
-    assert r.plan.final_progress  # the round writes it: the scraper no longer reads a finished job
+    assert r.plan.writes_progress  # the round writes it: the scraper no longer reads a finished job
 
 
 def test_rounds_write_progress_only_when_they_finish_it() -> None:
