@@ -287,6 +287,53 @@ def stalled(state: JobState) -> list[Finding]:
     ]
 
 
+# What to do about the first failure of an incident, by its class (status.lastFailure; docs/operator.md).
+CLASS_NEXT = {
+    "Infrastructure": "not the program's doing: retried under runPolicy.failureBudgets.infrastructure (20 an hour by "
+    "default, apart from backoffLimit); if it repeats on one node, look at it: kubectl describe node {node}",
+    "UserCode": "the program's own error: read it with ringleader logs {job} --rank {rank}; the same exception three "
+    "times in a row is not retried (failureBudgets.userCode.sameErrorLimit)",
+    "Resources": "out of memory: raise the trainer container's memory limit (or the GPU's share), or use less per "
+    "rank: a smaller batch, a smaller model, more ranks",
+}
+
+
+def failure_class(state: JobState) -> list[Finding]:
+    """The first failure of the latest incident, as the operator named and classed it (status.lastFailure)."""
+    last = (state.job.get("status") or {}).get("lastFailure")
+    if not isinstance(last, dict) or last.get("class") not in CLASS_NEXT:
+        return []
+    kind, rank, node = str(last["class"]), str(last.get("rank", "")), str(last.get("node", ""))
+    where = f" on node {node}" if node else ""
+    at = f" at {last['time']}" if last.get("time") else ""
+    return [
+        Finding(
+            "failure-class",
+            "error" if _true(state, ConditionType.FAILED) else "warning",
+            f"{rank} failed first{where}{at}: {kind}",
+            str(last.get("evidence", "")),
+            CLASS_NEXT[kind].format(node=node or "NODE", job=state.name, rank=rank),
+        )
+    ]
+
+
+def progress_unavailable(state: JobState) -> list[Finding]:
+    """Stalled Unknown: the operator cannot read the job's progress, so its progress deadline is not acted on."""
+    cond = _condition(state, ConditionType.STALLED)
+    if cond is None or cond.get("status") != "Unknown":
+        return []
+    return [
+        Finding(
+            "progress-unavailable",
+            "warning",
+            "the job's progress cannot be read: runPolicy.progressDeadlineSeconds is not acted on",
+            str(cond.get("message", "")),
+            "serve the progress page (strategy.report, docs/trainer.md), or admit the operator's pods to port 9090 of "
+            "the job's pods (docs/troubleshooting.md)",
+        )
+    ]
+
+
 def straggler(state: JobState) -> list[Finding]:
     cond = _true(state, ConditionType.STRAGGLER)
     if cond is None:
@@ -335,8 +382,8 @@ def pod_warnings(state: JobState) -> list[Finding]:
 
 
 RULES: tuple[Callable[[JobState], list[Finding]], ...] = (
-    invalid_spec, oom_killed, image_pull, unschedulable, exit_codes, stalled, straggler, deadline, backoff_limit,
-    failure_rule, evicted, node_lost, suspended, pod_warnings,
+    invalid_spec, oom_killed, image_pull, unschedulable, exit_codes, failure_class, stalled, progress_unavailable,
+    straggler, deadline, backoff_limit, failure_rule, evicted, node_lost, suspended, pod_warnings,
 )  # fmt: skip
 
 

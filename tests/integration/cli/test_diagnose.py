@@ -147,6 +147,13 @@ CASES: dict[str, Case] = {
         act=evict_worker_1,
     ),
     "suspended": Case(Submission("job.py", SLEEP), phase("Suspended"), {"suspended"}, "ringleader resume", act=suspend),
+    "progress-unavailable": Case(
+        Submission("job.py", SLEEP, workers=1),
+        condition("Stalled", status="Unknown"),
+        {"progress-unavailable"},
+        "progressDeadlineSeconds is not acted on",
+        {"progressDeadlineSeconds": 5},
+    ),
     "succeeded": Case(
         Submission("job.py", "print('done')\n", workers=1), phase("Succeeded"), {"succeeded"}, "the job succeeded"
     ),

@@ -16,13 +16,17 @@ STATES = Path(__file__).parent / "states"
 # state file -> (headline, [(rule, severity, a phrase of what it says), ...] in order: nothing else is found)
 EXPECTED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "exit-code-3": ("exit-code-3: Failed (RankFailed)", [
-        ("exit-3", "error", "worker-0 exited with code 3 (BAD_CONFIG)"),
+        ("exit-3", "error", "worker-1 exited with code 3 (BAD_CONFIG)"),
+        ("failure-class", "error", "worker-1 failed first on node process-node at 2026-11-28T23:48:02Z: UserCode"),
     ]),
     "rendezvous-timeout": ("rendezvous-timeout: Failed (RankFailed)", [
-        ("exit-200", "error", "worker-1's last line: ringleader-trainer: error: rendezvous with rendezvous-timeout-w"),
+        ("exit-200", "error", "worker-1's last line: "),
+        ("failure-class", "error", "Infrastructure the rendezvous timed out: ringleader_trainer.rendezvous."
+                                   "RendezvousError: rendezvous with rendezvous-timeout-w"),
     ]),
     "backoff-limit": ("backoff-limit: Failed (BackoffLimitExceeded)", [
         ("exit-1", "error", "worker-0's last line: no luck"),
+        ("failure-class", "error", "ringleader logs backoff-limit --rank worker-0"),
         ("backoff-limit", "error", "used up its restarts"),
     ]),
     "invalid-spec": ("invalid-spec: Failed (InvalidSpec)", [
@@ -40,8 +44,12 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "deadline": ("deadline: Failed (DeadlineExceeded)", [
         ("deadline", "error", "activeDeadlineSeconds (3 s)"),
     ]),
-    "evicted": ("evicted: Restarting", [
+    "evicted": ("evicted: Running", [
+        ("failure-class", "warning", "Infrastructure was evicted (EvictionByEvictionAPI) not the program's doing"),
         ("evicted", "warning", "was evicted (EvictionByEvictionAPI)"),
+    ]),
+    "progress-unavailable": ("progress-unavailable: Running", [
+        ("progress-unavailable", "warning", "worker 0's step could not be read"),
     ]),
     "suspended": ("suspended: Suspended", [
         ("suspended", "info", "ringleader resume suspended"),
