@@ -86,8 +86,9 @@ class TrainingCheckpointer:
         if checkpoints is None:
             return
         if self.strategy.stop_agreed():
-            self.save(step, progress, reason="stop")
-            raise self.strategy.stopped(step)
+            at = self.strategy.stop_step(step)
+            self.save(at, progress, reason="stop")
+            raise self.strategy.stopped(at)
         if checkpoints.due(step):
             self.save(step, progress)
 

@@ -16,9 +16,11 @@ Flag.STOP on its pushes; another shard asked to stop sets it on its replies, and
 shard 0 with their next push. Shard 0, once it knows, names the step every worker stops at (STOP_AT, sent
 before its next PARAMS to each worker): in synchronous mode the round just completed, which every worker
 has reached; otherwise one past the furthest clock, which no worker can have passed (each pushes to shard 0
-first and reads every reply before its next push). Workers behind it train on up to it; a worker that
-finished first leaves it unreached, and the others finish too. Workers that stop say DONE with Flag.STOP;
-the shard then checkpoints at that step and its strategy ends it as stopped.
+first and reads every reply before its next push). Workers behind it do not train on up to it (a worker far
+behind would take it past its pod's grace period): each stops as soon as it hears the step and saves as of
+it, skipping the steps between (ParameterServerStrategy.stop_step). Once a worker has finished, no step is
+named: the others finish too. Workers that stop say DONE with Flag.STOP; the shard then checkpoints at that
+step and its strategy ends it as stopped.
 
 Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`, each connection
 opened by `auth`'s handshake (both ends prove the job's token). A shard admits connections through a `Gate`:
@@ -318,7 +320,8 @@ class ShardServer:
                     self._wait(lambda: self.clock[worker] > step, f"not every worker pushed step {step}")
                 self._released(worker)
                 return self.flat, self.stop_at
-            self._decide_stop(max(self.clock) + 1)  # one past the furthest worker, none of whom can pass it
+            if not self.done:  # one past the furthest worker, none of whom can pass it (none has finished)
+                self._decide_stop(max(self.clock) + 1)
             self._apply(grad.div_(self.num_workers))
             self._advance(worker, step + 1)
             self.cond.notify_all()

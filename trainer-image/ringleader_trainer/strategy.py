@@ -232,6 +232,11 @@ class Strategy:
         (`TrainingCheckpointer.maybe_save`), True on all of them at the same step."""
         return self._vote is not None and self._vote.poll(self.stop.requested)
 
+    def stop_step(self, step: int) -> int:
+        """The step this worker's stop is saved as, once `stop_agreed` said it stops after `step`: that step,
+        which every worker shares (a strategy whose workers run at their own pace names another)."""
+        return step
+
     def stopped(self, step: int) -> Stopped:
         """The exception that ends this rank after its checkpoint at `step` (the stop it agreed to)."""
         return Stopped(step, signalled=self.stop.requested)

@@ -116,3 +116,32 @@ def test_bounded_staleness_workers_stop_at_the_step_shard_0_names_when_another_s
     assert job.wait(600) == [0] * 4, job.logs()
     assert {e["step"] for r in job.ranks for e in r.events("resume")} == {stopped_at}
     assert all(e["step"] == STEPS for r in job.workers for e in r.events("done"))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"parameterServer": {"mode": "asynchronous"}}, {"parameterServer": {"mode": "bounded-staleness",
+                                                                          "maxStaleness": 100}}],
+    ids=["asynchronous", "bounded-staleness"],
+)  # fmt: skip
+def test_an_asynchronous_stop_does_not_wait_for_a_worker_far_behind(tmp_path: Path, spec: dict[str, Any]) -> None:
+    """Worker 0 takes 100 ms a step, worker 1 a few: when every rank is told to stop, worker 1 is dozens of
+    steps ahead. Worker 0 does not train on up to the step shard 0 names (which took it past its pod's grace
+    period): it stops within a step and skips to it, so every rank's file of the stop is of that one step; the
+    resumed run (worker 0 no longer slowed) finishes from there."""
+    steps = 2000
+    args = ["--example", "digits-mlp", "--steps", str(steps), "--log-every", "1"]
+    checkpoint = {"checkpoint": {"directory": str(tmp_path / "ckpt"), "intervalSteps": CHECKPOINT_INTERVAL}}
+    job = job_spec("t", "parameter-server", 2, 2, **spec, **checkpoint)
+    first = launch(job, [*args, "--straggler", "0:0.1"], tmp_path / "stopped")
+    signal_at(first, 5, first.ranks)  # a suspend, with worker 1 far ahead
+    told = first.workers[0].last_step()
+    assert first.wait(120) == [ExitCode.STOPPED] * 4, first.logs()
+    (stopped_at,) = ckpt.complete_steps(tmp_path / "ckpt", ckpt.expected_files(2, 2))
+    trained = first.workers[0].last_step()
+    assert trained <= told + 3, (told, trained)  # it stopped where it was, not at the furthest worker's step
+    assert stopped_at > trained + 5, (stopped_at, trained)  # worker 1 was that far ahead: the step skipped to
+    again = launch(job, args, tmp_path / "again")
+    assert again.wait(600) == [0] * 4, again.logs()
+    assert {e["step"] for r in again.ranks for e in r.events("resume")} == {stopped_at}
+    assert all(e["step"] == steps for r in again.workers for e in r.events("done"))

@@ -9,7 +9,7 @@ from torch import nn
 
 from ringleader_trainer import auth
 from ringleader_trainer.checkpointing import TrainingCheckpointer
-from ringleader_trainer.env import RankEnv
+from ringleader_trainer.env import PSMode, RankEnv
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, shard_parameters
 from ringleader_trainer.stopping import Stopped
@@ -102,7 +102,22 @@ class ParameterServerStrategy(Strategy):
         self.stop.install()
 
     def stop_agreed(self) -> bool:
-        return self.client is not None and self.client.stop_at is not None and self.steps_done >= self.client.stop_at
+        """Synchronous: at the round shard 0 named, which every worker reaches together. Asynchronous and bounded
+        staleness: the furthest workers (one step short of it) train that step, as the shards' clocks must reach
+        it; every other worker stops as soon as it hears the step: one far behind (a straggler, a slow node)
+        would otherwise train on up to it, past the pod's grace period."""
+        stop_at = self.client.stop_at if self.client is not None else None
+        if stop_at is None:
+            return False
+        behind = self.shards.mode != PSMode.SYNCHRONOUS and self.steps_done < stop_at - 1
+        return self.steps_done >= stop_at or behind
+
+    def stop_step(self, step: int) -> int:
+        """The step shard 0 named: a worker behind it (asynchronous modes) skips to it, so every rank's file of the
+        stop is of one step and the job resumes there together; the steps it skips are not trained (its data
+        between them is not seen this epoch), which is what asynchronous training does to a slow worker anyway."""
+        stop_at = self.client.stop_at if self.client is not None else None
+        return max(step, stop_at) if stop_at is not None else step
 
     def stopped(self, step: int) -> Stopped:
         if self.client is not None:  # a worker: the shards checkpoint this step once every worker says so
