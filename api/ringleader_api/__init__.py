@@ -464,6 +464,27 @@ class FailureBudgets(Model):
         }[kind]
 
 
+class Escalation(Model):
+    """Graded escalation of counted failures (any class) within a window: the rank alone, then the whole gang,
+    then the job fails (runPolicy.escalation)."""
+
+    rank_restarts: int = Field(
+        ge=0,
+        le=MAX_STEPS,
+        description="The first this many failures within windowSeconds restart the failed rank alone.",
+    )
+    gang_restarts: int = Field(
+        0,
+        ge=0,
+        le=MAX_STEPS,
+        description="The next this many restart every rank together (a rank alone did not hold); one failure more "
+        "within the window fails the job (EscalationExhausted).",
+    )
+    window_seconds: int = Field(
+        600, ge=1, le=MAX_SECONDS, description="The count starts again this long after the first failure it holds."
+    )
+
+
 class RunPolicy(Model):
     backoff_limit: int = Field(
         3,
@@ -476,6 +497,11 @@ class RunPolicy(Model):
         default_factory=FailureBudgets,
         description="Per class of failure (infrastructure, userCode, resources): how many are restarted, within "
         "what window, how many of the same error in a row end it, and the back-off (docs/operator.md).",
+    )
+    escalation: Escalation | None = Field(
+        None,
+        description="Restart the rank, after rankRestarts failures within windowSeconds restart the gang, after "
+        "gangRestarts more fail the job. Default: none (each failure restarts its rank, within its class's budget).",
     )
     restart_backoff: RestartBackoff = Field(
         default_factory=RestartBackoff, description="Exponential back-off between restarts of the same rank."
@@ -617,6 +643,7 @@ class Reason(StrEnum):
     GANG_RESTART = "GangRestart"  # a failure rule's RestartGang: every other rank recreated (not counted)
     IGNORED = "FailureIgnored"  # a failure rule's Ignore: the rank recreated, not counted
     BACKOFF_LIMIT = "BackoffLimitExceeded"
+    ESCALATION_EXHAUSTED = "EscalationExhausted"  # runPolicy.escalation: past its rank and gang restarts
     FAILURE_BUDGET = "FailureBudgetExceeded"  # a class's failureBudgets limit or sameErrorLimit reached
     INVALID_SPEC = "InvalidSpec"
     SUSPENDED = "JobSuspended"
@@ -923,6 +950,9 @@ class TrainingJobStatus(Model):
     )
     failures: dict[str, FailureCount] = Field(
         default_factory=dict, description="Per class of failure (Infrastructure, UserCode, Resources): its counts."
+    )
+    escalation: FailureCount | None = Field(
+        None, description="Counted failures in runPolicy.escalation's current window (inWindow, windowStart)."
     )
     last_failure: FailureRecord | None = Field(
         None,

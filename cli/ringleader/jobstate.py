@@ -22,7 +22,7 @@ REPLACEMENT_REASONS = frozenset({
     Reason.RESTARTING, Reason.EVICTED, Reason.NODE_LOST, Reason.POD_DELETED, Reason.STOPPED, Reason.RANK_STALLED,
     Reason.RANK_STRAGGLED, Reason.GANG_RESTART, Reason.IGNORED,
 })  # fmt: skip
-_POD_IN_MESSAGE = re.compile(r"\(pod ([a-z0-9.-]+)\)")
+_POD_IN_MESSAGE = re.compile(r"\(pod ([a-z0-9.-]+)(?: on node [^)]*)?\)")
 _OUTPUT_HEAD = re.compile(r"^.*\(pod ([a-z0-9.-]+)\) attempt (\d+) ended; its last lines:$")
 
 

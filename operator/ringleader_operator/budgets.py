@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
-from ringleader_api import FailureClass, FailureCount, Reason, RunPolicy
+from ringleader_api import Escalation, FailureClass, FailureCount, Reason, RunPolicy
 
 from .observed import format_time, parse_time
 
@@ -71,19 +72,46 @@ def budget(policy: RunPolicy, kind: FailureClass) -> Budget:
 Charged = tuple[FailureCount, str | None, Reason | None]
 
 
+def _window(count: FailureCount, window: int | None, now: datetime) -> tuple[int, str | None]:
+    """The count in the current window and when it began: (0, None) once the window has passed."""
+    start = count.window_start
+    if window is not None and start and (now - parse_time(start)).total_seconds() >= window:
+        return 0, None
+    return count.in_window, start
+
+
+class Step(StrEnum):
+    """How far a failure escalates (runPolicy.escalation)."""
+
+    RANK = "rank"
+    GANG = "gang"
+    FAIL = "fail"
+
+
+def escalate(count: FailureCount | None, policy: Escalation, now: datetime) -> tuple[FailureCount, Step, str]:
+    """The escalation window's count after one more counted failure, how far that failure escalates, and why
+    (empty for the rank alone): within windowSeconds, the first rankRestarts restart the rank, the next
+    gangRestarts the gang, and the one after fails the job."""
+    c = count or FailureCount()
+    in_window, start = _window(c, policy.window_seconds, now)
+    n = in_window + 1
+    after = FailureCount(total=c.total + 1, in_window=n, window_start=start or format_time(now))
+    within = f"failure {n} in {policy.window_seconds} s"
+    if n <= policy.rank_restarts:
+        return after, Step.RANK, ""
+    if n <= policy.rank_restarts + policy.gang_restarts:
+        return after, Step.GANG, f"{within}, past runPolicy.escalation.rankRestarts {policy.rank_restarts}"
+    most = policy.rank_restarts + policy.gang_restarts
+    return after, Step.FAIL, f"{within}, past runPolicy.escalation's {most} restarts (rank and gang)"
+
+
 def charge(count: FailureCount | None, budget: Budget, error: str, now: datetime) -> Charged:
     """The class's count after one more failure (`error`: its exception, empty when it said none), and, when that
     failure is one too many, why and the job's failure reason (None, None: it is restarted). The failure that
     would take the window's count past the limit is one too many (BackoffLimitExceeded when the limit is
     backoffLimit, else FailureBudgetExceeded); so is the sameErrorLimit-th in a row with the same error."""
     c = count or FailureCount()
-    in_window, start = c.in_window, c.window_start
-    if (
-        budget.window_seconds is not None
-        and start
-        and (now - parse_time(start)).total_seconds() >= budget.window_seconds
-    ):
-        in_window, start = 0, None
+    in_window, start = _window(c, budget.window_seconds, now)
     same = (c.same_errors + 1 if error == c.last_error else 1) if error else 0
     after = FailureCount(
         total=c.total + 1, in_window=in_window + 1, window_start=start or format_time(now), last_error=error,

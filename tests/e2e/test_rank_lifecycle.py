@@ -49,7 +49,11 @@ def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_
     job = wait_finished(custom, ns, "oom", timeout=180)
     failed = condition(job, "Failed") or {}
     assert is_true(job, "Failed") and failed.get("reason") == "FailureRule", diagnosis(core, ns, job)
-    assert "exit code 137 (OOMKilled); spec.workers.failureRules[0] (FailJob) matched" in failed["message"], failed
+    assert (
+        "exit code 137 (OOMKilled), class Resources: OOMKilled: out of memory at the container's limit; "
+        "spec.workers.failureRules[0] (FailJob) matched"
+    ) in failed["message"], failed
+    assert job["status"]["lastFailure"]["class"] == "Resources"
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0
     said_event(core, ns, "oom", lambda e: "(OOMKilled)" in (e.message or "") and e.reason == "FailureRule")
     said = diagnose_job(kubeconfig, ns, "oom", record_as="oom-killed")  # `ringleader diagnose oom`

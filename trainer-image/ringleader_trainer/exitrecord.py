@@ -1,14 +1,13 @@
 """The last line a rank writes before it exits non-zero: a JSON record of how it ended, which the operator reads
 in its termination message (the container's last log lines: terminationMessagePolicy FallbackToLogsOnError) to
 name and class the failure in the job's status without reading the log (operator: evidence.py), and to learn the
-step a stopping rank saved. A few hundred bytes, written to stderr in one write: well inside the 2 KiB a kubelet
-keeps. docs/exit-codes.md."""
+step a stopping rank saved. A few hundred bytes, written in one write: well inside the 2 KiB a kubelet keeps.
+docs/exit-codes.md."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import traceback
 
 from .logs import emit
@@ -36,5 +35,6 @@ def record(code: int, error: BaseException | None = None, saved_step: int | None
 
 
 def write(code: int, error: BaseException | None = None, saved_step: int | None = None) -> None:
-    """Write the record as the rank's last line on stderr."""
-    emit(record(code, error, saved_step), sys.stderr)
+    """Write the record as the rank's last line, on stdout with its other JSON events: stderr keeps the one
+    line of a human's error message, and the container's log (both streams, in the order written) ends with it."""
+    emit(record(code, error, saved_step))

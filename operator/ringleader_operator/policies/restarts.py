@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from ringleader_api import ROLE_FIELDS, ROLE_NAMES, FailureRecord, RankStatus, Reason, Role, ranges
 
-from ..budgets import budget, charge
+from ..budgets import Step, budget, charge, escalate
 from ..builders import build_pod, pod_name, rank_key
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide, failure_class
 from ..observed import ObservedPod, format_time, parse_time
@@ -167,15 +167,20 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
         r.wake_at(after)
         return True
     r.status.failures[kind.value] = count
+    decision, escalated = _escalate(r, decision)
+    if decision == Decision.FAIL:
+        r.fail(Reason.ESCALATION_EXHAUSTED, f"{what}{by_rule}; {escalated}")
+        return False
     r.restarts[role] += 1
     restarts = rank.restarts + 1
     delay = backoff_seconds(restarts, limits.base_seconds, limits.cap_seconds)
     # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
     # `delay` from the moment the failure was seen.
     after = r.after(math.ceil(delay) + 1)
-    gang = ", and every other rank with it" if decision == Decision.RESTART_GANG else ""
+    gang = ", and every other rank with it," if decision == Decision.RESTART_GANG else ""
+    why = f"{escalated}; " if escalated else ""
     note = (
-        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s (restart {restarts} of this rank; "
+        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s ({why}restart {restarts} of this rank; "
         f"{limits.describe(count.in_window)})"
     )
     replace_rank(r, key, failure, detail, after, note, "Warning", restarts=restarts)
@@ -183,6 +188,20 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
     if decision == Decision.RESTART_GANG:
         _restart_gang(r, (role, index), what)
     return True
+
+
+def _escalate(r: Round, decision: Decision) -> tuple[Decision, str]:
+    """runPolicy.escalation: how far a counted failure goes (its rank, the gang, the job) and why (empty: as
+    decided). Without it, as decided."""
+    policy = r.job.spec.run_policy.escalation
+    if policy is None:
+        return decision, ""
+    r.status.escalation, step, why = escalate(r.status.escalation, policy, r.at)
+    if step == Step.FAIL:
+        return Decision.FAIL, why
+    if step == Step.GANG:
+        return Decision.RESTART_GANG, why
+    return decision, why
 
 
 INCIDENT_SECONDS = 30.0  # failures within this long of an incident's first belong to it (a node lost with 8 ranks)

@@ -110,7 +110,9 @@ def test_logs_show_both_attempts_of_a_restarted_rank_in_order(kubeconfig: Path, 
     w1 = [line for line in lines if line.startswith("worker-1 |") or line.startswith("--- worker-1")]
     assert w1[:3] == ["worker-1 | attempt 0 rank 1 starting", "worker-1 | attempt 0 of rank 1 fails now",
                       w1[2]], lines  # fmt: skip
-    assert w1[2].startswith("--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1) failed with exit code 1")
+    assert w1[2].startswith(
+        "--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1 on node process-node) failed with exit code 1"
+    )
     assert w1[3:] == ["worker-1 | attempt 1 rank 1 starting", "worker-1 | attempt 1 rank 1 done"], lines
     assert "worker-0 | attempt 0 rank 0 done" in lines
     # Merged by time: worker 0 started before worker 1's first attempt failed and before its second started.
@@ -125,7 +127,9 @@ def test_logs_show_both_attempts_of_a_restarted_rank_in_order(kubeconfig: Path, 
         "worker-1 | attempt 0 rank 1 starting",
         "worker-1 | attempt 0 of rank 1 fails now",
     ], shown
-    assert shown[3].startswith("--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1) failed with exit code 1")
+    assert shown[3].startswith(
+        "--- worker-1: attempt 1 starts (worker 1 (pod rs-worker-1 on node process-node) failed with exit code 1"
+    )
     assert shown[4:] == ["worker-1 | attempt 1 rank 1 starting", "worker-1 | attempt 1 rank 1 done"], shown
     # At most --max-ranks ranks are read, the first ones, and a note says so.
     few = run(kubeconfig, namespace, "logs", "rs", "--max-ranks", "1").stdout.splitlines()

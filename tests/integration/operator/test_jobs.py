@@ -260,7 +260,9 @@ def test_never_policy_failure_names_the_rank_and_exit_code(
     job = wait_condition(custom, namespace, "never", "Failed")
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "RankFailed"
-    assert failed["message"] == "worker 1 (pod never-worker-1) failed with exit code 3"
+    assert failed["message"] == (
+        "worker 1 (pod never-worker-1 on node process-node) failed with exit code 3, class UserCode: exit code 3"
+    )
     # cleanPodPolicy Running (the default): the surviving rank is stopped.
     wait_for(
         "running rank cleaned up",
@@ -289,7 +291,10 @@ def test_on_failure_restarts_the_failed_rank_and_the_job_succeeds(
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 1
     restarting = condition(job, "Restarting")
     assert restarting is not None and restarting["status"] == "False"
-    assert "worker 1 (pod flaky-worker-1) failed with exit code 1" in restarting["message"] or restarting["reason"]
+    assert (
+        "worker 1 (pod flaky-worker-1 on node process-node) failed with exit code 1" in restarting["message"]
+        or restarting["reason"]
+    )
 
 
 def test_deleting_the_job_deletes_its_pods(

@@ -208,3 +208,27 @@ def test_a_nodes_trouble_does_not_use_up_the_budget_meant_for_code(
     assert failures["Infrastructure"]["total"] == 2 and "UserCode" not in failures, failures
     assert rank_status(job)["worker-1"]["restarts"] == 2
     assert get(custom, namespace, "lost")["status"]["lastFailure"]["class"] == "Infrastructure"
+
+
+def test_escalation_restarts_the_rank_then_the_gang_then_fails_the_job(
+    custom: client.CustomObjectsApi, namespace: str, marker: Path
+) -> None:
+    """runPolicy.escalation {rankRestarts 1, gangRestarts 1}: worker 1 fails every attempt. Its first failure
+    restarts it alone, its second every rank (worker 0 recreated, not counted), its third fails the job."""
+    script = (
+        "import os, sys, time\n"
+        f"if os.environ['RANK'] == '1':\n"
+        f"    open('{marker}', 'a').write(f'{{time.time()}}\\n')\n"
+        "    sys.exit(1)\n"
+        "time.sleep(60)\n"
+    )
+    policy = {"backoffLimit": 10, "escalation": {"rankRestarts": 1, "gangRestarts": 1, "windowSeconds": 600}}
+    create(custom, namespace, training_job("ladder", script, runPolicy=policy))
+    job = wait_condition(custom, namespace, "ladder", "Failed", timeout=120)
+    failed = condition(job, "Failed") or {}
+    assert failed["reason"] == "EscalationExhausted", failed
+    assert failed["message"].endswith("failure 3 in 600 s, past runPolicy.escalation's 2 restarts (rank and gang)")
+    ranks = rank_status(job)
+    assert (ranks["worker-1"]["restarts"], ranks["worker-0"]["uncounted"]) == (2, 1), ranks
+    assert len(marker.read_text().split()) == 3  # worker 1 ran three times
+    assert job["status"]["escalation"]["inWindow"] == 3

@@ -9,6 +9,7 @@ from ringleader_api import RankStatus, Role
 from ringleader_operator.evidence import Said
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.restarts import count_failure, reconcile_ranks
+from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import Round
 
 from ..builders import NOW, TEMPLATE, after, job, names, pod, round_of
@@ -269,3 +270,39 @@ def test_no_output_no_event() -> None:
     r = round_of(one_rank(), [RUNNING0, pod(Role.WORKER, 1, "Failed", exit_code=1)])
     reconcile_ranks(r)
     assert [e for e in r.plan.events if e.reason == "RankOutput"] == []
+
+
+ESCALATION = {"escalation": {"rankRestarts": 2, "gangRestarts": 1, "windowSeconds": 600}}
+
+
+@pytest.mark.parametrize(
+    ("so_far", "want"),
+    [
+        # (status.escalation so far) -> (phase, pods deleted, the message's phrase)
+        (None, ("Restarting", ["j-worker-1"], "restarting it in 1 s")),
+        ({"inWindow": 1, "windowStart": "2025-12-31T23:55:00Z"}, ("Restarting", ["j-worker-1"], "restarting it in")),
+        ({"inWindow": 2, "windowStart": "2025-12-31T23:55:00Z"},
+         ("Restarting", ["j-worker-0", "j-worker-1"], "and every other rank with it, in 1 s (failure 3 in 600 s, "
+                                                      "past runPolicy.escalation.rankRestarts 2; restart 1")),
+        ({"inWindow": 3, "windowStart": "2025-12-31T23:55:00Z"},
+         ("Failed", ["j-worker-0"], "failure 4 in 600 s, past runPolicy.escalation's 3 restarts (rank and gang)")),
+        ({"inWindow": 3, "windowStart": "2025-12-31T23:00:00Z"}, ("Restarting", ["j-worker-1"], "restarting it in")),
+    ],
+    ids=["first", "second", "gang", "fail", "window-passed"],
+)  # fmt: skip
+def test_escalation_restarts_the_rank_then_the_gang_then_fails_the_job(
+    so_far: dict[str, Any] | None, want: tuple[str, list[str], str]
+) -> None:
+    status: dict[str, Any] = {"escalation": so_far} if so_far else {}
+    failed = [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Failed", exit_code=1)]
+    j = job(status={**status, "ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}},
+            runPolicy={"backoffLimit": 10, **ESCALATION})  # fmt: skip
+    p = plan(j, failed, True, NOW)
+    phase, deleted, says = want
+    message = next(c.message for c in p.status.conditions if c.type.value in ("Restarting", "Failed") and
+                   c.status == "True")  # fmt: skip
+    assert (p.status.phase, sorted(p.delete_pods)) == (phase, deleted), message
+    assert says in message, message
+    if phase == "Failed":
+        assert next(c.reason for c in p.status.conditions if c.type.value == "Failed") == "EscalationExhausted"
+    assert p.status.escalation is not None and p.status.escalation.total == 1
