@@ -130,6 +130,8 @@ bench-cluster: dev-cluster ## Ringleader vs Kubeflow's training-operator on the 
 	@$(PY) -m bench.recovery_bench
 	@$(PY) -m bench.launcher_bench
 	@$(PY) -m bench.stall_bench hang
+	@$(PY) -m bench.stall_bench hang --how sigstop --deadline 20
+	@$(PY) -m bench.stall_bench classify
 	@$(PY) -m bench.image_rebuild_bench
 	@$(PY) -m bench.topology_bench
 	@$(PY) -m bench.gang_backends_bench

@@ -1,7 +1,8 @@
 """Stalls: what the per-rank export costs a step, and how soon a hung rank makes its job Stalled.
 
     python -m bench.stall_bench export [--baseline REF] [--pairs 5] [--steps 400] [--workers 2]
-    python -m bench.stall_bench hang [--reps 3] [--deadline 30]
+    python -m bench.stall_bench hang [--reps 3] [--deadline 30] [--how hang|sigstop]
+    python -m bench.stall_bench classify [--reps 5]
 
 `export` (CPU processes, no cluster): every rank now sets its step gauge at every step and stamps each exchange
 it enters and leaves (ringleader_trainer.metrics), and DDP's buckets go through a Python comm hook that stamps
@@ -21,7 +22,13 @@ them (torch's own allreduce_hook). Two figures:
 checkpoints every 20 steps, runPolicy.progressDeadlineSeconds `--deadline`) where worker 1 hangs after step 50
 (`--hang-at-step 50:1`). Measured: from the hang (the trainer's `hang` event, its Unix time) to the moment the
 job is seen Stalled (polled every 0.2 s), against the goal (<= deadline + 10 s); and from the hang to the job's
-Succeeded. Results go to bench/results/stall.json; nothing is asserted.
+Succeeded. With `--how sigstop` the worker is stopped by SIGSTOP instead, once the job's step is past 100 (its
+page then takes connections and sends nothing): measured from the signal. Results go to
+bench/results/stall_hang.json; nothing is asserted.
+
+`classify` (the dev cluster): `--reps` jobs of 2 workers whose worker 1 raises ValueError 3 s in, after printing
+its Unix time: from that moment to the job's status.lastFailure seen naming it (polled every 0.1 s), against the
+goal (<= 5 s). bench/results/stall_classify.json.
 """
 
 from __future__ import annotations
@@ -170,8 +177,31 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---- hang ------------------------------------------------------------------------------------------------
-def one_hang(core: Any, custom: Any, ns: str, name: str, deadline: int) -> dict[str, Any]:
-    """A fresh job whose worker 1 hangs after step 50: seconds from the hang to Stalled seen, and to Succeeded."""
+GOAL_CLASSIFY_S = 5.0
+
+
+def stop_rank(core: Any, custom: Any, ns: str, name: str) -> float:
+    """Once the job's step is past 100, SIGSTOP worker 1's processes (on the process node: this machine's); when."""
+    import os
+    import signal
+
+    from tests.integration.operator.test_stalls import rank_processes
+    from tests.support.cluster import wait_for
+    from tests.support.jobs import get
+
+    def training() -> bool:
+        return (((get(custom, ns, name).get("status") or {}).get("progress") or {}).get("step") or 0) >= 100
+
+    wait_for("step 100", training, timeout=600)
+    pids = rank_processes(ns, name, "worker", 1)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    return time.time()
+
+
+def one_hang(core: Any, custom: Any, ns: str, name: str, deadline: int, how: str = "hang") -> dict[str, Any]:
+    """A fresh job whose worker 1 hangs after step 50 (or is stopped by SIGSTOP past step 100): seconds from the
+    hang to Stalled seen, and to Succeeded."""
     from kubernetes import client
 
     from tests.support.cluster import wait_for
@@ -188,14 +218,17 @@ def one_hang(core: Any, custom: Any, ns: str, name: str, deadline: int) -> dict[
         return time.time() if c and c["status"] == "True" else None
 
     with tempfile.TemporaryDirectory() as d:
-        body = digits_job(name, 3, 200, Path(d), runPolicy={"progressDeadlineSeconds": deadline})
-        body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += [
-            "--hang-at-step", "50:1", "--timeout", "60"]  # fmt: skip
+        steps = 200 if how == "hang" else 900
+        body = digits_job(name, 3, steps, Path(d), runPolicy={"progressDeadlineSeconds": deadline})
+        if how == "hang":
+            body["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += [
+                "--hang-at-step", "50:1", "--timeout", "60"]  # fmt: skip
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
         try:
-            # Read from the hung pod before the operator replaces it (its log goes with it).
-            hang = wait_for("the hang", hang_logged, timeout=600)
-            hung = float(hang[0]["at"])
+            if how == "hang":  # read from the hung pod before the operator replaces it (its log goes with it)
+                hung = float(wait_for("the hang", hang_logged, timeout=600)[0]["at"])
+            else:
+                hung = stop_rank(core, custom, ns, name)
             stalled = wait_for("Stalled", lambda: seen("Stalled"), timeout=600, every=0.2)
             message = (condition(get(custom, ns, name), "Stalled") or {}).get("message", "")
             done = wait_for("Succeeded", lambda: seen("Succeeded"), timeout=600, every=0.5)
@@ -219,7 +252,7 @@ def hang(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     try:
         for rep in range(args.reps):
-            row = one_hang(core, custom, ns, f"hang{rep}", args.deadline)
+            row = one_hang(core, custom, ns, f"hang{rep}", args.deadline, args.how)
             rows.append(row)
             print(
                 f"[bench] rep {rep + 1}/{args.reps}: Stalled {row['hang_to_stalled_s']:.1f} s after the hang "
@@ -240,6 +273,67 @@ def hang(args: argparse.Namespace) -> dict[str, Any]:
             "stalled": spread(latency).as_dict()}  # fmt: skip
 
 
+RAISES = (
+    "import os, time\n"
+    "if os.environ['RANK'] == '1':\n"
+    "    time.sleep(3)\n"
+    "    print(f'failing at {time.time()}', flush=True)\n"
+    "    raise ValueError('bad shape (3, 4)')\n"
+    "time.sleep(60)\n"
+)
+
+
+def one_failure(core: Any, custom: Any, ns: str, name: str) -> dict[str, Any]:
+    """A fresh job whose worker 1 raises: seconds from its last line to status.lastFailure seen naming it."""
+    from tests.support.cluster import logs, wait_for
+    from tests.support.jobs import GROUP, PLURAL, VERSION, get, training_job
+
+    body = training_job(name, RAISES, workers=2)
+    body["spec"]["workers"]["restartPolicy"] = "Never"
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    try:
+
+        def classed() -> tuple[float, dict[str, Any]] | None:
+            last = (get(custom, ns, name).get("status") or {}).get("lastFailure")
+            return (time.time(), last) if last else None
+
+        seen, last = wait_for("lastFailure", classed, timeout=300, every=0.1)
+        said = logs(core, ns, f"{name}-worker-1", container="trainer")
+        failed = float(next(x for x in said.splitlines() if x.startswith("failing at ")).split()[-1])
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    return {"failure_to_class_s": seen - failed, "class": last.get("class"), "evidence": last.get("evidence")}
+
+
+def classify(args: argparse.Namespace) -> dict[str, Any]:
+    from kubernetes import client, config
+    from ringleader_devcluster import cluster, operatorprocess
+    from ringleader_devcluster.layout import Layout
+
+    from bench.common import delete_namespace, new_namespace
+
+    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
+    operatorprocess.operator_up()
+    config.load_kube_config(str(Layout.from_env().kubeconfig))
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    ns = new_namespace(core)
+    rows = []
+    try:
+        for rep in range(args.reps):
+            row = one_failure(core, custom, ns, f"raises{rep}")
+            rows.append(row)
+            print(f"[bench] rep {rep + 1}/{args.reps}: {row['class']} in status {row['failure_to_class_s']:.2f} s "
+                  f"after the exception ({row['evidence']})", flush=True)  # fmt: skip
+    finally:
+        delete_namespace(core, ns)
+    latency = [r["failure_to_class_s"] for r in rows]
+    verdict = "met" if max(latency) <= GOAL_CLASSIFY_S else "missed"
+    print(f"[bench] failure -> class in status: median {statistics.median(latency):.2f} s, max {max(latency):.2f} s "
+          f"over {len(rows)} jobs: {verdict} (goal <= {GOAL_CLASSIFY_S:g} s)", flush=True)  # fmt: skip
+    return {"reps": args.reps, "rows": rows, "goal_s": GOAL_CLASSIFY_S, "verdict": verdict,
+            "latency": spread(latency).as_dict()}  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="part", required=True)
@@ -251,9 +345,12 @@ def main() -> None:
     h = sub.add_parser("hang")
     h.add_argument("--reps", type=int, default=3)
     h.add_argument("--deadline", type=int, default=30)
+    h.add_argument("--how", choices=("hang", "sigstop"), default="hang")
+    c = sub.add_parser("classify")
+    c.add_argument("--reps", type=int, default=5)
     args = p.parse_args()
     print(f"[bench] settings: {vars(args)}", flush=True)
-    result = export(args) if args.part == "export" else hang(args)
+    result = {"export": export, "hang": hang, "classify": classify}[args.part](args)
     write_result(f"stall_{args.part}", {"settings": vars(args), **result})
 
 
