@@ -185,9 +185,8 @@ def stop_rank(core: Any, custom: Any, ns: str, name: str) -> float:
     import os
     import signal
 
-    from tests.integration.operator.test_stalls import rank_processes
     from tests.support.cluster import wait_for
-    from tests.support.jobs import get
+    from tests.support.jobs import get, rank_processes
 
     def training() -> bool:
         return (((get(custom, ns, name).get("status") or {}).get("progress") or {}).get("step") or 0) >= 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -125,3 +126,18 @@ def wait_rounds(n: int, timeout: float = 60) -> None:
     operator decide that many times instead of sleeping."""
     target = operator_rounds() + n
     wait_for(f"{n} more reconcile rounds", lambda: operator_rounds() >= target or None, timeout=timeout)
+
+
+def rank_processes(namespace: str, job: str, role: str, index: int) -> list[int]:
+    """The process node's processes of one rank (its trainer and what it forked), told by the environment the
+    operator gives each rank."""
+    want = {f"RINGLEADER_NAMESPACE={namespace}", f"RINGLEADER_JOB_NAME={job}", f"RINGLEADER_ROLE={role}",
+            f"RINGLEADER_INDEX={index}"}  # fmt: skip
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+            if want <= set((entry / "environ").read_bytes().decode(errors="replace").split("\0")):
+                found.append(int(entry.name))
+    return found

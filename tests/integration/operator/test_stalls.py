@@ -9,7 +9,6 @@ the job succeeds."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -25,6 +24,7 @@ from tests.support.jobs import (
     create,
     digits_job,
     get,
+    rank_processes,
     rank_status,
     trainer_events,
     training_job,
@@ -72,21 +72,6 @@ def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
     assert DEADLINE <= goodput["stalledSeconds"] <= DEADLINE + 6  # found at the first scrape past the deadline
     assert goodput["restartingSeconds"] > 0 and goodput["stepsLost"] > 0
     assert 0 < goodput["ratio"] < 1
-
-
-def rank_processes(namespace: str, job: str, role: str, index: int) -> list[int]:
-    """The process node's processes of one rank (its trainer and what it forked), told by the environment the
-    operator gives each rank."""
-    want = {f"RINGLEADER_NAMESPACE={namespace}", f"RINGLEADER_JOB_NAME={job}", f"RINGLEADER_ROLE={role}",
-            f"RINGLEADER_INDEX={index}"}  # fmt: skip
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):  # gone meanwhile, or another user's
-            if want <= set((entry / "environ").read_bytes().decode(errors="replace").split("\0")):
-                found.append(int(entry.name))
-    return found
 
 
 def test_a_stopped_rank_is_named_within_the_deadline_and_replaced(
