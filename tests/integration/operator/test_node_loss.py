@@ -108,7 +108,13 @@ def test_pods_of_a_stopped_node_are_replaced_on_another_node(
     assert "NodeLost" in reasons, reasons
     said = diagnose_job(kubeconfig, namespace, "lost", record_as="node-lost")  # `ringleader diagnose lost`
     assert said.headline == "lost: Succeeded (JobSucceeded)", said.text()
-    assert [(f.rule, f.what) for f in said.findings] == [("node-lost", "2 ranks lost with their node")], said.text()
+    assert [f.rule for f in said.findings] == ["failure-class", "node-lost"], said.text()
+    named, lost = said.findings
+    assert named.what.startswith("worker-") and f"on node {spare_node} " in named.what, said.text()
+    assert named.what.endswith(": Infrastructure") and "was lost with its node" in named.detail, said.text()
+    assert lost.what == "2 ranks lost with their node", said.text()
+    last = job["status"]["lastFailure"]  # the first of the two, both of one incident
+    assert (last["class"], last["node"]) == ("Infrastructure", spare_node), last
     # The replacements resumed from a checkpoint (not from step 0) and still reach the trainer's accuracy.
     text = logs(core, namespace, "lost-worker-0", container="trainer")
     events = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
