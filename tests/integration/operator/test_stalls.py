@@ -80,7 +80,7 @@ def test_a_stopped_rank_is_named_within_the_deadline_and_replaced(
     """SIGSTOP on worker 1's processes once the job trains: its page takes the connection and sends nothing, which
     names it (a refused or unreachable page would not); it is replaced and the job succeeds."""
     deadline = 20
-    body = digits_job("stopped", 3, 900, tmp_path / "ckpt", runPolicy={"progressDeadlineSeconds": deadline})
+    body = digits_job("stopped", 3, 500, tmp_path / "ckpt", runPolicy={"progressDeadlineSeconds": deadline})
     create(custom, namespace, body)
 
     def training() -> bool:
@@ -105,13 +105,13 @@ def test_a_stopped_rank_is_named_within_the_deadline_and_replaced(
 def test_neither_a_script_without_a_page_nor_a_long_start_up_is_a_stall(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
 ) -> None:
-    """progressDeadlineSeconds 10: a script that serves no metrics page runs 30 s, and a trainer waits 30 s before
+    """progressDeadlineSeconds 10: a script that serves no metrics page runs 25 s, and a trainer waits 20 s before
     its first step with its page served (at step 0). Neither is Stalled or has a rank replaced; both succeed.
     The script's job says why its deadline is not acted on (Stalled Unknown, ProgressUnavailable)."""
     policy = {"progressDeadlineSeconds": 10}
-    create(custom, namespace, training_job("pageless", "import time; time.sleep(30)", workers=2, runPolicy=policy))
+    create(custom, namespace, training_job("pageless", "import time; time.sleep(25)", workers=2, runPolicy=policy))
     slow = digits_job("slow-start", 2, 60, tmp_path / "ckpt", runPolicy=policy)
-    slow["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += ["--start-delay", "30"]
+    slow["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += ["--start-delay", "20"]
     create(custom, namespace, slow)
 
     unknown = wait_condition(custom, namespace, "pageless", "Stalled", timeout=180, status="Unknown")
