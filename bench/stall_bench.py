@@ -24,7 +24,7 @@ checkpoints every 20 steps, runPolicy.progressDeadlineSeconds `--deadline`) wher
 job is seen Stalled (polled every 0.2 s), against the goal (<= deadline + 10 s); and from the hang to the job's
 Succeeded. With `--how sigstop` the worker is stopped by SIGSTOP instead, once the job's step is past 100 (its
 page then takes connections and sends nothing): measured from the signal. Results go to
-bench/results/stall_hang.json; nothing is asserted.
+bench/results/stall_hang.json (stall_hang_sigstop.json); nothing is asserted.
 
 `classify` (the dev cluster): `--reps` jobs of 2 workers whose worker 1 raises ValueError 3 s in, after printing
 its Unix time: from that moment to the job's status.lastFailure seen naming it (polled every 0.1 s), against the
@@ -350,7 +350,8 @@ def main() -> None:
     args = p.parse_args()
     print(f"[bench] settings: {vars(args)}", flush=True)
     result = {"export": export, "hang": hang, "classify": classify}[args.part](args)
-    write_result(f"stall_{args.part}", {"settings": vars(args), **result})
+    sigstop = "_sigstop" if getattr(args, "how", "hang") == "sigstop" else ""  # its own file beside the hang's
+    write_result(f"stall_{args.part}{sigstop}", {"settings": vars(args), **result})
 
 
 if __name__ == "__main__":
