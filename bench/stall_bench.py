@@ -34,10 +34,12 @@ goal (<= 5 s). bench/results/stall_classify.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +238,10 @@ def one_hang(core: Any, custom: Any, ns: str, name: str, deadline: int, how: str
     return {"hang_to_stalled_s": stalled - hung, "hang_to_succeeded_s": done - hung, "message": message}
 
 
-def hang(args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def on_cluster() -> Iterator[tuple[Any, Any, str]]:
+    """(core API, custom objects API, a fresh namespace) on the dev cluster with its operator (both started if
+    needed); the namespace is deleted afterwards."""
     from kubernetes import client, config
     from ringleader_devcluster import cluster, operatorprocess
     from ringleader_devcluster.layout import Layout
@@ -248,8 +253,15 @@ def hang(args: argparse.Namespace) -> dict[str, Any]:
     config.load_kube_config(str(Layout.from_env().kubeconfig))
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     ns = new_namespace(core)
-    rows = []
     try:
+        yield core, custom, ns
+    finally:
+        delete_namespace(core, ns)
+
+
+def hang(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    with on_cluster() as (core, custom, ns):
         for rep in range(args.reps):
             row = one_hang(core, custom, ns, f"hang{rep}", args.deadline, args.how)
             rows.append(row)
@@ -258,8 +270,6 @@ def hang(args: argparse.Namespace) -> dict[str, Any]:
                 f"(deadline {args.deadline} s), Succeeded {row['hang_to_succeeded_s']:.1f} s after it",
                 flush=True,
             )
-    finally:
-        delete_namespace(core, ns)
     latency = [r["hang_to_stalled_s"] for r in rows]
     goal = args.deadline + GOAL_SLACK_S
     verdict = "met" if max(latency) <= goal else "missed"
@@ -305,26 +315,13 @@ def one_failure(core: Any, custom: Any, ns: str, name: str) -> dict[str, Any]:
 
 
 def classify(args: argparse.Namespace) -> dict[str, Any]:
-    from kubernetes import client, config
-    from ringleader_devcluster import cluster, operatorprocess
-    from ringleader_devcluster.layout import Layout
-
-    from bench.common import delete_namespace, new_namespace
-
-    cluster.up(fake_nodes=None, gpus=8, nodes=1, build=False)
-    operatorprocess.operator_up()
-    config.load_kube_config(str(Layout.from_env().kubeconfig))
-    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
-    ns = new_namespace(core)
     rows = []
-    try:
+    with on_cluster() as (core, custom, ns):
         for rep in range(args.reps):
             row = one_failure(core, custom, ns, f"raises{rep}")
             rows.append(row)
             print(f"[bench] rep {rep + 1}/{args.reps}: {row['class']} in status {row['failure_to_class_s']:.2f} s "
                   f"after the exception ({row['evidence']})", flush=True)  # fmt: skip
-    finally:
-        delete_namespace(core, ns)
     latency = [r["failure_to_class_s"] for r in rows]
     verdict = "met" if max(latency) <= GOAL_CLASSIFY_S else "missed"
     print(f"[bench] failure -> class in status: median {statistics.median(latency):.2f} s, max {max(latency):.2f} s "
