@@ -463,12 +463,20 @@ def _memory_limit(state: JobState) -> str:
     return ""
 
 
+# The trainer's exit record (its last line, for the operator: docs/exit-codes.md) is not what a person wrote last.
+EXIT_RECORD = '{"event": "exit"'
+
+
 def _last_line(state: JobState, rank: str) -> str:
-    """The last line the rank's newest failed attempt wrote (the operator's RankOutput event), or ""."""
+    """The last line the rank's newest failed attempt wrote (the operator's RankOutput event) before its exit
+    record, or ""."""
     kept = state.last_lines(rank)
     if not kept:
         return ""
-    lines = [line.text for line in kept[max(kept)] if not line.marker and line.text.strip()]
+    lines = [
+        line.text for line in kept[max(kept)]
+        if not line.marker and line.text.strip() and not line.text.lstrip().startswith(EXIT_RECORD)
+    ]  # fmt: skip
     return lines[-1].strip() if lines else ""
 
 

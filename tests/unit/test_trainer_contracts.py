@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ringleader.diagnose import EXIT_RECORD
 from ringleader_api import RestartPolicy
 from ringleader_operator import evidence, progress
 from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart
@@ -84,6 +85,7 @@ def test_operator_reads_the_trainers_exit_record() -> None:
         said = evidence.read("Traceback (most recent call last):\n...\n" + exitrecord.record(1, e) + "\n")
     assert (said.exception, said.message, said.code) == ("ValueError", "bad shape (3, 4)", 1)
     assert said.frames[-1].startswith("test_trainer_contracts.py:") and said.frames[-1].endswith(" in fail")
+    assert exitrecord.record(1, ValueError("x")).startswith(EXIT_RECORD)  # what `ringleader diagnose` skips
     stopped = evidence.read(exitrecord.record(ExitCode.STOPPED, saved_step=540))
     assert (stopped.saved_step, stopped.code, stopped.exception) == (540, 202, "")
     qualified = evidence.read(exitrecord.record(3, ConfigError("--steps must be at least 1")))

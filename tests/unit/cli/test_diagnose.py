@@ -20,7 +20,7 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("failure-class", "error", "worker-1 failed first on node process-node at 2026-11-28T23:48:02Z: UserCode"),
     ]),
     "rendezvous-timeout": ("rendezvous-timeout: Failed (RankFailed)", [
-        ("exit-200", "error", "worker-1's last line: "),
+        ("exit-200", "error", "worker-1's last line: ringleader-trainer: error: rendezvous with rendezvous-timeout-w"),
         ("failure-class", "error", "Infrastructure the rendezvous timed out: ringleader_trainer.rendezvous."
                                    "RendezvousError: rendezvous with rendezvous-timeout-w"),
     ]),
