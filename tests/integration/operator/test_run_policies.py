@@ -23,7 +23,6 @@ from tests.support.jobs import (
     get,
     live_pods,
     pods_of,
-    rank_status,
     trainer_events,
     training_job,
     wait_condition,
@@ -102,30 +101,6 @@ def test_a_job_created_suspended_waits_then_resumes_exactly_where_it_was_suspend
     assert (progress["step"], progress["totalSteps"], progress["percent"]) == (160, 160, 100.0)  # the final step
     reasons = events_of(core, namespace, "susp")
     assert "JobSuspended" in reasons and "JobResumed" in reasons
-
-
-def test_an_evicted_rank_saves_where_it_stops_and_is_recreated_without_counting_a_restart(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
-) -> None:
-    directory = tmp_path / "ckpt"
-    body = digits_job("evict", 2, 160, directory)
-    body["spec"]["checkpoint"]["intervalSteps"] = 100
-    body["spec"]["workers"]["restartPolicy"] = "ExitCode"
-    del body["spec"]["workers"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    create(custom, namespace, body)
-    wait_for("worker 0 past step 40", lambda: worker0_step(core, namespace, "evict") >= 40, timeout=180)
-    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evict-worker-1", namespace=namespace))
-    core.create_namespaced_pod_eviction("evict-worker-1", namespace, eviction)
-    job = wait_condition(custom, namespace, "evict", "Succeeded", timeout=300)
-    (stopped,) = [s for s in ckpt.complete_steps(directory, ckpt.expected_files(2, 0)) if s % 100 and s != 160]
-    assert 40 <= stopped < 100, stopped
-    rank = rank_status(job)["worker-1"]
-    assert (rank["restarts"], rank["stops"], rank["lastReason"], rank["lastExitCode"]) == (0, 1, "RankStopped", 202)
-    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # nothing counted against backoffLimit
-    # Worker 0 was not told to stop: it recovered in place and resumed with worker 1's replacement.
-    assert [e["step"] for e in trainer_events(core, namespace, "evict-worker-0", "resume")] == [stopped]
-    assert len(trainer_events(core, namespace, "evict-worker-0", "recover")) == 1
-    assert "RankStopped" in events_of(core, namespace, "evict")
 
 
 def test_active_deadline_fails_a_running_job_and_stops_its_pods(

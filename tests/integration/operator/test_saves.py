@@ -1,0 +1,185 @@
+"""The step a stop saved, in status, for every strategy: one job each of allreduce, local SGD, sharded, pipeline
+and the synchronous parameter server has a rank evicted, is resized (the elastic strategies), is suspended and
+resumed, and then loses a rank to a SIGKILL. After each stop, status.progress.lastCheckpointStep is the step the
+stopping ranks saved (read from their exit records: their pages are gone), no step is counted lost, and the
+SIGKILL's lost steps are counted from the suspend's save. The jobs run side by side, each on its own thread, so
+their waits overlap. (The asynchronous and bounded-staleness parameter servers' suspends: test_run_policies.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from ringleader_trainer import checkpoint as ckpt
+
+from tests.support.cluster import logs, wait_for
+from tests.support.jobs import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    create,
+    digits_job,
+    get,
+    pods_of,
+    rank_processes,
+    rank_status,
+    trainer_events,
+)
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+LOG_EVERY = 10  # digits_job's
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    spec: dict[str, Any]
+    ps: int = 0
+    elastic: bool = False  # resized 2 -> 3 (allreduce, local SGD and sharded may be)
+
+
+CASES = [
+    Case("ar", {"strategy": "allreduce"}, elastic=True),
+    Case("lsgd", {"strategy": "local-sgd", "localSGD": {"period": 4}}, elastic=True),
+    Case("shard", {"strategy": "sharded"}, elastic=True),
+    Case("pipe", {"strategy": "pipeline"}),
+    Case("ps", {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}, ps=1),
+]
+
+
+class Scenario:
+    """One job's run through an eviction, a resize, a suspend and a SIGKILL, checking status after each."""
+
+    def __init__(self, core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, case: Case, root: Path):
+        self.core, self.custom, self.ns, self.case = core, custom, ns, case
+        self.directory = root / case.name
+        self.workers = 2
+
+    @property
+    def name(self) -> str:
+        return self.case.name
+
+    def status(self) -> dict[str, Any]:
+        return dict(get(self.custom, self.ns, self.name).get("status") or {})
+
+    def progress(self) -> dict[str, Any]:
+        return dict(self.status().get("progress") or {})
+
+    def steps_lost(self) -> int:
+        return int((self.status().get("goodput") or {}).get("stepsLost", 0))
+
+    def patch(self, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name, {"spec": spec})
+
+    def newest_save(self, after: int) -> int | None:
+        """The newest step every rank of the current world saved, when newer than `after`."""
+        world = (self.workers, self.case.ps)
+        steps = [s for s, w in ckpt.complete_in_own_world(self.directory, world) if w == world]
+        return steps[0] if steps and steps[0] > after else None
+
+    def saved_in_status(self, saved: int, what: str) -> None:
+        """status.progress says the step the stop saved, and no step is counted lost for a clean stop."""
+        wait_for(f"{self.name}: the {what}'s save (step {saved}) in status",
+                 lambda: self.progress().get("lastCheckpointStep") == saved, timeout=30)  # fmt: skip
+        assert self.steps_lost() == 0, (self.name, what, self.status().get("goodput"))
+
+    def training_past(self, step: int, what: str) -> int:
+        """Wait until status shows worker 0 past `step`, while Running; the step it shows."""
+
+        def past() -> int | None:
+            status = self.status()
+            shown = int((status.get("progress") or {}).get("step", 0))
+            return shown if status.get("phase") == "Running" and shown > step else None
+
+        return wait_for(f"{self.name}: {what}", past, timeout=180)
+
+    def run(self) -> None:
+        body = digits_job(self.name, 2, 100_000, self.directory, **self.case.spec)
+        body["spec"]["checkpoint"]["intervalSteps"] = 100_000  # the stops' saves are the only checkpoints
+        for role in ("workers", "parameterServers"):
+            if role in body["spec"]:
+                del body["spec"][role]["template"]["spec"]["terminationGracePeriodSeconds"]  # the operator's
+        if "parameterServers" in body["spec"]:
+            body["spec"]["parameterServers"]["replicas"] = self.case.ps
+        if self.case.elastic:
+            body["spec"]["workers"] |= {"minReplicas": 2, "maxReplicas": 3}
+        create(self.custom, self.ns, body)
+        saved = self.evict(self.training_past(20, "training past step 20"))
+        if self.case.elastic:
+            saved = self.resize(self.training_past(saved + 20, "training past the eviction's save"))
+        saved = self.suspend(self.training_past(saved + 20, "training before the suspend"))
+        self.kill(saved)
+
+    def evict(self, after: int) -> int:
+        pod = f"{self.name}-worker-1"
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=self.ns))
+        self.core.create_namespaced_pod_eviction(pod, self.ns, eviction)
+        saved = wait_for(f"{self.name}: the eviction's save", lambda: self.newest_save(after - 1), timeout=60)
+        self.saved_in_status(saved, "eviction")
+        rank = rank_status(get(self.custom, self.ns, self.name))["worker-1"]
+        stopped = (rank["restarts"], rank["stops"], rank["lastReason"], rank["lastExitCode"])
+        assert stopped == (0, 1, "RankStopped", 202), (self.name, rank)  # a clean stop: no restart counted
+        # Worker 0 was not told to stop: it recovers in place and resumes at that save with worker 1's replacement.
+        wait_for(f"{self.name}: worker 0 resumed at the eviction's save",
+                 lambda: [e["step"] for e in trainer_events(self.core, self.ns, f"{self.name}-worker-0", "resume")]
+                 == [saved], timeout=60)  # fmt: skip
+        return saved
+
+    def resize(self, after: int) -> int:
+        self.patch({"workers": {"replicas": 3}})
+        saved = wait_for(f"{self.name}: the resize's save", lambda: self.newest_save(after - 1), timeout=60)
+        self.saved_in_status(saved, "resize")
+        self.workers = 3
+        return saved
+
+    def suspend(self, after: int) -> int:
+        self.patch({"runPolicy": {"suspend": True}})
+        wait_for(f"{self.name}: suspended with no pods",
+                 lambda: self.status().get("phase") == "Suspended" and not pods_of(self.core, self.ns, self.name),
+                 timeout=90)  # fmt: skip
+        saved = self.newest_save(after - 1)
+        assert saved is not None, f"{self.name}: the suspend saved no step past {after - 1}"
+        self.saved_in_status(saved, "suspend")
+        self.patch({"runPolicy": {"suspend": False}})
+        return saved
+
+    def kill(self, saved: int) -> None:
+        """SIGKILL worker 1 once worker 0 trained past the suspend's save: the steps lost are counted from that
+        save, from at least what status showed before the kill to at most worker 0's step when it lost its
+        peer (the newest it logged before recovering, plus the steps between two log lines)."""
+        seen = self.training_past(saved + 30, "training after the resume")
+        pids = rank_processes(self.ns, self.name, "worker", 1)
+        assert pids, f"{self.name}: no process of worker 1"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        lost = wait_for(f"{self.name}: steps lost to the SIGKILL", lambda: self.steps_lost() or None, timeout=60)
+        reached = worker0_step_before_recovery(self.core, self.ns, self.name)
+        period = int((self.case.spec.get("localSGD") or {}).get("period", 1))
+        assert seen - saved <= lost <= reached + LOG_EVERY + period - saved, (self.name, seen, reached, saved, lost)
+
+
+def worker0_step_before_recovery(core: client.CoreV1Api, ns: str, job: str) -> int:
+    """The newest step worker 0's pod (made at the resume) logged before it recovered from losing a peer."""
+    lines = [json.loads(x) for x in logs(core, ns, f"{job}-worker-0", container="trainer").splitlines()
+             if x.startswith("{")]  # fmt: skip
+    resumed = min(i for i, e in enumerate(lines) if e.get("event") == "resume")
+    recovered = next((i for i, e in enumerate(lines) if i > resumed and e.get("event") == "recover"), len(lines))
+    return max(int(e["step"]) for e in lines[resumed:recovered] if "step" in e and "event" not in e)
+
+
+def test_every_strategy_says_the_step_each_stop_saved_and_counts_lost_steps_from_it(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
+) -> None:
+    scenarios = [Scenario(core, custom, namespace, case, tmp_path) for case in CASES]
+    with ThreadPoolExecutor(len(scenarios)) as pool:
+        futures = {s.name: pool.submit(s.run) for s in scenarios}
+    failed = {name: f"{type(e).__name__}: {e}" for name, f in futures.items() if (e := f.exception()) is not None}
+    assert not failed, failed
