@@ -427,7 +427,8 @@ class FailureBudget(Model):
         None,
         ge=0,
         le=MAX_STEPS,
-        description="Failures of this class restarted within windowSeconds; the next one fails the job. Default: "
+        description="Incidents of this class restarted within windowSeconds (failures within 30 s of an incident's "
+        "first count once); the next one fails the job. Default: "
         "Infrastructure 20, UserCode runPolicy.backoffLimit, Resources 3.",
     )
     window_seconds: int | None = Field(
@@ -441,7 +442,7 @@ class FailureBudget(Model):
         None,
         ge=1,
         le=MAX_STEPS,
-        description="This many failures in a row with the same error (the exception's type and message) fail the "
+        description="This many incidents in a row with the same error (the exception's type and message) fail the "
         "job whatever the limit. Default: UserCode 3, others none.",
     )
     backoff: RestartBackoff | None = Field(
@@ -471,17 +472,18 @@ class Escalation(Model):
     rank_restarts: int = Field(
         ge=0,
         le=MAX_STEPS,
-        description="The first this many failures within windowSeconds restart the failed rank alone.",
+        description="The first this many incidents within windowSeconds restart the failed rank alone (failures of "
+        "ranks that ended within 30 s of an incident's first count once).",
     )
     gang_restarts: int = Field(
         0,
         ge=0,
         le=MAX_STEPS,
-        description="The next this many restart every rank together (a rank alone did not hold); one failure more "
+        description="The next this many restart every rank together (a rank alone did not hold); one incident more "
         "within the window fails the job (EscalationExhausted).",
     )
     window_seconds: int = Field(
-        600, ge=1, le=MAX_SECONDS, description="The count starts again this long after the first failure it holds."
+        600, ge=1, le=MAX_SECONDS, description="The count starts again this long after the first incident it holds."
     )
 
 
@@ -491,7 +493,8 @@ class RunPolicy(Model):
         ge=0,
         le=MAX_STEPS,
         description="Restarts for failures of the program's own (class UserCode) allowed across the job before it "
-        "fails; infrastructure and resource failures have their own budgets (failureBudgets).",
+        "fails, counted by incident (ranks failing within 30 s of each other count once); infrastructure and "
+        "resource failures have their own budgets (failureBudgets).",
     )
     failure_budgets: FailureBudgets = Field(
         default_factory=FailureBudgets,
@@ -693,10 +696,16 @@ class FailureCount(Model):
     """Failures of one class (status.failures): the budget's count and what the same-error limit looks at."""
 
     total: int = Field(0, description="Failures of this class over the job's life.")
-    in_window: int = Field(0, description="Failures restarted in the current window (failureBudgets' windowSeconds).")
+    in_window: int = Field(
+        0,
+        description="Incidents counted in the current window (failureBudgets' windowSeconds): failures of ranks "
+        "that ended within 30 s of an incident's first (a node lost with 8 ranks) count once.",
+    )
     window_start: str | None = Field(None, description="When the current window began (its first failure).")
-    last_error: str = Field("", description="The last failure's error (exception type: message), if it said one.")
-    same_errors: int = Field(0, description="Failures in a row with that error.")
+    last_error: str = Field("", description="The last incident's error (exception type: message), if it said one.")
+    same_errors: int = Field(0, description="Incidents in a row with that error.")
+    incident_start: str | None = Field(None, description="When the latest incident's first failure ended.")
+    incident_failures: int = Field(0, description="Failures in the latest incident (counted as one).")
 
 
 class FailureRecord(Model):
@@ -952,7 +961,7 @@ class TrainingJobStatus(Model):
         default_factory=dict, description="Per class of failure (Infrastructure, UserCode, Resources): its counts."
     )
     escalation: FailureCount | None = Field(
-        None, description="Counted failures in runPolicy.escalation's current window (inWindow, windowStart)."
+        None, description="Counted incidents in runPolicy.escalation's current window (inWindow, windowStart)."
     )
     last_failure: FailureRecord | None = Field(
         None,

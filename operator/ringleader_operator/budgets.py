@@ -7,6 +7,11 @@ a network's timeout); the program's own are retried backoffLimit times over the 
 exception three times in a row is not retried again; running out of memory is retried 3 times (the next run may
 fit, the same input rarely does). A window is fixed: it starts at its first failure and the count starts again
 once it has passed.
+
+Budgets count incidents, not pods: failures of ranks that ended within INCIDENT_SECONDS of an incident's first
+(a node lost with its 8 ranks, every rank raising the same error at one step) are that incident and count
+once, against the limit and the same-error limit alike; so does escalation. A rank failing again is always a new
+incident (a crash loop is counted every time).
 """
 
 from __future__ import annotations
@@ -45,11 +50,13 @@ class Budget:
     cap_seconds: float
     from_backoff_limit: bool  # the limit is runPolicy.backoffLimit (how messages and the failure reason name it)
 
-    def describe(self, count: int) -> str:
-        """`UserCode 2 of backoffLimit 3`, `Infrastructure 1 of 20 in 3600 s`: where a count stands."""
+    def describe(self, count: FailureCount) -> str:
+        """`UserCode 2 of backoffLimit 3`, `Infrastructure 1 of 20 in 3600 s, failure 2 of one incident`: where a
+        count stands."""
         of = f"backoffLimit {self.limit}" if self.from_backoff_limit else str(self.limit)
         within = f" in {self.window_seconds} s" if self.window_seconds else ""
-        return f"{self.kind.value} {count} of {of}{within}"
+        incident = f", failure {count.incident_failures} of one incident" if count.incident_failures > 1 else ""
+        return f"{self.kind.value} {count.in_window} of {of}{within}{incident}"
 
 
 def budget(policy: RunPolicy, kind: FailureClass) -> Budget:
@@ -71,6 +78,25 @@ def budget(policy: RunPolicy, kind: FailureClass) -> Budget:
 
 Charged = tuple[FailureCount, str | None, Reason | None]
 
+INCIDENT_SECONDS = 30.0  # failures within this long of an incident's first belong to it (a node lost with 8 ranks)
+
+
+def same_incident(count: FailureCount | None, ended: datetime, replaced: str | None) -> bool:
+    """Whether a failure that ended at `ended` belongs to the latest incident `count` holds: within
+    INCIDENT_SECONDS of that incident's first, before or after, and of a rank not replaced since the incident
+    began (`replaced`: when the operator last replaced the rank's pod)."""
+    if count is None or not count.incident_start:
+        return False
+    start = parse_time(count.incident_start)
+    if abs((ended - start).total_seconds()) >= INCIDENT_SECONDS:
+        return False
+    return replaced is None or parse_time(replaced) < start
+
+
+def _joined(c: FailureCount) -> FailureCount:
+    """The count after one more failure of its latest incident: counted in the total only."""
+    return c.model_copy(update={"total": c.total + 1, "incident_failures": c.incident_failures + 1})
+
 
 def _window(count: FailureCount, window: int | None, now: datetime) -> tuple[int, str | None]:
     """The count in the current window and when it began: (0, None) once the window has passed."""
@@ -88,14 +114,23 @@ class Step(StrEnum):
     FAIL = "fail"
 
 
-def escalate(count: FailureCount | None, policy: Escalation, now: datetime) -> tuple[FailureCount, Step, str]:
-    """The escalation window's count after one more counted failure, how far that failure escalates, and why
-    (empty for the rank alone): within windowSeconds, the first rankRestarts restart the rank, the next
-    gangRestarts the gang, and the one after fails the job."""
+def escalate(
+    count: FailureCount | None, policy: Escalation, now: datetime, ended: datetime, joins: bool = False
+) -> tuple[FailureCount, Step, str]:
+    """The escalation window's count after one more counted failure (ended at `ended`; `joins`: of the latest
+    incident, same_incident), how far that failure escalates, and why (empty for the rank alone): within
+    windowSeconds, the first rankRestarts incidents restart the rank, the next gangRestarts the gang, and the
+    one after fails the job. A failure joining an incident restarts its rank alone: the incident's first
+    decided the rest."""
     c = count or FailureCount()
+    if joins:
+        return _joined(c), Step.RANK, ""
     in_window, start = _window(c, policy.window_seconds, now)
     n = in_window + 1
-    after = FailureCount(total=c.total + 1, in_window=n, window_start=start or format_time(now))
+    after = FailureCount(
+        total=c.total + 1, in_window=n, window_start=start or format_time(now), incident_start=format_time(ended),
+        incident_failures=1,
+    )  # fmt: skip
     within = f"failure {n} in {policy.window_seconds} s"
     if n <= policy.rank_restarts:
         return after, Step.RANK, ""
@@ -105,17 +140,23 @@ def escalate(count: FailureCount | None, policy: Escalation, now: datetime) -> t
     return after, Step.FAIL, f"{within}, past runPolicy.escalation's {most} restarts (rank and gang)"
 
 
-def charge(count: FailureCount | None, budget: Budget, error: str, now: datetime) -> Charged:
-    """The class's count after one more failure (`error`: its exception, empty when it said none), and, when that
-    failure is one too many, why and the job's failure reason (None, None: it is restarted). The failure that
-    would take the window's count past the limit is one too many (BackoffLimitExceeded when the limit is
-    backoffLimit, else FailureBudgetExceeded); so is the sameErrorLimit-th in a row with the same error."""
+def charge(
+    count: FailureCount | None, budget: Budget, error: str, now: datetime, ended: datetime, joins: bool = False
+) -> Charged:
+    """The class's count after one more failure (`error`: its exception, empty when it said none; `ended`: when
+    it ended; `joins`: it belongs to the latest incident, same_incident), and, when that failure is one too
+    many, why and the job's failure reason (None, None: it is restarted). The incident that would take the
+    window's count past the limit is one too many (BackoffLimitExceeded when the limit is backoffLimit, else
+    FailureBudgetExceeded); so is the sameErrorLimit-th in a row with the same error. A failure joining an
+    incident is never one too many: its incident was counted."""
     c = count or FailureCount()
+    if joins:
+        return _joined(c), None, None
     in_window, start = _window(c, budget.window_seconds, now)
     same = (c.same_errors + 1 if error == c.last_error else 1) if error else 0
     after = FailureCount(
         total=c.total + 1, in_window=in_window + 1, window_start=start or format_time(now), last_error=error,
-        same_errors=same,
+        same_errors=same, incident_start=format_time(ended), incident_failures=1,
     )  # fmt: skip
     field = f"failureBudgets.{FIELDS[budget.kind]}"
     if budget.same_error_limit is not None and same >= budget.same_error_limit:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from ringleader_api import ROLE_FIELDS, ROLE_NAMES, FailureRecord, RankStatus, Reason, Role, ranges
 
-from ..budgets import Step, budget, charge, escalate
+from ..budgets import INCIDENT_SECONDS, Budget, Step, budget, charge, escalate, same_incident
 from ..builders import build_pod, pod_name, rank_key
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide, failure_class
 from ..observed import ObservedPod, format_time, parse_time
@@ -143,7 +143,10 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
     detail = failure.describe() + classed
     rules = spec.failure_rules
     limits = budget(policy, kind)
-    count, over, exhausted = charge(r.status.failures.get(kind.value), limits, failure.said.error, r.at)
+    ended = parse_time(failure.at) if failure.at else r.at
+    counted = r.status.failures.get(kind.value)
+    joins = same_incident(counted, ended, rank.last_replaced)
+    count, over, exhausted = charge(counted, limits, failure.said.error, r.at, ended, joins)
     decision, reason, matched = decide(spec.restart_policy, failure, exhausted is not None, rules)
     rule = f"{ROLE_FIELDS[role]}.failureRules[{matched}]"
     by_rule = f"; {rule} ({rules[matched].action.value}) matched" if matched is not None else ""
@@ -159,15 +162,10 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
             r.fail(reason or Reason.FAILED, what + by_rule)
         return False
     if decision == Decision.IGNORE:
-        uncounted = rank.uncounted + 1
-        delay = backoff_seconds(uncounted, limits.base_seconds, limits.cap_seconds)
-        after = r.after(math.ceil(delay) + 1)
-        note = f"{what}{by_rule}: recreating it in {math.ceil(delay)} s (not counted against any failure budget)"
-        replace_rank(r, key, failure, detail, after, note, "Normal", uncounted=uncounted)
-        r.wake_at(after)
+        _recreate_uncounted(r, key, failure, detail, f"{what}{by_rule}", limits)
         return True
     r.status.failures[kind.value] = count
-    decision, escalated = _escalate(r, decision)
+    decision, escalated = _escalate(r, decision, ended, rank.last_replaced)
     if decision == Decision.FAIL:
         r.fail(Reason.ESCALATION_EXHAUSTED, f"{what}{by_rule}; {escalated}")
         return False
@@ -181,7 +179,7 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
     why = f"{escalated}; " if escalated else ""
     note = (
         f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s ({why}restart {restarts} of this rank; "
-        f"{limits.describe(count.in_window)})"
+        f"{limits.describe(count)})"
     )
     replace_rank(r, key, failure, detail, after, note, "Warning", restarts=restarts)
     r.wake_at(after)
@@ -190,21 +188,30 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
     return True
 
 
-def _escalate(r: Round, decision: Decision) -> tuple[Decision, str]:
-    """runPolicy.escalation: how far a counted failure goes (its rank, the gang, the job) and why (empty: as
-    decided). Without it, as decided."""
+def _recreate_uncounted(r: Round, key: str, failure: Failure, detail: str, what: str, limits: Budget) -> None:
+    """A failure a rule ignores: the rank is recreated after its class's back-off, nothing counted."""
+    rank = r.status.ranks.get(key) or NOTHING_KNOWN
+    uncounted = rank.uncounted + 1
+    delay = backoff_seconds(uncounted, limits.base_seconds, limits.cap_seconds)
+    after = r.after(math.ceil(delay) + 1)
+    note = f"{what}: recreating it in {math.ceil(delay)} s (not counted against any failure budget)"
+    replace_rank(r, key, failure, detail, after, note, "Normal", uncounted=uncounted)
+    r.wake_at(after)
+
+
+def _escalate(r: Round, decision: Decision, ended: datetime, replaced: str | None) -> tuple[Decision, str]:
+    """runPolicy.escalation: how far a counted failure (ended at `ended`, of a rank last replaced at `replaced`)
+    goes (its rank, the gang, the job) and why (empty: as decided). Without it, as decided."""
     policy = r.job.spec.run_policy.escalation
     if policy is None:
         return decision, ""
-    r.status.escalation, step, why = escalate(r.status.escalation, policy, r.at)
+    joins = same_incident(r.status.escalation, ended, replaced)
+    r.status.escalation, step, why = escalate(r.status.escalation, policy, r.at, ended, joins)
     if step == Step.FAIL:
         return Decision.FAIL, why
     if step == Step.GANG:
         return Decision.RESTART_GANG, why
     return decision, why
-
-
-INCIDENT_SECONDS = 30.0  # failures within this long of an incident's first belong to it (a node lost with 8 ranks)
 
 
 def _name(r: Round, failure: FailureRecord) -> None:

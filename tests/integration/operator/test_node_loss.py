@@ -100,6 +100,8 @@ def test_pods_of_a_stopped_node_are_replaced_on_another_node(
         "worker-1": (1, "NodeLost"),
     }
     assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 2
+    infra = job["status"]["failures"]["Infrastructure"]  # one incident: the node, with its two ranks
+    assert (infra["total"], infra["inWindow"], infra["incidentFailures"]) == (2, 1, 2), infra
     after = pods_of(core, namespace, "lost")
     assert {p.metadata.name for p in after} == set(before)
     assert all(p.metadata.uid != before[p.metadata.name] and p.spec.node_name != spare_node for p in after)

@@ -127,6 +127,54 @@ def test_count_failure(
         assert r.failed and rank.restarts == 0
 
 
+INCIDENT = {"inWindow": 1, "windowStart": "2025-12-31T23:59:50Z", "incidentStart": "2025-12-31T23:59:50Z",
+            "incidentFailures": 1}  # fmt: skip
+SAME_ERROR = {**INCIDENT, "lastError": "ValueError: bad shape", "sameErrors": 2}
+
+
+@pytest.mark.parametrize(
+    ("counted", "replaced", "failure", "want"),
+    [
+        # (status.failures[its class] so far, worker-1 last replaced, the failure) ->
+        #   (inWindow, total, incidentFailures, a phrase of the message)
+        (INCIDENT, None, Failure(Kind.NODE_LOST, at="2025-12-31T23:59:55Z"),
+         (1, 1, 2, "Infrastructure 1 of 20 in 3600 s, failure 2 of one incident")),  # 5 s after: the same node
+        (INCIDENT, None, Failure(Kind.NODE_LOST, at="2025-12-31T23:59:45Z"),
+         (1, 1, 2, "failure 2 of one incident")),  # ended 5 s before the incident's first, seen later
+        (INCIDENT, None, Failure(Kind.NODE_LOST, at="2026-01-01T00:00:20Z"),
+         (2, 1, 1, "Infrastructure 2 of 20 in 3600 s)")),  # 30 s after: a new incident
+        (INCIDENT, "2025-12-31T23:59:52Z", Failure(Kind.NODE_LOST, at="2025-12-31T23:59:58Z"),
+         (2, 1, 1, "Infrastructure 2 of 20")),  # its rank failed in the incident already: a crash loop counts
+        (INCIDENT, "2025-12-31T23:58:00Z", Failure(Kind.NODE_LOST, at="2025-12-31T23:59:58Z"),
+         (1, 1, 2, "failure 2 of one incident")),  # replaced before the incident began: joins it
+        # Every rank raising the same error at one step is one incident: not the same error twice more.
+        ({**SAME_ERROR, "inWindow": 2}, None, VALUE_ERROR, (2, 1, 2, "UserCode 2 of backoffLimit 3, failure 2")),
+        ({**SAME_ERROR, "inWindow": 2, "incidentStart": "2025-12-31T23:58:00Z"}, None, VALUE_ERROR,
+         (None, None, None, "the same error 3 times in a row")),  # a third incident of it: not retried
+    ],
+    ids=["joins", "joins-earlier", "new-incident", "rank-again", "replaced-before", "same-error-joins",
+         "same-error-third-incident"],
+)  # fmt: skip
+def test_failures_of_one_incident_count_once(
+    counted: dict[str, Any], replaced: str | None, failure: Failure, want: tuple[Any, ...]
+) -> None:
+    """Budgets count incidents: the failures of ranks that ended within 30 s of an incident's first count once
+    (a node lost with all its ranks), unless a rank fails again (a crash loop is counted every time)."""
+    kind = "UserCode" if failure.kind == Kind.EXIT else "Infrastructure"
+    if failure.kind == Kind.EXIT:
+        failure = Failure(Kind.EXIT, 1, said=failure.said, at="2025-12-31T23:59:53Z")
+    rank = {"podSeen": True, **({"lastReplaced": replaced} if replaced else {})}
+    r = round_of(job(status={"failures": {kind: counted}, "ranks": {"worker-1": rank}}))
+    restarted = count_failure(r, Role.WORKER, 1, W1, failure)
+    in_window, total, in_incident, says = want
+    assert says in r.plan.events[-1].message, r.plan.events[-1].message
+    if in_window is None:
+        assert not restarted and r.failed
+        return
+    after = r.status.failures[kind]
+    assert restarted and (after.in_window, after.total, after.incident_failures) == (in_window, total, in_incident)
+
+
 @pytest.mark.parametrize(
     ("last", "at", "named"),
     [
@@ -287,8 +335,11 @@ ESCALATION = {"escalation": {"rankRestarts": 2, "gangRestarts": 1, "windowSecond
         ({"inWindow": 3, "windowStart": "2025-12-31T23:55:00Z"},
          ("Failed", ["j-worker-0"], "failure 4 in 600 s, past runPolicy.escalation's 3 restarts (rank and gang)")),
         ({"inWindow": 3, "windowStart": "2025-12-31T23:00:00Z"}, ("Restarting", ["j-worker-1"], "restarting it in")),
+        # Within 30 s of the incident that took the count to 2 (another rank's): the same incident, the rank alone.
+        ({"inWindow": 2, "windowStart": "2025-12-31T23:55:00Z", "incidentStart": "2025-12-31T23:59:50Z"},
+         ("Restarting", ["j-worker-1"], "restarting it in 1 s (restart 1 of this rank")),
     ],
-    ids=["first", "second", "gang", "fail", "window-passed"],
+    ids=["first", "second", "gang", "fail", "window-passed", "same-incident"],
 )  # fmt: skip
 def test_escalation_restarts_the_rank_then_the_gang_then_fails_the_job(
     so_far: dict[str, Any] | None, want: tuple[str, list[str], str]
