@@ -154,6 +154,7 @@ bench-trainer: venv ## ring vs gloo; step time per strategy and with OMP_NUM_THR
 	@$(PY) -m bench.checkpoint_bench
 	@$(PY) -m bench.stop_bench
 	@$(PY) -m bench.stall_bench export
+	@$(PY) -m bench.stall_bench recorder
 	@$(PY) -m bench.sharded_bench
 	@$(PY) -m bench.pipeline_bench
 	@$(PY) -m bench.report

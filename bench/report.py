@@ -253,6 +253,15 @@ def stall_hang(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows), "", f"Stalled said: {result['rows'][0]['message']}"]
 
 
+def stall_recorder(result: Result) -> list[str]:
+    """What reading torch's flight recorder costs a page served."""
+    r, settings = result["read_s"], result["settings"]
+    rows = [[f"{r['median'] * 1e6:.1f}", f"{r['lo'] * 1e6:.1f}-{r['hi'] * 1e6:.1f}", str(r["n"]), "none"]]
+    reps = (f"{settings['workers']} gloo processes after {settings['collectives']} allreduces; worker 0 timed "
+            f"{settings['reads']} reads")  # fmt: skip
+    return [provenance(result, reps), "", *table(["median (us)", "min-max (us)", "reads", "per step"], rows)]
+
+
 def launchers(result: Result) -> list[str]:
     runs = result["create_to_all_initialized_s"]
     rows = [
@@ -606,6 +615,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         "Stalls: what each rank's step and exchange stamps cost a step",
         "python -m bench.stall_bench export",
         stall_export,
+    ),
+    (
+        "stall_recorder",
+        "Stalls: what reading torch's flight recorder costs a rank's page",
+        "python -m bench.stall_bench recorder",
+        stall_recorder,
     ),
     ("launchers", "Launchers: job creation to every rank past init_process_group", "make bench-cluster", launchers),
     ("devcluster", "Dev cluster: start, and pod start per node kind", "make bench-cluster", devcluster),

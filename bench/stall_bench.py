@@ -3,6 +3,7 @@
     python -m bench.stall_bench export [--baseline REF] [--pairs 5] [--steps 400] [--workers 2]
     python -m bench.stall_bench hang [--reps 3] [--deadline 30] [--how hang|sigstop]
     python -m bench.stall_bench classify [--reps 5]
+    python -m bench.stall_bench recorder [--workers 2] [--collectives 3000] [--reads 2000]
 
 `export` (CPU processes, no cluster): every rank now sets its step gauge at every step and stamps each exchange
 it enters and leaves (ringleader_trainer.metrics), and DDP's buckets go through a Python comm hook that stamps
@@ -25,6 +26,13 @@ job is seen Stalled (polled every 0.2 s), against the goal (<= deadline + 10 s);
 Succeeded. With `--how sigstop` the worker is stopped by SIGSTOP instead, once the job's step is past 100 (its
 page then takes connections and sends nothing): measured from the signal. Results go to
 bench/results/stall_hang.json (stall_hang_sigstop.json); nothing is asserted.
+
+`recorder` (CPU processes, no cluster): what reading torch's flight recorder costs a page served
+(ringleader_trainer.flightrecorder.read, the process groups' numbers on every rank's page): a world of
+`--workers` gloo processes that made `--collectives` allreduces; worker 0 times `--reads` reads. Its cost per
+step is none by construction (torch records every collective anyway; the read happens when a page is served:
+worker 0's every 5 s, every rank's only when a job is overdue or stragglers are watched).
+bench/results/stall_recorder.json.
 
 `classify` (the dev cluster): `--reps` jobs of 2 workers whose worker 1 raises ValueError 3 s in, after printing
 its Unix time: from that moment to the job's status.lastFailure seen naming it (polled every 0.1 s), against the
@@ -330,6 +338,49 @@ def classify(args: argparse.Namespace) -> dict[str, Any]:
             "latency": spread(latency).as_dict()}  # fmt: skip
 
 
+# ---- recorder ---------------------------------------------------------------------------------------------
+def _recorder_rank(rank: int, port: int, args: argparse.Namespace, out: Any) -> None:
+    """One process of the `recorder` world; worker 0 puts its read times (seconds) and what it read on `out`."""
+    import torch
+    import torch.distributed as dist
+    from ringleader_trainer import flightrecorder
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.workers)
+    t = torch.ones(4)
+    for _ in range(args.collectives):
+        dist.all_reduce(t)
+    if rank == 0:
+        times = []
+        for _ in range(args.reads):
+            t0 = time.perf_counter()
+            groups = flightrecorder.read()
+            times.append(time.perf_counter() - t0)
+        out.put((times, [tuple(g) for g in groups]))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def recorder(args: argparse.Namespace) -> dict[str, Any]:
+    import multiprocessing
+
+    from tests.support.ranks import free_port
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_recorder_rank, args=(r, port, args, out)) for r in range(args.workers)]
+    for proc in procs:
+        proc.start()
+    times, groups = out.get(timeout=600)
+    for proc in procs:
+        proc.join(timeout=60)
+    reads = spread(times)
+    print(f"[bench] one read of the flight recorder's numbers: median {reads.mid * 1e6:.1f} us "
+          f"({reads.lo * 1e6:.1f}..{reads.hi * 1e6:.1f} us) over {args.reads} reads; read {groups}; per step: "
+          f"none (read when a page is served)", flush=True)  # fmt: skip
+    return {"read_s": reads.as_dict(), "groups": groups, "per_step_s": 0.0}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="part", required=True)
@@ -344,9 +395,13 @@ def main() -> None:
     h.add_argument("--how", choices=("hang", "sigstop"), default="hang")
     c = sub.add_parser("classify")
     c.add_argument("--reps", type=int, default=5)
+    r = sub.add_parser("recorder")
+    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("--collectives", type=int, default=3000)
+    r.add_argument("--reads", type=int, default=2000)
     args = p.parse_args()
     print(f"[bench] settings: {vars(args)}", flush=True)
-    result = {"export": export, "hang": hang, "classify": classify}[args.part](args)
+    result = {"export": export, "hang": hang, "classify": classify, "recorder": recorder}[args.part](args)
     sigstop = "_sigstop" if getattr(args, "how", "hang") == "sigstop" else ""  # its own file beside the hang's
     write_result(f"stall_{args.part}{sigstop}", {"settings": vars(args), **result})
 

@@ -12,6 +12,7 @@ and values that are not finite or not in range dropped. Whatever goes wrong is a
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import itertools
 import math
@@ -35,10 +36,15 @@ EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
 EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
 COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
 STEP_TIMESTAMP = "ringleader_trainer_rank_step_timestamp_seconds"
+COLLECTIVES_ENTERED = "ringleader_trainer_collectives_entered"  # labelled by process group
+COLLECTIVES_COMPLETED = "ringleader_trainer_collectives_completed"
 GAUGES = (
     STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS,
-    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS, STEP_TIMESTAMP,
+    RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS, STEP_TIMESTAMP, COLLECTIVES_ENTERED,
+    COLLECTIVES_COMPLETED,
 )  # fmt: skip
+MAX_GROUPS = 16  # process groups read from one page (the trainer shows no more)
+MAX_GROUP_NAME = 64
 SCRAPE_TIMEOUT = 2.0  # seconds, for the whole request: connecting, headers and body
 # Seconds to connect, within SCRAPE_TIMEOUT: a kernel answers a SYN whatever its process does, so a connection not
 # made by then says the address cannot be reached (the network), not that the trainer hangs (stalls.judge).
@@ -65,7 +71,10 @@ IN_RANGE = {
     EXCHANGE_DONE: lambda v: 0 < v <= MAX_TIMESTAMP,
     COMPUTE_SECONDS: lambda v: 0 < v <= 86400,
     STEP_TIMESTAMP: lambda v: 0 < v <= MAX_TIMESTAMP,
+    COLLECTIVES_ENTERED: lambda v: 0 < v <= MAX_STEP and v == int(v),
+    COLLECTIVES_COMPLETED: lambda v: -1 <= v <= MAX_STEP and v == int(v),
 }
+LABELLED = (COLLECTIVES_ENTERED, COLLECTIVES_COMPLETED)
 
 
 class ScrapeError(Exception):
@@ -86,23 +95,43 @@ def parse(text: str, now: str) -> Progress | None:
 
 
 def parse_beat(text: str) -> Beat:
-    return beat_of(values(text))
+    plain, groups = read_page(text)
+    return dataclasses.replace(beat_of(plain), collectives=groups) if plain.get(RANK_STEP) is not None else Beat()
 
 
 def values(text: str) -> dict[str, float]:
-    """The gauges' values on a metrics page. Only the lines that start with the gauges' names are parsed (at
+    """The unlabelled gauges' values on a metrics page (read_page)."""
+    return read_page(text)[0]
+
+
+def read_page(text: str) -> tuple[dict[str, float], tuple[tuple[str, int, int], ...]]:
+    """The unlabelled gauges' values on a metrics page, and the process groups' places (group, the last
+    collective entered, the last seen complete; at most MAX_GROUPS, names of at most MAX_GROUP_NAME characters,
+    a group without both numbers left out). Only the lines that start with the gauges' names are parsed (at
     most MAX_LINES); NaN, infinities and values out of range are dropped."""
     wanted = itertools.islice((line for line in text.splitlines() if line.startswith(GAUGES)), MAX_LINES)
     out: dict[str, float] = {}
+    groups: dict[str, dict[str, int]] = {}
     try:
         for family in text_string_to_metric_families("\n".join(wanted) + "\n"):
             for sample in family.samples:
                 check = IN_RANGE.get(sample.name)
-                if check is not None and math.isfinite(sample.value) and check(sample.value):
+                if check is None or not math.isfinite(sample.value) or not check(sample.value):
+                    continue
+                if sample.name not in LABELLED:
                     out[sample.name] = sample.value
+                elif 0 < len(group := sample.labels.get("group", "")) <= MAX_GROUP_NAME and (
+                    group in groups or len(groups) < MAX_GROUPS
+                ):
+                    groups.setdefault(group, {})[sample.name] = int(sample.value)
     except (ValueError, TypeError, IndexError) as e:  # what prometheus_client's parser raises on bad text
         raise ScrapeError(f"unparsable metrics: {str(e)[:200]}") from e
-    return out
+    placed = tuple(
+        (group, g[COLLECTIVES_ENTERED], g[COLLECTIVES_COMPLETED])
+        for group, g in sorted(groups.items())
+        if COLLECTIVES_ENTERED in g and COLLECTIVES_COMPLETED in g
+    )
+    return out, placed
 
 
 def beat_of(values: dict[str, float]) -> Beat:

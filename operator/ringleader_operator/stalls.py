@@ -19,6 +19,11 @@ Which rank stopped first, from what each rank says of itself (Beat):
    a rank that hangs before its collective leaves every peer waiting inside it;
 4. among ranks outside an exchange, the one whose last exchange completed first; when every rank waits in
    one (a communication hang), the one that entered it last: the others had waited for it.
+5. torch's flight recorder, where the pages carry it (the trainer's, flightrecorder.py), overrules 2-4 when it
+   tells: each rank's number of the last collective it entered in each process group; a member behind its
+   group's newest never entered the collective the others wait in. The one furthest behind is named (it is
+   the rank a collective waits on, whatever the steps say), and when it is the rank 2-4 name, the account
+   says both.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class Beat:
     exchange_done: float | None = None
     compute: float | None = None  # seconds per step outside exchanges, a moving average (stragglers.py)
     stepped_at: float | None = None  # None: no step yet in this process
+    # Per process group (flight recorder): (group, the last collective entered, the last seen complete).
+    collectives: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,45 @@ def find_culprit(beats: list[RankBeat], now: float) -> Culprit | None:
         first = silent[0]
         others = f" ({len(silent) - 1} more did not either)" if len(silent) > 1 else ""
         return _culprit(first, f"{first.who} did not answer for its metrics page: {first.error}{others}")
-    placed = [b for b in beats if b.beat.step is not None]
+    by_steps = _by_steps([b for b in beats if b.beat.step is not None], now)
+    recorded = _by_flight_recorder(beats)
+    if recorded is None:
+        return by_steps
+    rank, evidence = recorded
+    if by_steps is not None and (by_steps.role, by_steps.index) == (rank.role, rank.index):
+        return dataclasses.replace(by_steps, message=f"{by_steps.message}; {evidence}")
+    at = f" at step {rank.beat.step}" if rank.beat.step is not None else ""
+    return _culprit(rank, f"{rank.who}{at} holds up a collective: {evidence}")
+
+
+def _by_flight_recorder(beats: list[RankBeat]) -> tuple[RankBeat, str] | None:
+    """The rank a collective waits on by the flight recorder's numbers (rule 5), with the evidence; None when
+    in no process group a member is behind the others."""
+    members: dict[str, list[tuple[int, RankBeat]]] = {}
+    for b in beats:
+        for group, entered, _ in b.beat.collectives:
+            members.setdefault(group, []).append((entered, b))
+    behind: list[tuple[tuple[int, int, int], RankBeat, str]] = []
+    for group, ranks in members.items():
+        newest = max(entered for entered, _ in ranks)
+        waiting = sum(entered == newest for entered, _ in ranks)
+        said = (
+            f"torch's flight recorder says it never entered collective {newest} of process group {group}, which "
+            f"{waiting} of the {len(ranks)} members read entered and wait in"
+        )
+        behind += [
+            ((entered - newest, ROLE_ORDER[b.role], b.index), b, f"{said} (its last: {entered})")
+            for entered, b in ranks
+            if entered < newest
+        ]
+    if not behind:
+        return None
+    _, rank, evidence = min(behind, key=lambda f: f[0])
+    return rank, evidence
+
+
+def _by_steps(placed: list[RankBeat], now: float) -> Culprit | None:
+    """The rank that stopped first by steps and exchanges (rules 2-4), None without a rank placed."""
     if not placed:
         return None
     first = min(placed, key=_order)

@@ -54,6 +54,18 @@ def test_operator_reads_where_a_rank_is_from_its_page() -> None:
     assert timed.step == 58 and timed.compute is not None and timed.compute > 0
 
 
+def test_operator_reads_each_process_groups_place_from_a_ranks_page() -> None:
+    """The flight recorder's numbers per process group (flightrecorder.read) reach the operator's beat."""
+    m = TrainerMetrics()
+    m.watch_collectives(lambda: [("gloo/0", 1234, 1233), ("gloo/1", 7, -1)])
+    m.reached(57)
+    assert progress.parse_beat(m.text()).collectives == (("gloo/0", 1234, 1233), ("gloo/1", 7, -1))
+    empty = TrainerMetrics()
+    empty.watch_collectives(list)  # before the first collective: no group
+    empty.reached(1)
+    assert progress.parse_beat(empty.text()).collectives == ()
+
+
 @pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])
 def test_exit_codes_agree_with_the_exit_code_restart_policy(code: ExitCode) -> None:
     if code == ExitCode.OK:

@@ -11,7 +11,7 @@ attribute writes, read when the page is served (bench/stall_bench.py measures th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -29,6 +29,8 @@ EXCHANGE_STARTED = "ringleader_trainer_exchange_started_timestamp_seconds"
 EXCHANGE_DONE = "ringleader_trainer_exchange_done_timestamp_seconds"
 COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
 STEP_TIMESTAMP = "ringleader_trainer_rank_step_timestamp_seconds"
+COLLECTIVES_ENTERED = "ringleader_trainer_collectives_entered"
+COLLECTIVES_COMPLETED = "ringleader_trainer_collectives_completed"
 COMPUTE_SMOOTHING = 0.1  # weight of the newest step in the moving average: about the last 10 steps
 
 
@@ -65,6 +67,37 @@ class RankPlace:
         )
 
 
+# (process group, the last collective entered, the last seen complete): flightrecorder.read's groups.
+CollectivesReader = Callable[[], Sequence[tuple[str, int, int]]]
+
+
+class CollectivesPlace:
+    """Each process group's place as torch's flight recorder says it (flightrecorder.py), read when the page
+    is served: the numbers of the last collective this rank entered and saw complete, labelled by group."""
+
+    def __init__(self, read: CollectivesReader) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        groups = self.read()
+        entered = GaugeMetricFamily(
+            COLLECTIVES_ENTERED,
+            "Sequence number of the last collective this rank entered in the process group (torch's flight "
+            "recorder): a rank behind its group's others never reached the collective they wait in.",
+            labels=["group"],
+        )
+        completed = GaugeMetricFamily(
+            COLLECTIVES_COMPLETED,
+            "Sequence number of the last collective this rank saw complete in the process group (-1: none).",
+            labels=["group"],
+        )
+        for group, last_entered, last_completed in groups:
+            entered.add_metric([group], last_entered)
+            completed.add_metric([group], last_completed)
+        yield entered
+        yield completed
+
+
 class TrainerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -91,6 +124,10 @@ class TrainerMetrics:
         # and cost about 2 % of a small model's step at three calls a step; an attribute costs nothing to note.
         self.place = RankPlace()
         self.registry.register(self.place)
+
+    def watch_collectives(self, read: CollectivesReader) -> None:
+        """Serve each process group's place (`read` at every page served: flightrecorder.read)."""
+        self.registry.register(CollectivesPlace(read))
 
     def reached(self, step: int) -> None:
         """This rank completed optimizer step `step` (every step)."""

@@ -42,6 +42,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer import flightrecorder
 from ringleader_trainer.checkpointing import TrainingCheckpointer
 from ringleader_trainer.env import RankEnv, Role
 from ringleader_trainer.exitcodes import ExitCode, TrainerError
@@ -82,6 +83,10 @@ class Strategy:
         self.steps_done = 0  # optimizer steps completed, counting those before a resume
         self.communication_rounds = 0  # exchanges of gradients or parameters this process made
         self.metrics = TrainerMetrics()
+        # Process groups this strategy also sends and receives in (their members' collective numbers differ
+        # by what each sent): the flight recorder's numbers of those are not compared, so not shown.
+        self.point_to_point_groups: set[str] = set()
+        self.metrics.watch_collectives(lambda: flightrecorder.read(self.point_to_point_groups))
         self.workers_group: dist.ProcessGroup | None = None
         self.checkpoints: ckpt.Checkpointer | None = None
         self.resumed: dict[str, Any] | None = None

@@ -49,6 +49,8 @@ def test_a_hung_rank_stalls_the_job_is_named_and_replaced_and_the_job_succeeds(
     node = core.read_namespaced_pod("stall-worker-1", namespace).spec.node_name
     assert stalled["reason"] == "ProgressDeadlineExceeded"
     assert f"worker 1 (pod stall-worker-1 on node {node}) stopped first: at step 50" in stalled["message"], stalled
+    # The ranks' pages carry torch's flight recorder's numbers: worker 1 never entered the others' collective.
+    assert "torch's flight recorder says it never entered collective" in stalled["message"], stalled
 
     job = wait_condition(custom, namespace, "stall", "Succeeded", timeout=300)
     status = job["status"]

@@ -1,8 +1,9 @@
 """Every rank says where it is (its step and whether it waits in an exchange) and how long its own work takes
 a step on its own metrics page, under every strategy; with one worker hung by `--hang-at-step`, the operator's
 reading of those pages (ringleader_operator.stalls.find_culprit) names that worker, and with one slowed by
-`--straggler`, its straggler reading (stragglers.find_slow) names that one. The hang flag hangs only a pod's
-first attempt."""
+`--straggler`, its straggler reading (stragglers.find_slow) names that one. Where the exchanges are torch's
+collectives, the flight recorder's numbers on the pages (flightrecorder.py) show the hung worker one collective
+behind, and the account says so. The hang flag hangs only a pod's first attempt."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ringleader_api import Role
 from ringleader_operator.progress import parse_beat
 from ringleader_operator.stalls import RankBeat, find_culprit
 from ringleader_operator.stragglers import find_slow
+from ringleader_trainer import flightrecorder
 
 from tests.support.launch import LocalJob, Rank, job_spec, launch
 
@@ -30,6 +32,12 @@ CASES = [
     ("parameter-server", {"parameterServer": {"mode": "synchronous"}}, 1, []),
 ]
 IDS = ["allreduce", "ring", "local-sgd", "ps-synchronous"]
+# Those whose exchanges are torch's collectives, where the flight recorder's numbers show the hung worker behind
+# (the ring and the parameter server exchange over their own connections; a pipeline's group, whose stages
+# also send and receive, is not compared).
+RECORDED = {"allreduce": True, "local-sgd": True, "parameter-server": False, "sharded": True, "pipeline": False}
+HUNG_CASES = [*CASES, ("sharded", {}, 0, []), ("pipeline", {}, 0, [])]
+HUNG_IDS = [*IDS, "sharded", "pipeline"]
 
 
 def page_of(rank: Rank) -> RankBeat:
@@ -45,7 +53,7 @@ def wait_for_hang(job: LocalJob) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize(("strategy", "spec", "ps", "extra"), CASES, ids=IDS)
+@pytest.mark.parametrize(("strategy", "spec", "ps", "extra"), HUNG_CASES, ids=HUNG_IDS)
 def test_the_pages_name_the_hung_worker(
     tmp_path: Path, strategy: str, spec: dict[str, Any], ps: int, extra: list[str]
 ) -> None:
@@ -61,8 +69,34 @@ def test_the_pages_name_the_hung_worker(
         culprit = find_culprit(beats, time.time())
         assert culprit is not None and (culprit.role, culprit.index) == (Role.WORKER, 1), culprit
         assert f"stopped first: at step {HANG_AT}, outside any exchange" in culprit.message
+        recorder = "torch's flight recorder says it never entered collective"
+        if RECORDED[strategy] and "ring" not in extra:  # the hung worker's number is behind the others'
+            ((group, entered, _),) = beats[1].beat.collectives
+            assert all(b.beat.collectives[0][:2] == (group, entered + 1) for b in (beats[0], beats[2])), beats
+            assert f"{recorder} {entered + 1} of process group {group}" in culprit.message, culprit.message
+        else:
+            assert recorder not in culprit.message, culprit.message
     finally:
         job.kill()
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ('{"pg_status": {"0": {"last_enqueued_collective": "26", "last_completed_collective": "25"}, '
+         '"1": {"last_enqueued_collective": "3", "last_completed_collective": "-1"}}}',
+         [("gloo/0", 26, 25), ("gloo/1", 3, -1)]),
+        ('{"pg_status": {"0": {"last_enqueued_collective": "-1", "last_completed_collective": "-1"}}}', []),
+        ('{"pg_status": {"0": {"last_enqueued_collective": "x"}, "1": [], "2": {}}}', []),
+        ('{"pg_status": {"0": {"last_enqueued_collective": "9007199254740993"}}}', []),  # past any real count
+        ('{"pg_status": []}', []),
+        ("not json", []),
+        ("[1, 2]", []),
+    ],
+    ids=["two-groups", "none-entered", "bad-fields", "huge", "not-a-map", "not-json", "not-an-object"],
+)  # fmt: skip
+def test_the_recorders_status_is_read_within_bounds(raw: str, want: list[tuple[str, int, int]]) -> None:
+    assert flightrecorder.parse_status("gloo", raw) == want
 
 
 def test_a_replacement_pod_does_not_hang(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from ringleader_api import Role
 from ringleader_operator.builders import rank_labels
-from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, scrape, session
+from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, parse_beat, scrape, session
 from ringleader_operator.scraper import scrape_interval, watches_progress
 from ringleader_operator.stalls import Stall
 
@@ -73,6 +73,34 @@ def test_the_checkpoint_and_step_times_are_read(text: str, want: tuple[Any, ...]
 def test_parse_partial_pages(text: str, want: tuple[int, float | None, float | None] | None) -> None:
     p = parse(text, NOW)
     assert (None if p is None else (p.step, p.loss, p.samples_per_second)) == want
+
+
+def groups_page(*lines: str) -> str:
+    return "ringleader_trainer_rank_step 5\n" + "".join(f"{line}\n" for line in lines)
+
+
+E, C = "ringleader_trainer_collectives_entered", "ringleader_trainer_collectives_completed"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (groups_page(f'{E}{{group="gloo/0"}} 12', f'{C}{{group="gloo/0"}} 11', f'{E}{{group="nccl/3"}} 4',
+                     f'{C}{{group="nccl/3"}} -1'), (("gloo/0", 12, 11), ("nccl/3", 4, -1))),
+        (groups_page(f'{E}{{group="gloo/0"}} 12'), ()),  # without its completed number: left out
+        (groups_page(f'{E}{{group="gloo/0"}} 1.5', f'{C}{{group="gloo/0"}} 1'), ()),  # not a whole number
+        (groups_page(f'{E}{{group="gloo/0"}} -4', f'{C}{{group="gloo/0"}} -1'), ()),  # none entered: no place
+        (groups_page(f'{E}{{group="{"g" * 65}"}} 3', f'{C}{{group="{"g" * 65}"}} 3'), ()),  # a name too long
+        (groups_page(f"{E} 3", f"{C} 3"), ()),  # no group named
+        (groups_page(*[f'{x}{{group="g{i:02d}"}} 3' for i in range(30) for x in (E, C)]),
+         tuple((f"g{i:02d}", 3, 3) for i in range(16))),  # 16 groups kept (and 64 lines read)
+        (f'{E}{{group="gloo/0"}} 3\n{C}{{group="gloo/0"}} 3\n', None),  # no rank gauges: no place at all
+    ],
+    ids=["two-groups", "half", "fraction", "negative", "long-name", "unlabelled", "too-many", "no-rank-step"],
+)  # fmt: skip
+def test_the_flight_recorders_numbers_are_read_within_bounds(text: str, want: tuple[Any, ...] | None) -> None:
+    beat = parse_beat(text)
+    assert (None if beat.step is None else beat.collectives) == want
 
 
 def test_garbage_is_a_scrape_error() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from ringleader_api import Role
 from ringleader_operator.progress import parse_beat
@@ -60,6 +62,49 @@ def test_find_culprit(beats: list[RankBeat], named: str | None, says: str) -> No
     assert (found.pod if found else None) == named
     if found is not None:
         assert found.message.startswith(says)
+
+
+def recorded(b: RankBeat, *groups: tuple[str, int, int]) -> RankBeat:
+    """`b` with the flight recorder's numbers per process group (group, last entered, last completed)."""
+    return dataclasses.replace(b, beat=dataclasses.replace(b.beat, collectives=groups))
+
+
+@pytest.mark.parametrize(
+    ("beats", "named", "says"),
+    [
+        # Every rank waits at step 80 (the steps cannot tell); the recorder says worker 2 never entered #901.
+        ([recorded(rank(W, 0, 80, 120, 121), ("gloo/0", 901, 900)),
+          recorded(rank(W, 1, 80, 30, 121), ("gloo/0", 901, 900)),
+          recorded(rank(W, 2, 80, 119, 121), ("gloo/0", 900, 900))],
+         "j-worker-2", "worker 2 (pod j-worker-2 on node node-2) at step 80 holds up a collective: torch's flight "
+                       "recorder says it never entered collective 901 of process group gloo/0, which 2 of the 3 "
+                       "members read entered and wait in (its last: 900)"),
+        # The recorder agrees with the steps: the account says both.
+        ([recorded(rank(W, 0, 57, 60, 61), ("gloo/0", 40, 39)), recorded(rank(W, 1, 57, None, 61), ("gloo/0", 39, 39))],
+         "j-worker-1", "worker 1 (pod j-worker-1 on node node-1) stopped first: at step 57, outside any exchange, "
+                       "its last completed 61 s ago, while 1 of 2 ranks wait in one; torch's flight recorder says it "
+                       "never entered collective 40"),
+        # Two groups: the member furthest behind in its group is named, whatever the other group says.
+        ([recorded(rank(W, 0, 9, 5, 6), ("gloo/0", 50, 49), ("gloo/1", 10, 10)),
+          recorded(rank(W, 1, 9, 5, 6), ("gloo/0", 50, 49), ("gloo/1", 9, 9)),
+          recorded(rank(W, 2, 9, 5, 6), ("gloo/0", 47, 47))],
+         "j-worker-2", "worker 2 (pod j-worker-2 on node node-2) at step 9 holds up a collective: torch's flight "
+                       "recorder says it never entered collective 50 of process group gloo/0"),
+        # Every member at the same number: the recorder tells nothing, the steps decide.
+        ([recorded(rank(W, 0, 80, 120, 121), ("gloo/0", 7, 6)), recorded(rank(W, 1, 80, 30, 121), ("gloo/0", 7, 6))],
+         "j-worker-1", "every rank at step 80, the furthest behind, waits in an exchange (a communication hang?); "
+                       "worker 1 (pod j-worker-1 on node node-1) entered it last, 30 s ago"),
+        # A page that does not answer still comes first: its rank can show no numbers.
+        ([recorded(rank(W, 0, 80, 120, 121), ("gloo/0", 7, 6)), rank(W, 1, None, error="no page", hung=True),
+          recorded(rank(W, 2, 80, 120, 121), ("gloo/0", 6, 6))],
+         "j-worker-1", "worker 1 (pod j-worker-1 on node node-1) did not answer"),
+    ],
+    ids=["all-waiting", "agrees", "two-groups", "level", "silent-first"],
+)  # fmt: skip
+def test_the_flight_recorder_names_the_rank_a_collective_waits_on(beats: list[RankBeat], named: str, says: str) -> None:
+    found = find_culprit(beats, NOW)
+    assert found is not None and found.pod == named
+    assert found.message.startswith(says), found.message
 
 
 def test_the_named_rank_carries_its_node() -> None:

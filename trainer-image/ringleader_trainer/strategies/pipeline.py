@@ -84,6 +84,7 @@ class PipelineStrategy(Strategy):
         if not isinstance(pipe, dist.ProcessGroup) or not isinstance(replica, dist.ProcessGroup):
             raise StrategyUsageError("this worker is not in its own pipeline's groups")  # new_group's non-member
         self.pipeline_group, self.replica_group = pipe, replica
+        self.point_to_point_groups.add(pipe.group_name)  # its stages send and receive: counts differ by stage
 
     @property
     def data_rank(self) -> int:
