@@ -271,8 +271,9 @@ class FailureRule(Model):
         None,
         min_length=1,
         max_length=MAX_RULE_VALUES,
-        description="The trainer container's termination reason (OOMKilled, Error, ContainerCannotRun, ...) or the "
-        "pod's status.reason (Evicted, NodeLost, ...) is one of these.",
+        description="The trainer container's termination reason (OOMKilled, Error, ContainerCannotRun, ...), the "
+        "pod's status.reason (Evicted, NodeLost, ...) or the reason a container will not start (ImagePullBackOff, "
+        "InvalidImageName, ErrImageNeverPull) is one of these.",
     )
     on_pod_conditions: list[str] | None = Field(
         None,
@@ -663,6 +664,7 @@ class Reason(StrEnum):
     PROGRESS_RESUMED = "ProgressResumed"  # the job got past the step it stalled at
     PROGRESS_AVAILABLE = "ProgressAvailable"  # Stalled Unknown (progress unreadable) turns False: it is read again
     RANK_STALLED = "RankStalled"  # the rank that stopped first in a stall, replaced (not counted)
+    RANK_NOT_STARTED = "RankNotStarted"  # its container could not start (its image not pulled): counted
     STALL_LIMIT = "StallLimitExceeded"  # one stall more than runPolicy.stallLimit
     STRAGGLERS = "RanksStraggling"  # Straggler=True: ranks working runPolicy.stragglerThreshold x their peers
     NO_STRAGGLERS = "NoStragglers"

@@ -43,6 +43,7 @@ class Kind(StrEnum):
     STALLED = "stalled"  # replaced by the operator: it stopped first in a stall (never classified from a pod)
     STRAGGLED = "straggled"  # replaced by the operator: a straggler (never classified from a pod)
     GANG = "gang"  # replaced by the operator: a peer's failure rule restarts the gang (never classified)
+    NOT_STARTED = "not-started"  # its container could not start: its image cannot be pulled (START_FAILURES)
 
 
 # Reasons Kubernetes gives a pod's DisruptionTarget condition, and pod.status.reason values a kubelet (or our
@@ -62,6 +63,12 @@ _POD_REASONS = {
     "NodeShutdown": Kind.NODE_LOST,
 }
 
+# Why a container waits that says it will not start by waiting (the kubelet's words): an image it failed to pull
+# again after a back-off (a first ErrImagePull is given its retry), a name that is no image reference, an image
+# that may not be pulled and is not on the node. The rank is counted (Infrastructure: a registry, a node's
+# credentials, a network; a failureRule on the reason may fail the job instead) and recreated.
+START_FAILURES = frozenset({"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
 RESTART_REASONS = {
     Kind.EXIT: Reason.RESTARTING,
     Kind.EVICTED: Reason.EVICTED,
@@ -72,6 +79,7 @@ RESTART_REASONS = {
     Kind.STALLED: Reason.RANK_STALLED,
     Kind.STRAGGLED: Reason.RANK_STRAGGLED,
     Kind.GANG: Reason.GANG_RESTART,
+    Kind.NOT_STARTED: Reason.RANK_NOT_STARTED,
 }
 
 
@@ -101,6 +109,7 @@ class Failure:
             Kind.STALLED: "stopped first in a stall",
             Kind.STRAGGLED: "straggled",
             Kind.GANG: "restarted with its gang",
+            Kind.NOT_STARTED: "could not start its container",
         }[self.kind] + suffix
 
 

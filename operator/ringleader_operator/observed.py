@@ -4,6 +4,7 @@ pod's state as the decisions need it, and what an earlier job of the same name l
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from ringleader_api import ANNOTATION_ATTEMPT, KIND, Role, TrainingJob
 from . import evidence
 from .admission import gated
 from .builders import ANNOTATION_WORKERS, pod_name, rank_of
-from .failures import Failure, classify
+from .failures import START_FAILURES, Failure, Kind, classify
 
 if TYPE_CHECKING:
     from .rankbook import RankBook
@@ -50,6 +51,9 @@ class ObservedPod:
     gated: bool = False  # it carries the gang gate (admission.GATE)
     node: str = ""  # spec.nodeName
     finished_at: str | None = None  # the failed container's finishedAt
+    # A container waiting for a reason that says it will not start (failures.START_FAILURES), with the kubelet's
+    # message: `ImagePullBackOff: Back-off pulling image "x"`; empty otherwise.
+    start_error: str = ""
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> ObservedPod | None:
@@ -78,6 +82,7 @@ class ObservedPod:
                 output = str(term.get("message") or "")
                 finished_at = term.get("finishedAt") if isinstance(term.get("finishedAt"), str) else None
                 break
+        start_error = next(filter(None, map(_start_error, status.get("containerStatuses") or [])), "")
         conditions = status.get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
         disruption = next(
@@ -105,17 +110,38 @@ class ObservedPod:
             gated=gated(pod),
             node=str((pod.get("spec") or {}).get("nodeName") or ""),
             finished_at=finished_at,
+            start_error=start_error,
         )
 
     @property
     def deleting(self) -> bool:
         return self.deletion_deadline is not None
 
+    def start_failure(self) -> Failure | None:
+        """Why the pod's container will not start (failures.START_FAILURES), None while nothing says so."""
+        if not self.start_error or self.ended:
+            return None
+        reason = self.start_error.split(":", 1)[0]
+        return Failure(Kind.NOT_STARTED, None, self.start_error, reason=reason, node=self.node)
+
     def failure(self) -> Failure:
         """Why the pod stopped, where and when, and what it said of it (its termination message)."""
         found = classify(self.exit_code, self.reason, self.disruption)
         said = evidence.read(self.output) if self.output else evidence.Said()
         return dataclasses.replace(found, node=self.node, at=self.finished_at, said=said)
+
+
+START_MESSAGE_CHARACTERS = 300  # of the kubelet's message on a container that will not start (a pod's word)
+
+
+def _start_error(container_status: Mapping[str, Any]) -> str:
+    """`reason: message` of a container waiting for a reason that says it will not start, else empty."""
+    waiting = (container_status.get("state") or {}).get("waiting") or {}
+    reason = waiting.get("reason")
+    if reason not in START_FAILURES:
+        return ""
+    message = " ".join(str(waiting.get("message") or "").split())[:START_MESSAGE_CHARACTERS]
+    return f"{reason}: {message}" if message else str(reason)
 
 
 FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest are counted

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 import orjson
 from ringleader_api import GROUP
 
+from .failures import START_FAILURES
+
 OVERLAY_SECONDS = 60.0
 GONE_SECONDS = 60.0  # how long the last state of a deleted pod is kept for the rounds after its deletion
 Key = tuple[str, str]
@@ -42,11 +44,18 @@ OUTPUT_CHARACTERS = 1000  # of a failed container's termination message (its las
 
 def _container_end(container_status: Mapping[str, Any]) -> dict[str, Any]:
     """A container status with only its name and, once it ended, its exit code, reason, end time and the end of
-    its message."""
+    its message; or, while it waits for a reason that says it will not start (an image not pulled), that reason
+    and the start of its message."""
     term = (container_status.get("state") or {}).get("terminated")
     state = {"terminated": _pick(term, ("exitCode", "reason", "finishedAt"))} if term else {}
     if term and term.get("message"):
         state["terminated"]["message"] = str(term["message"])[-OUTPUT_CHARACTERS:]
+    waiting = (container_status.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in START_FAILURES:
+        state["waiting"] = {
+            "reason": waiting["reason"],
+            "message": str(waiting.get("message") or "")[:OUTPUT_CHARACTERS],
+        }
     return {"name": container_status.get("name"), "state": state}
 
 

@@ -36,6 +36,31 @@ def said_event(core: client.CoreV1Api, ns: str, job: str, match: Callable[[Any],
     wait_for(f"the event about {job}", found, timeout=20)
 
 
+def test_a_rank_whose_image_cannot_be_pulled_is_named_and_counted_against_the_infrastructures_budget(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str
+) -> None:
+    """The real node's kubelet cannot pull the rank's image (the dev registry has no such name): once it has
+    tried again (ImagePullBackOff) the rank is counted as the infrastructure's and made again; past the class's
+    budget the job fails naming the image, instead of waiting for ever."""
+    ns = restricted_namespace
+    body = trainer_job("nopull", "allreduce", "--steps", "20", workers=1,
+                       runPolicy={"failureBudgets": {"infrastructure": {"limit": 1}}})  # fmt: skip
+    container = body["spec"]["workers"]["template"]["spec"]["containers"][0]
+    missing = container["image"].rsplit("/", 1)[0] + "/no-such-image:dev"  # the same registry
+    container["image"] = missing
+    create(custom, ns, body)
+    job = wait_finished(custom, ns, "nopull", timeout=240)
+    failed = condition(job, "Failed") or {}
+    assert failed.get("reason") == "FailureBudgetExceeded", diagnosis(core, ns, job)
+    assert "worker 0 (pod nopull-worker-0 on node " in failed["message"], failed
+    assert "could not start its container (ImagePullBackOff: " in failed["message"], failed
+    assert missing in failed["message"] and "class Infrastructure" in failed["message"], failed
+    counted = job["status"]["failures"]["Infrastructure"]
+    assert (counted["total"], counted["inWindow"]) == (2, 2), counted  # the first made again, the second too many
+    assert job["status"]["lastFailure"]["class"] == "Infrastructure" and "UserCode" not in job["status"]["failures"]
+    said_event(core, ns, "nopull", lambda e: e.reason == "RankNotStarted" and missing in (e.message or ""))
+
+
 def test_a_rank_over_its_memory_limit_is_oom_killed_and_a_rule_fails_the_job_at_once(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str, kubeconfig: Path
 ) -> None:

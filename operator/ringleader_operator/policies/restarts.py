@@ -74,7 +74,8 @@ def _going_failure(pod: ObservedPod) -> Failure:
 
 
 def _watch(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None:
-    """The rank's pod is there: a failed one (or a parameter server that exited under Always) is counted."""
+    """The rank's pod is there: a failed one (or a parameter server that exited under Always, or one whose
+    container will not start) is counted."""
     if not current(rank, pod):
         if not r.planned_to_go(pod.name):  # counted already (or replaced with its gang just now)
             r.plan.delete_pods.append(pod.name)
@@ -87,6 +88,8 @@ def _watch(r: Round, key: str, rank: RankStatus, pod: ObservedPod) -> None:
             r.plan.events.append(Event("Warning", Reason.RANK_OUTPUT, output_note(pod)))
     elif exited_under_always(r.job, pod):
         failure = Failure(Kind.EXITED)
+    elif (not_started := pod.start_failure()) is not None:  # its image cannot be pulled: waiting will not help
+        failure = not_started
     else:
         return
     if count_failure(r, pod.role, pod.index, pod.name, failure):

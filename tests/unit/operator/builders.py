@@ -51,8 +51,10 @@ def pod(
     disruption: str = "",
     deadline: str = NOW,
     output: str = "",
+    waiting: str = "",
 ) -> dict[str, Any]:
-    """A rank pod of job `j` as the API serves it; `output`: its trainer container's termination message."""
+    """A rank pod of job `j` as the API serves it; `output`: its trainer container's termination message;
+    `waiting`: why its trainer container waits (`ImagePullBackOff`), with a kubelet's message."""
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": [{"type": "Ready", "status": str(ready and phase == "Running")}],
@@ -60,6 +62,11 @@ def pod(
     if exit_code is not None:
         ended = {"exitCode": exit_code, "reason": "Error", **({"message": output} if output else {})}
         status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": ended}}]
+    if waiting:
+        message = 'Back-off pulling image "registry/missing:1": not found'
+        status["containerStatuses"] = [
+            {"name": "trainer", "state": {"waiting": {"reason": waiting, "message": message}}}
+        ]
     if reason:
         status["reason"] = reason
     if disruption:

@@ -128,6 +128,7 @@ def served(
     disruption: str = "",
     deleting: bool = False,
     owner: str = "u",
+    waiting: str = "",
 ) -> dict[str, Any]:
     """A pod as the operator built it, as the API server serves it back: defaults, volumes, managedFields,
     annotations of others, and a status with everything a kubelet reports."""
@@ -151,6 +152,8 @@ def served(
     state: dict[str, Any] = {"running": {"startedAt": NOW}}
     if exit_code is not None:
         state = {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": NOW, "finishedAt": NOW}}
+    if waiting:
+        state = {"waiting": {"reason": waiting, "message": f'Back-off pulling image "registry/missing:1": {waiting}'}}
     ready = phase == "Running"
     conditions = [{"type": "Ready", "status": str(ready), "lastTransitionTime": NOW, "lastProbeTime": None}]
     if disruption:
@@ -195,6 +198,10 @@ def scenarios() -> list[tuple[str, TrainingJob, list[dict[str, Any]]]]:
         ("one rank evicted", on_failure, [served(first, "Running", "n1"),
             served(second, "Failed", "n1", reason="Evicted", disruption="EvictionByEvictionAPI", deleting=True)]),
         ("pods of an earlier job of this name", on_failure, [served(first, "Succeeded", "n1", owner="old")]),
+        ("one rank's image not pulled", on_failure, [served(first, "Running", "n1"),
+            served(second, "Pending", "n1", waiting="ImagePullBackOff")]),
+        ("one rank's image pulled a first time", on_failure, [served(first, "Running", "n1"),
+            served(second, "Pending", "n1", waiting="ErrImagePull")]),
     ]  # fmt: skip
 
 

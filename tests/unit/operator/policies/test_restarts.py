@@ -41,9 +41,14 @@ RUNNING0 = pod(Role.WORKER, 0, "Running")
          ([], [], [], 2, "")),  # deleted by someone else: infrastructure; stuck for 10 s of its 30
         ("OnFailure", {}, pod(Role.WORKER, 1, "Running", deleting=True, deadline=NOW), after(30),
          ([], [], [W1], None, "")),  # stuck on a lost node past its grace: removed for good
+        # Its image not pulled after the kubelet's retry: counted (infrastructure) and made again, even under Never.
+        ("Never", {"podSeen": True}, pod(Role.WORKER, 1, "Pending", waiting="ImagePullBackOff"), NOW,
+         ([], [W1], [], 2, "")),
+        ("OnFailure", {"podSeen": True}, pod(Role.WORKER, 1, "Pending", waiting="ErrImagePull"), NOW,
+         ([], [], [], None, "")),  # the first pull failed: the kubelet tries again
     ],
     ids=["create", "running", "failed-restarts", "never-fails", "old-attempt", "backoff", "backoff-over",
-         "vanished", "deleted-by-others", "stuck"],
+         "vanished", "deleted-by-others", "stuck", "image-not-pulled", "first-pull-failed"],
 )  # fmt: skip
 def test_reconcile_ranks(
     policy: str, rank: dict[str, Any], w1: dict[str, Any] | None, now: str, want: tuple[Any, ...]
@@ -53,6 +58,27 @@ def test_reconcile_ranks(
     got = (names(r.plan.create_pods), r.plan.delete_pods, r.plan.force_delete_pods, r.plan.requeue_after)
     assert got == want[:4]
     assert (r.status.phase or "") == want[4]
+
+
+def test_a_rank_whose_image_cannot_be_pulled_is_named_classed_and_counted() -> None:
+    r = round_of(one_rank(), [RUNNING0, pod(Role.WORKER, 1, "Pending", waiting="ImagePullBackOff")])
+    reconcile_ranks(r)
+    event = r.plan.events[-1]
+    assert event.reason == "RankNotStarted", event
+    assert event.message.startswith(
+        "worker 1 (pod j-worker-1) could not start its container (ImagePullBackOff: Back-off pulling image "
+        '"registry/missing:1": not found), class Infrastructure; restarting it in 1 s'
+    ), event.message
+    assert r.status.failures["Infrastructure"].in_window == 1 and "UserCode" not in r.status.failures
+    last = r.status.last_failure
+    assert last is not None and (last.failure_class, last.rank) == ("Infrastructure", "worker-1")
+    # A rule on the kubelet's reason fails the job at once instead.
+    rules = [{"action": "FailJob", "onReasons": ["ImagePullBackOff"]}]
+    j = job(status={"ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}},
+            workers={"replicas": 2, "template": TEMPLATE, "failureRules": rules})  # fmt: skip
+    r = round_of(j, [RUNNING0, pod(Role.WORKER, 1, "Pending", waiting="ImagePullBackOff")])
+    reconcile_ranks(r)
+    assert r.failed and r.status.phase == "Failed"
 
 
 def test_a_parameter_server_that_exits_under_always_is_restarted() -> None:
