@@ -142,10 +142,13 @@ GPU_MARKERS = ("CUDA error", "NCCL error", "ncclUnhandledCudaError", "ncclSystem
                "cudaErrorLaunchFailure", "CUBLAS_STATUS_EXECUTION_FAILED", "GPU is lost", "uncorrectable")  # fmt: skip
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "MemoryError")
 # Exceptions of the network and of collectives that timed out or lost a peer: torch.distributed's own, the socket's.
+# A name that does not resolve (gaierror) is the cluster's DNS: a headless service's records appear a moment
+# after the pods, and a DNS server that does not answer says "Temporary failure".
 NETWORK_EXCEPTIONS = ("DistBackendError", "DistNetworkError", "DistStoreError", "ConnectionResetError",
-                      "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError")  # fmt: skip
+                      "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError", "gaierror")  # fmt: skip
 NETWORK_MARKERS = ("Connection reset by peer", "Connection closed by peer", "collective operation timeout",
-                   "communicator was aborted", "Socket Timeout", "timed out waiting for")  # fmt: skip
+                   "communicator was aborted", "Socket Timeout", "timed out waiting for",
+                   "Temporary failure in name resolution", "Name or service not known")  # fmt: skip
 # The trainer's own exit codes for what its peers or the network did (exitcodes.py): RENDEZVOUS_TIMEOUT, PEER_LOST.
 NETWORK_EXIT_CODES = {200: "the rendezvous timed out", 201: "a collective failed or timed out (a peer lost)"}
 

@@ -187,6 +187,10 @@ def ended(code: int, exception: str = "", message: str = "", reason: str = "Erro
         (ended(201, "ringleader_trainer.ring.PeerLost", "worker 2 closed the connection"),
          (INF, "a collective failed or timed out (a peer lost): ringleader_trainer.ring.PeerLost")),
         (ended(200), (INF, "the rendezvous timed out")),
+        # A peer's name that does not resolve yet (a headless service's records come a moment after its pods).
+        (ended(1, "socket.gaierror", "[Errno -3] Temporary failure in name resolution"),
+         (INF, "a network or collective failure: socket.gaierror")),
+        (ended(1, "RuntimeError", "[Errno -2] Name or service not known"), (INF, "a network or collective failure")),
         # The program's own.
         (ended(1, "ValueError", "bad shape"), (CODE, "ValueError: bad shape (train.py:190 in train)")),
         (ended(3, "ringleader_trainer.exitcodes.ConfigError", "--steps must be at least 1"),
@@ -199,7 +203,7 @@ def ended(code: int, exception: str = "", message: str = "", reason: str = "Erro
         (ended(255), (CODE, "exit code 255")),  # 127 over 128 is no signal
     ],
     ids=["evicted", "node-lost", "deleted", "exited", "oom-killed", "cuda-oom", "cuda-error", "nccl-error", "network",
-         "watchdog", "peer-lost", "rendezvous", "exception", "trainer-config", "no-word", "segv", "abort",
+         "watchdog", "peer-lost", "rendezvous", "dns", "dns-wrapped", "exception", "trainer-config", "no-word", "segv", "abort",
          "sigkill", "sigterm", "255"],
 )  # fmt: skip
 def test_failure_class(failure: Failure, want: tuple[FailureClass, str]) -> None:
