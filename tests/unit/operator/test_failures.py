@@ -203,8 +203,8 @@ def ended(code: int, exception: str = "", message: str = "", reason: str = "Erro
         (ended(255), (CODE, "exit code 255")),  # 127 over 128 is no signal
     ],
     ids=["evicted", "node-lost", "deleted", "exited", "oom-killed", "cuda-oom", "cuda-error", "nccl-error", "network",
-         "watchdog", "peer-lost", "rendezvous", "dns", "dns-wrapped", "exception", "trainer-config", "no-word", "segv", "abort",
-         "sigkill", "sigterm", "255"],
+         "watchdog", "peer-lost", "rendezvous", "dns", "dns-wrapped", "exception", "trainer-config", "no-word", "segv",
+         "abort", "sigkill", "sigterm", "255"],
 )  # fmt: skip
 def test_failure_class(failure: Failure, want: tuple[FailureClass, str]) -> None:
     kind, evidence = failure_class(failure)
