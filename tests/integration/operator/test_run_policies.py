@@ -154,37 +154,3 @@ def test_clean_pod_policy_on_failure(
     # Running: the rank still running is stopped, the failed one kept for its logs; All: both go.
     wait_for(f"pods left: {left}", lambda: sorted(p.metadata.name for p in live_pods(core, namespace, "keep")) == left,
              timeout=60)  # fmt: skip
-
-
-@pytest.mark.parametrize("mode", ["asynchronous", "bounded-staleness"])
-def test_a_suspended_asynchronous_parameter_server_job_says_the_step_it_saved(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path, mode: str
-) -> None:
-    """Worker 0 paced at 50 ms a step, worker 1 not: suspended while worker 1 is far ahead, every rank stops at
-    the one step shard 0 names (worker 0 skipping to it, not training on to it) and the status says that step,
-    from the stopping ranks' exit records (their pages are gone)."""
-    directory = tmp_path / "ckpt"
-    settings: dict[str, Any] = {"mode": mode} | ({"maxStaleness": 500} if mode == "bounded-staleness" else {})
-    name = "ps-" + mode[:5]
-    body = digits_job(name, 2, 5000, directory, strategy="parameter-server", parameterServer=settings)
-    body["spec"]["checkpoint"]["intervalSteps"] = 10000  # the stop's is the only checkpoint
-    for role in ("workers", "parameterServers"):
-        del body["spec"][role]["template"]["spec"]["terminationGracePeriodSeconds"]  # the operator's, then
-    create(custom, namespace, body)
-    wait_for("worker 0 past step 20", lambda: worker0_step(core, namespace, name) >= 20, timeout=180)
-    patch_spec(custom, namespace, name, {"runPolicy": {"suspend": True}})
-    wait_for(
-        "suspended with no pods",
-        lambda: None if pods_of(core, namespace, name) else suspended(custom, namespace, name),
-        timeout=90,
-    )
-    (saved,) = ckpt.complete_steps(directory, ckpt.expected_files(2, 2))
-    assert saved > 20, saved
-
-    def saved_in_status() -> int | None:
-        return ((get(custom, namespace, name).get("status") or {}).get("progress") or {}).get("lastCheckpointStep")
-
-    assert wait_for("the stop's save in status", lambda: saved_in_status() == saved, timeout=30)
-    job = get(custom, namespace, name)
-    assert job["status"]["replicaStatuses"]["worker"]["restarts"] == 0  # every rank stopped cleanly (202)
-    assert (job["status"].get("failures") or {}) == {}, job["status"]

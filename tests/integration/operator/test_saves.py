@@ -2,8 +2,10 @@
 and the synchronous parameter server has a rank evicted, is resized (the elastic strategies), is suspended and
 resumed, and then loses a rank to a SIGKILL. After each stop, status.progress.lastCheckpointStep is the step the
 stopping ranks saved (read from their exit records: their pages are gone), no step is counted lost, and the
-SIGKILL's lost steps are counted from the suspend's save. The jobs run side by side, each on its own thread, so
-their waits overlap. (The asynchronous and bounded-staleness parameter servers' suspends: test_run_policies.)"""
+SIGKILL's lost steps are counted from the suspend's save. An asynchronous and a bounded-staleness parameter-server
+job are suspended while worker 1 (unpaced) is far ahead of worker 0 (the issue's own report): every rank stops at
+the one step shard 0 names and the status says it. The jobs run side by side, each on its own thread, so their
+waits overlap."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class Case:
     spec: dict[str, Any]
     ps: int = 0
     elastic: bool = False  # resized 2 -> 3 (allreduce, local SGD and sharded may be)
+    suspend_only: bool = False  # suspended once, no eviction and no kill
 
 
 CASES = [
@@ -52,7 +55,12 @@ CASES = [
     Case("shard", {"strategy": "sharded"}, elastic=True),
     Case("pipe", {"strategy": "pipeline"}),
     Case("ps", {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}, ps=1),
-]
+    Case("ps-async", {"strategy": "parameter-server", "parameterServer": {"mode": "asynchronous"}}, ps=2,
+         suspend_only=True),
+    Case("ps-bounded", {"strategy": "parameter-server",
+                        "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 500}}, ps=2,
+         suspend_only=True),
+]  # fmt: skip
 
 
 class Scenario:
@@ -112,6 +120,12 @@ class Scenario:
         if self.case.elastic:
             body["spec"]["workers"] |= {"minReplicas": 2, "maxReplicas": 3}
         create(self.custom, self.ns, body)
+        if self.case.suspend_only:
+            self.suspend(self.training_past(20, "training past step 20"), resume=False)
+            status = self.status()
+            assert status["replicaStatuses"]["worker"]["restarts"] == 0, status  # every rank stopped cleanly (202)
+            assert (status.get("failures") or {}) == {}, status
+            return
         saved = self.evict(self.training_past(20, "training past step 20"))
         if self.case.elastic:
             saved = self.resize(self.training_past(saved + 20, "training past the eviction's save"))
@@ -140,7 +154,7 @@ class Scenario:
         self.workers = 3
         return saved
 
-    def suspend(self, after: int) -> int:
+    def suspend(self, after: int, resume: bool = True) -> int:
         self.patch({"runPolicy": {"suspend": True}})
         wait_for(f"{self.name}: suspended with no pods",
                  lambda: self.status().get("phase") == "Suspended" and not pods_of(self.core, self.ns, self.name),
@@ -148,7 +162,8 @@ class Scenario:
         saved = self.newest_save(after - 1)
         assert saved is not None, f"{self.name}: the suspend saved no step past {after - 1}"
         self.saved_in_status(saved, "suspend")
-        self.patch({"runPolicy": {"suspend": False}})
+        if resume:
+            self.patch({"runPolicy": {"suspend": False}})
         return saved
 
     def kill(self, saved: int) -> None:
