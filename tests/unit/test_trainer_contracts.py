@@ -65,6 +65,15 @@ def test_operator_reads_each_process_groups_place_from_a_ranks_page() -> None:
     empty.reached(1)
     assert progress.parse_beat(empty.text()).collectives == ()
 
+    def broken() -> list[tuple[str, int, int]]:
+        raise RuntimeError("the recorder's dump failed")
+
+    still = TrainerMetrics()
+    still.watch_collectives(broken)  # the page is still served, its place without groups
+    still.reached(3)
+    beat = progress.parse_beat(still.text())
+    assert beat.step == 3 and beat.collectives == ()
+
 
 @pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])
 def test_exit_codes_agree_with_the_exit_code_restart_policy(code: ExitCode) -> None:

@@ -79,7 +79,10 @@ class CollectivesPlace:
         self.read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        groups = self.read()
+        try:
+            groups = self.read()
+        except (RuntimeError, ValueError, TypeError, AttributeError, OSError):  # the recorder must not cost the page
+            groups = []
         entered = GaugeMetricFamily(
             COLLECTIVES_ENTERED,
             "Sequence number of the last collective this rank entered in the process group (torch's flight "
