@@ -12,7 +12,6 @@ and values that are not finite or not in range dropped. Whatever goes wrong is a
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import itertools
 import math
@@ -95,8 +94,7 @@ def parse(text: str, now: str) -> Progress | None:
 
 
 def parse_beat(text: str) -> Beat:
-    plain, groups = read_page(text)
-    return dataclasses.replace(beat_of(plain), collectives=groups) if plain.get(RANK_STEP) is not None else Beat()
+    return beat_of(*read_page(text))
 
 
 def values(text: str) -> dict[str, float]:
@@ -134,7 +132,8 @@ def read_page(text: str) -> tuple[dict[str, float], tuple[tuple[str, int, int], 
     return out, placed
 
 
-def beat_of(values: dict[str, float]) -> Beat:
+def beat_of(values: dict[str, float], collectives: tuple[tuple[str, int, int], ...] = ()) -> Beat:
+    """Where a rank is, from its page's gauges and process groups' places (read_page); none without its step."""
     if RANK_STEP not in values:
         return Beat()
     return Beat(
@@ -143,6 +142,7 @@ def beat_of(values: dict[str, float]) -> Beat:
         values.get(EXCHANGE_DONE),
         values.get(COMPUTE_SECONDS),
         values.get(STEP_TIMESTAMP),
+        collectives,
     )
 
 

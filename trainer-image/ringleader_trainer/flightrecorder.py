@@ -33,15 +33,17 @@ class GroupStatus(NamedTuple):
     completed: int
 
 
-def parse_status(backend: str, raw: bytes | str) -> list[GroupStatus]:
-    """The groups a recorder's JSON status dump names (its `pg_status`), those with a collective entered; fields
-    that are not whole numbers in range leave their group out."""
+def parse_status(backend: str, raw: bytes | str, skip: Collection[str] = ()) -> list[GroupStatus]:
+    """The groups a recorder's JSON status dump names (its `pg_status`), those with a collective entered and not
+    named in `skip`; fields that are not whole numbers in range leave their group out."""
     try:
         status = json.loads(raw).get("pg_status") or {}
     except (ValueError, AttributeError):
         return []
     out = []
     for name, place in status.items() if isinstance(status, dict) else ():
+        if name in skip:
+            continue
         try:
             entered = int(place["last_enqueued_collective"])
             completed = int(place.get("last_completed_collective", -1))
@@ -67,5 +69,5 @@ def read(skip: Collection[str] = ()) -> list[GroupStatus]:
             raw = c10d._dump_fr_trace_json(includeCollectives=False, backend=backend)
         except (AttributeError, TypeError, RuntimeError):  # an older torch, a build without that backend
             continue
-        found += [g for g in parse_status(backend, raw) if g.group.split("/", 1)[1] not in skip]
+        found += parse_status(backend, raw, skip)
     return sorted(found, key=lambda g: g.group)[:MAX_GROUPS]
