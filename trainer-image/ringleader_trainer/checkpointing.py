@@ -66,17 +66,17 @@ class TrainingCheckpointer:
         return self.strategy.checkpoints is not None
 
     def restore(self) -> dict[str, Any] | None:
-        """Load the checkpoint the ranks agreed on, if any; return the `progress` saved with it."""
+        """Load the checkpoint the ranks agreed on, or the state a live peer sent (healing), if any; return the
+        `progress` saved with it."""
         state = self.strategy.resumed
         if state is None:
             return None
-        if self.saves_model:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(_python_rng(state["rng"]["python"]))
-        self.last_step = int(state["step"])
-        self.strategy.metrics.last_checkpoint_step.set(self.last_step)
+        if HEALED_FROM not in state:  # a peer's state was loaded when the strategy had model and optimizer
+            load_state(state, self.model if self.saves_model else None, self.optimizer)
+        saved = state.get(LAST_CHECKPOINT, state["step"])  # a checkpoint's own step, or the peer's last save
+        self.last_step = self.strategy.last_checkpoint = saved
+        if saved is not None:
+            self.strategy.metrics.last_checkpoint_step.set(saved)
         return dict(state["progress"])
 
     def maybe_save(self, step: int, progress: Mapping[str, Any]) -> None:
@@ -85,6 +85,7 @@ class TrainingCheckpointer:
         checkpoints = self.strategy.checkpoints
         if checkpoints is None:
             return
+        self.strategy.progress = progress  # what a peer's replacement gets with this rank's state (healing)
         if self.strategy.stop_agreed():
             at = self.strategy.stop_step(step)
             self.save(at, progress, reason="stop")
@@ -98,22 +99,47 @@ class TrainingCheckpointer:
             return
         started = time.perf_counter()
         self._save_model(step)
-        state: dict[str, Any] = {
-            "progress": dict(progress),
-            "rounds": self.strategy.communication_rounds,
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-        }
-        if self.saves_model:
-            state |= {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = worker_state(self.strategy, self.model if self.saves_model else None, self.optimizer, progress)
         path = checkpoints.save(step, state)
         seconds = time.perf_counter() - started
-        self.last_step = step
+        self.last_step = self.strategy.last_checkpoint = step
         self.strategy.metrics.last_checkpoint_step.set(step)
         self.strategy.metrics.checkpoint_seconds.set(seconds)
         log_json(
             role=self.strategy.env.role, index=self.strategy.env.index, event="checkpoint", step=step, path=str(path),
             seconds=round(seconds, 4), reason=reason,
         )  # fmt: skip
+
+
+# Keys of a worker's state beyond a checkpoint's: set when a live peer sent it (healing.py).
+HEALED_FROM = "healed_from"  # the rank that sent it
+LAST_CHECKPOINT = "last_checkpoint"  # the step of the job's newest checkpoint then (None: none yet)
+
+
+def worker_state(
+    strategy: Strategy, model: nn.Module | None, optimizer: torch.optim.Optimizer, progress: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a worker's checkpoint holds, and what a live peer sends its replacement: progress, exchange rounds
+    and RNG states, with the model's and optimizer's states unless `model` is None (held elsewhere: the
+    sharded strategy's shards)."""
+    state: dict[str, Any] = {
+        "progress": dict(progress),
+        "rounds": strategy.communication_rounds,
+        "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+    }
+    if model is not None:
+        state |= {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    return state
+
+
+def load_state(state: Mapping[str, Any], model: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
+    """Take a worker's state (`worker_state`) into `model` and `optimizer` (unless `model` is None) and this
+    process's RNGs."""
+    if model is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"])
+    random.setstate(_python_rng(state["rng"]["python"]))
 
 
 def _python_rng(saved: Any) -> tuple[Any, ...]:

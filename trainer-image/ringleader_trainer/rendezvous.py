@@ -1,9 +1,14 @@
 """Rendezvous: every rank joins one process group (workers, then shards), within the rendezvous timeout, and
-again after a recovery. Its failure is a RendezvousError (exit 200, retryable)."""
+again after a recovery or a heal. Its failure is a RendezvousError (exit 200, retryable)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
+import socket
+import stat
+import threading
 import time
 import uuid
 from typing import Any
@@ -26,66 +31,229 @@ INCARNATION_KEY = "ringleader/incarnation"
 CONNECT_SECONDS = 5.0
 
 
+WAIT_SLICE = 1.0  # seconds a rank waits on the store for the next group before looking again
+
+
 def formed_key(incarnation: str) -> str:
     return f"ringleader/{incarnation}/formed"
 
 
-def rendezvous(env: RankEnv, rendezvous_timeout: float, timeout: float) -> None:
-    """Join the process group of every rank within `rendezvous_timeout`.
+def broken_key(incarnation: str) -> str:
+    """Set when a member of `incarnation` is known lost: its ranks leave it (`GroupWatch`)."""
+    return f"ringleader/{incarnation}/broken"
 
-    Worker 0 hosts the store and names the group it forms with a fresh id, once per process; every rank
-    builds the group under that prefix, and worker 0 marks it formed once all have joined. A rank joins
-    only a group that is not formed yet and that it has not tried before: after a recovery (`recovery`:
-    survivors start a fresh process, the dead rank's pod is replaced) a rank that reaches the previous
-    worker 0's store before that process has gone sees a formed group and waits for the store to go away,
-    then reconnects to the new worker 0 and joins its group. Worker 0 does not retry: its failure to form
-    the group is a rendezvous timeout (exit 200), and the others wait for its replacement."""
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    deadline = time.monotonic() + rendezvous_timeout
-    is_host = env.global_rank == 0
-    where = f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of {env.global_world_size}"
-    tried: set[str] = set()
-    store: Any = None
-    waiting_since = 0.0
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            if remaining <= 0:
-                raise TimeoutError(f"no group to join in {rendezvous_timeout:g} s")
-            if store is None:
-                # A client gives each connection attempt a few seconds and then resolves worker 0's name
-                # again: while worker 0's pod is replaced its name still points at the old address for a
-                # while, where a connect would otherwise sit out the kernel's SYN retries (about 2 min).
-                store = dist.TCPStore(  # type: ignore[attr-defined]
-                    env.master_addr, env.master_port, env.global_world_size, is_master=is_host,
-                    timeout=datetime.timedelta(seconds=remaining if is_host else min(CONNECT_SECONDS, remaining)),
-                    wait_for_workers=False,
-                )  # fmt: skip
-                store.set_timeout(datetime.timedelta(seconds=remaining))
-                if is_host:
-                    store.set(INCARNATION_KEY, uuid.uuid4().hex)
-            incarnation = store.get(INCARNATION_KEY).decode()
-            if incarnation in tried or store.check([formed_key(incarnation)]):
-                if not waiting_since:
-                    waiting_since = time.monotonic()
-                    log_json(role=env.role, index=env.index, event="rendezvous-wait", group=incarnation)
-                time.sleep(0.5)  # the store's host is going away (or gone): the next call fails, then reconnect
-                continue
-            tried.add(incarnation)
-            dist.init_process_group(
-                backend, store=dist.PrefixStore(f"ringleader/{incarnation}/", store),  # type: ignore[attr-defined]
-                rank=env.global_rank, world_size=env.global_world_size,
-                timeout=datetime.timedelta(seconds=timeout),
+
+def next_key(incarnation: str) -> str:
+    """Where worker 0 names the group after `incarnation`: ranks waiting for it are woken by the store."""
+    return f"ringleader/{incarnation}/next"
+
+
+class Rendezvous:
+    """This rank's way into the job's process group, kept for the life of the process: `join` forms the
+    first group, and forms a new one after a peer was lost (healing: `leave` the broken group first).
+
+    Worker 0 hosts the store and names each group it forms with a fresh id (an incarnation); every rank
+    builds the group under that prefix, and worker 0 marks it formed once all have joined. A rank joins only
+    a group that is not formed yet and that it has not tried before, so a rank that reaches the store while
+    its peers still train in the formed group waits there for the next one: a replacement rank waits while
+    the survivors notice the loss and re-form (worker 0 then names a new group), and a survivor reaching the
+    previous worker 0's store before that process has gone waits for the store to go away, then reconnects
+    to the new worker 0 and joins its group. Worker 0 does not retry: its failure to form the group is a
+    rendezvous timeout (exit 200), and the others wait for its replacement. The store outlives each group:
+    worker 0 keeps hosting it while its groups come and go."""
+
+    def __init__(self, env: RankEnv, rendezvous_timeout: float, timeout: float) -> None:
+        self.env, self.rendezvous_timeout, self.timeout = env, rendezvous_timeout, timeout
+        self.tried: set[str] = set()
+        self.store: Any = None  # the TCPStore: hosted by worker 0, a client elsewhere
+        self.watch: GroupWatch | None = None  # of the group this rank is in
+        self._others = (env.master_port, env.metrics_port)  # local ports of connections no group of ours owns
+
+    def join(self) -> None:
+        """Join a new process group of every rank within the rendezvous timeout."""
+        env, rendezvous_timeout = self.env, self.rendezvous_timeout
+        deadline = time.monotonic() + rendezvous_timeout
+        is_host = env.global_rank == 0
+        where = (f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of "
+                 f"{env.global_world_size}")  # fmt: skip
+        named = False  # whether worker 0 has named this join's group yet
+        waiting = False
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError(f"no group to join in {rendezvous_timeout:g} s")
+                store = self._connect(remaining)
+                if is_host and not named:
+                    _name_next(store)
+                    named = True
+                incarnation = store.get(INCARNATION_KEY).decode()
+                if incarnation in self.tried or store.check([formed_key(incarnation)]):
+                    if incarnation not in self.tried:  # formed without this rank: it replaces a lost member
+                        store.set(broken_key(incarnation), "replaced")
+                        self.tried.add(incarnation)
+                    if not waiting:
+                        waiting = True
+                        log_json(role=env.role, index=env.index, event="rendezvous-wait", group=incarnation)
+                    # The group's ranks are re-forming it (worker 0 names the next), or its host is going away
+                    # (the next call fails, then reconnect).
+                    with contextlib.suppress(dist.DistStoreError):  # this slice of the wait ended
+                        store.wait([next_key(incarnation)], datetime.timedelta(seconds=min(WAIT_SLICE, remaining)))
+                    continue
+                self.tried.add(incarnation)
+                self._form(store, incarnation)
+                return
+            except (dist.DistError, RuntimeError, OSError, TimeoutError) as e:
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+                if is_host or time.monotonic() >= deadline:
+                    raise RendezvousError(f"{where} failed within {rendezvous_timeout:g} s: {one_line(e)}") from e
+                log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
+                self.store = None  # reconnect: worker 0 may be a new process by now
+                waiting = False
+                time.sleep(0.5)
+
+    def _connect(self, remaining: float) -> Any:
+        """The store, hosted here (worker 0) or reached as a client, its timeout what is left of the join's."""
+        env = self.env
+        if self.store is None:
+            # A client gives each connection attempt a few seconds and then resolves worker 0's name again: while
+            # worker 0's pod is replaced its name still points at the old address for a while, where a connect
+            # would otherwise sit out the kernel's SYN retries (about 2 min).
+            host = env.global_rank == 0
+            self.store = dist.TCPStore(  # type: ignore[attr-defined]
+                env.master_addr, env.master_port, env.global_world_size, is_master=host,
+                timeout=datetime.timedelta(seconds=remaining if host else min(CONNECT_SECONDS, remaining)),
+                wait_for_workers=False,
             )  # fmt: skip
-            if is_host:  # gloo connected worker 0 to every rank: the group takes no one new from now on
-                store.set(formed_key(incarnation), "1")
-            return
-        except (dist.DistError, RuntimeError, OSError, TimeoutError) as e:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            if is_host or time.monotonic() >= deadline:
-                raise RendezvousError(f"{where} failed within {rendezvous_timeout:g} s: {one_line(e)}") from e
-            log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
-            store = None  # reconnect: worker 0 may be a new process by now
-            waiting_since = 0.0
-            time.sleep(0.5)
+        self.store.set_timeout(datetime.timedelta(seconds=remaining))
+        return self.store
+
+    def _form(self, store: Any, incarnation: str) -> None:
+        """Build the group `incarnation` with every rank (worker 0 marks it formed), and watch it."""
+        env = self.env
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+        before = _sockets()
+        dist.init_process_group(
+            backend, store=dist.PrefixStore(f"ringleader/{incarnation}/", store),  # type: ignore[attr-defined]
+            rank=env.global_rank, world_size=env.global_world_size, timeout=datetime.timedelta(seconds=self.timeout),
+        )  # fmt: skip
+        if env.global_rank == 0:  # gloo connected worker 0 to every rank: the group takes no one new from now on
+            store.set(formed_key(incarnation), "1")
+        # The group's own connections: those it opened, not the store's (worker 0 accepts peers' store connections
+        # meanwhile) nor a metrics page's.
+        ours = {fd for fd in _sockets() - before if _connection_port(fd) not in (None, *self._others)}
+        self.watch = GroupWatch(self, incarnation, ours)
+
+    def leave(self) -> None:
+        """Drop the process group a lost peer broke, keeping the store (`join` forms the next one), and tell its
+        other members to leave it too: a rank waiting in a collective on a peer that is alive but has left
+        would otherwise wait out the collective's timeout."""
+        if self.watch is not None:
+            self.watch.end()
+            self.watch.tell(self.store)
+            self.watch = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class GroupWatch:
+    """Ends this rank's part in a process group as soon as the group is known broken, so that a collective
+    blocked in it fails at once (and the rank heals or recovers) instead of after the collective's timeout.
+
+    A group is broken when one of its members is lost: a member that saw a collective fail says so in the
+    store (`broken_key`), and so does a rank that finds the group formed without it (the replacement of a lost
+    member: the operator replaced its pod, as after a node's loss, where no connection ever reports the
+    loss). A thread waits on that key with a connection of its own to the store and, once it is set (or the
+    store, which worker 0 hosts, is gone), shuts down the group's connections: gloo then fails every pending
+    operation on them here, and on the other end, as if this rank had been lost. Shutting them down, not
+    closing them, leaves gloo's threads their sockets until the group is dropped."""
+
+    SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
+
+    def __init__(self, rendezvous: Rendezvous, incarnation: str, sockets: set[int]) -> None:
+        self.rendezvous, self.incarnation, self.sockets = rendezvous, incarnation, sockets
+        self.ended = threading.Event()
+        # Held while the connections are shut down, which happens once: after this rank leaves the group its
+        # descriptors' numbers may be reused by the next group's connections.
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
+        self.thread.start()
+
+    def tell(self, store: Any) -> None:
+        """Say in the store that this group is broken (where the store is still there to hear it)."""
+        with contextlib.suppress(Exception):
+            store.set(broken_key(self.incarnation), "lost")
+
+    def end(self) -> None:
+        """Stop watching (this rank leaves the group), shutting its connections down for the peers' sake."""
+        with self.lock:
+            self.ended.set()
+            self._shut_down()
+
+    def _run(self) -> None:
+        env = self.rendezvous.env
+        try:
+            client = dist.TCPStore(  # type: ignore[attr-defined]
+                env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
+                timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
+            )  # fmt: skip
+            while not self.ended.is_set():
+                try:
+                    client.wait([broken_key(self.incarnation)], datetime.timedelta(seconds=self.SLICE))
+                    break
+                except dist.DistStoreError as e:
+                    if "timeout" not in str(e).lower():
+                        raise
+        except Exception as e:  # the store is gone: so is worker 0, a member
+            reason = f"the store is unreachable: {one_line(e)}"
+        else:
+            reason = "a member was lost"
+        with self.lock:
+            if not self.ended.is_set():
+                log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
+                self._shut_down()
+
+    def _shut_down(self) -> None:
+        for fd in self.sockets:
+            with contextlib.suppress(OSError):
+                s = socket.socket(fileno=os.dup(fd))  # a second handle, so closing it leaves gloo's fd
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                finally:
+                    s.close()
+        self.sockets = set()
+
+
+def _name_next(store: Any) -> None:
+    """Worker 0 names the group it forms next, and tells those waiting in the previous group which it is."""
+    new = uuid.uuid4().hex
+    if store.check([INCARNATION_KEY]):
+        store.set(next_key(store.get(INCARNATION_KEY).decode()), new)
+    store.set(INCARNATION_KEY, new)
+
+
+def _sockets() -> set[int]:
+    """This process's open socket descriptors (none where /proc is not there)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                    found.add(int(name))
+    return found
+
+
+def _connection_port(fd: int) -> int | None:
+    """The local port of a TCP connection; None for anything else (a listening socket: gloo's listener must
+    stay open, its accept() failing would end the process)."""
+    with contextlib.suppress(OSError):
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                return None
+            address = s.getsockname()
+        finally:
+            s.close()
+        return address[1] if isinstance(address, tuple) else None
+    return None

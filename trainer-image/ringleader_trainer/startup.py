@@ -1,5 +1,6 @@
 """`from_env`: how a rank starts. Read the environment contract, build the strategy it names, rendezvous with
-every rank, agree on the checkpoint to resume from; every rank starts serving its metrics."""
+every rank, agree where to continue from (a live peer's state, or the newest checkpoint); every rank starts
+serving its metrics."""
 
 from __future__ import annotations
 
@@ -10,22 +11,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from ringleader_trainer import auth
 from ringleader_trainer import checkpoint as ckpt
-from ringleader_trainer.checkpointing import agree_on_resume
 from ringleader_trainer.env import StrategyName
 from ringleader_trainer.env import from_env as read_env
 from ringleader_trainer.logs import emit
-from ringleader_trainer.rendezvous import rendezvous
 from ringleader_trainer.strategies import STRATEGIES
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Options, Strategy
 
 
 def from_env(environ: Mapping[str, str] | None = None, options: Options | None = None, **overrides: Any) -> Strategy:
-    """Read the environment contract, rendezvous with every rank, agree on the checkpoint to resume from,
-    and return this rank's strategy. Every rank starts serving its metrics. `overrides` set `Options` fields."""
+    """Read the environment contract, rendezvous with every rank, agree where to continue from (a live peer's
+    state when this rank replaces a lost one, else the newest checkpoint), and return this rank's strategy.
+    Every rank starts serving its metrics. `overrides` set `Options` fields."""
     options = options or Options()
     if overrides:
         options = Options(**{**options.__dict__, **overrides})
@@ -41,11 +39,7 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
             # Another world's step serves: each worker holds the whole model, or reads its shard back (sharded).
             elastic=env.strategy not in (StrategyName.PARAMETER_SERVER, StrategyName.PIPELINE),
         )  # fmt: skip
-    rendezvous(env, options.rendezvous_timeout, options.timeout)
-    if env.num_ps:
-        group = dist.new_group(list(range(env.num_workers)), timeout=strategy.timeout)  # every rank must call it
-        strategy.workers_group = group if isinstance(group, dist.ProcessGroup) else None  # None on shards
-    agree_on_resume(strategy)
+    strategy.join()
     if strategy.checkpoints is not None:  # SIGTERM now stops at an agreed step, with a checkpoint there
         strategy.enable_stop()
     strategy._log_window = (time.perf_counter(), strategy.steps_done)

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,17 +43,26 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ringleader_trainer import checkpoint as ckpt
-from ringleader_trainer import flightrecorder
-from ringleader_trainer.checkpointing import TrainingCheckpointer
+from ringleader_trainer import flightrecorder, healing, recovery
+from ringleader_trainer.checkpointing import (
+    HEALED_FROM,
+    LAST_CHECKPOINT,
+    TrainingCheckpointer,
+    agree_on_resume,
+    load_state,
+    worker_state,
+)
 from ringleader_trainer.env import RankEnv, Role
-from ringleader_trainer.exitcodes import ExitCode, TrainerError
+from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.ps import ServerStats, flat_views
+from ringleader_trainer.rendezvous import Rendezvous
 from ringleader_trainer.ring import ring_allreduce
 from ringleader_trainer.stopping import Stopped, StopSignal, StopVote
 
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (model's output, targets) -> the loss
 
 
 class StrategyUsageError(TrainerError):
@@ -67,6 +77,8 @@ class Options:
     timeout: float = 300.0  # seconds any one collective or parameter-server exchange may take
     allreduce: str = "native"  # "native": torch.distributed (gloo on CPU, NCCL on GPU); "ring": ours
     log_every: int = 20  # steps between JSON log lines (`report`)
+    max_recoveries: int = 10  # times a rank heals or recovers in place after losing a peer before it exits 201
+    heal: bool = True  # where the strategy heals, continue from a live peer's state; else from the newest checkpoint
 
 
 class Strategy:
@@ -76,9 +88,13 @@ class Strategy:
     # Whether distributed_model() takes a model built on the meta device (no memory yet) and allocates it:
     # under sharded each worker then allocates only its shard.
     materializes_meta = False
+    # Whether a live peer can serve this rank's state to a lost rank's replacement (healing.py): the survivors
+    # of a loss then continue from the step it interrupted. The others resume from the newest checkpoint.
+    heals = False
 
-    def __init__(self, env: RankEnv, options: Options) -> None:
+    def __init__(self, env: RankEnv, options: Options, rendezvous: Rendezvous | None = None) -> None:
         self.env, self.options = env, options
+        self.rendezvous = rendezvous or Rendezvous(env, options.rendezvous_timeout, options.timeout)
         self.timeout = datetime.timedelta(seconds=options.timeout)
         self.steps_done = 0  # optimizer steps completed, counting those before a resume
         self.communication_rounds = 0  # exchanges of gradients or parameters this process made
@@ -96,6 +112,17 @@ class Strategy:
         # parameters a strategy replaced (sharding, a pipeline stage) by them. None until distributed_model().
         self._names: dict[int, str] | None = None
         self._log_window = (time.perf_counter(), 0)  # (time, step) at the last report; reset at resume
+        self.progress: Mapping[str, Any] = {}  # the script's progress after its last step (`maybe_save`)
+        self.last_checkpoint: int | None = None  # the step of the job's newest checkpoint this rank knows of
+        self.heals_done = 0
+        # The model (unwrapped) and optimizer whose state this rank serves a peer's replacement (healing), once
+        # the script has handed both over (distributed_optimizer).
+        self._held: tuple[nn.Module, torch.optim.Optimizer] | None = None
+        self._skip_step = False  # a heal moved this rank past the step it was in: its optimizer step is void
+        # The first step after whose boundary the workers vote on stopping: after a heal, the step after the one
+        # the group continues from. The ranks reach the new group at different points of a step (in its
+        # exchange, at its boundary, or new); from there they make the same collectives in the same order.
+        self._votes_from = 0
 
     # ---- identity -----------------------------------------------------------------------------------
     @property
@@ -147,15 +174,28 @@ class Strategy:
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return TrainingCheckpointer(self, model, optimizer, saves_model=True)
 
-    def forward_backward(
-        self,
-        model: nn.Module,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    ) -> float:
+    def forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
         """loss_fn(model(x), y), its gradients accumulated by backward(); returns the loss. Under pipeline, the
-        GPipe schedule over the micro-batches, and the batch's loss on every stage."""
+        GPipe schedule over the micro-batches, and the batch's loss on every stage.
+
+        Where the strategy heals, a peer lost during the exchange is healed from here (`heal`) and the step is
+        done again with the same batch; in the rare case that the group had completed this step without this
+        rank, it takes that state instead, the optimizer's step() that follows does nothing and the loss is
+        NaN. A script that calls backward() itself recovers from the newest checkpoint instead."""
+        while True:
+            step = self.steps_done
+            try:
+                return self._forward_backward(model, x, y, loss_fn)
+            except Exception as e:
+                if not self._healed_after(e):
+                    raise
+            if self.steps_done != step:
+                self._skip_step = True
+                return math.nan
+            for p in model.parameters():  # what the failed exchange left is no gradient
+                p.grad = None
+
+    def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
         loss = loss_fn(model(x.to(self.device)), y.to(self.device))
         loss.backward()
         return float(loss.item())
@@ -234,8 +274,17 @@ class Strategy:
 
     def stop_agreed(self) -> bool:
         """Whether the workers stop at this step boundary: called by every worker after every step
-        (`TrainingCheckpointer.maybe_save`), True on all of them at the same step."""
-        return self._vote is not None and self._vote.poll(self.stop.requested)
+        (`TrainingCheckpointer.maybe_save`), True on all of them at the same step. A peer lost while a vote
+        was in flight is healed from here; the votes start again after it (at the next boundary, where every
+        rank of the new group is)."""
+        if self._vote is None or self.steps_done < self._votes_from:
+            return False
+        try:
+            return self._vote.poll(self.stop.requested)
+        except Exception as e:
+            if not self._healed_after(e):
+                raise
+            return False
 
     def stop_step(self, step: int) -> int:
         """The step this worker's stop is saved as, once `stop_agreed` said it stops after `step`: that step,
@@ -245,6 +294,128 @@ class Strategy:
     def stopped(self, step: int) -> Stopped:
         """The exception that ends this rank after its checkpoint at `step` (the stop it agreed to)."""
         return Stopped(step, signalled=self.stop.requested)
+
+    # ---- where to continue from: a live peer's state (healing.py) or the newest checkpoint ---------------
+    def join(self) -> None:
+        """Join the job's first process group and agree where to continue from (`from_env` calls this once):
+        from a live peer's state when some rank holds one (this rank replaces a lost one), else from the
+        newest checkpoint every rank can load, else from the start."""
+        self.rendezvous.join()
+        if self.env.num_ps:
+            group = dist.new_group(list(range(self.env.num_workers)), timeout=self.timeout)  # every rank calls it
+            self.workers_group = group if isinstance(group, dist.ProcessGroup) else None  # None on shards
+        reports = healing.gather(healing.Report(healing.NO_STATE))
+        agreed = self.heal_plan(reports) if self.heals and self.options.heal else None
+        if agreed is None:
+            agree_on_resume(self)
+            self.metrics.resumed(self.steps_done)
+            return
+        source = agreed.sources[self.env.global_rank]  # a rank just started holds nothing: it receives
+        state = healing.receive(source)
+        self.resumed, self.steps_done = state, agreed.step
+        self.communication_rounds = int(state.get("rounds", 0))
+        self._votes_from = self.first_vote_after(agreed.step)
+        self.metrics.resumed(self.steps_done)
+        log_json(role=self.env.role, index=self.env.index, event="healed", step=agreed.step, source=source)
+
+    def hold(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Keep `model` and `optimizer` as the state this rank serves a lost peer's replacement, and take the
+        state a live peer sent if this rank is one (distributed_optimizer calls this under a strategy that
+        heals, so a script that does not restore() still continues from it)."""
+        self._held = (unwrap(model), optimizer)
+        if self.resumed is not None and HEALED_FROM in self.resumed:
+            load_state(self.resumed, unwrap(model), optimizer)
+
+    def heal(self, reason: str) -> None:
+        """Continue after a lost peer with no checkpoint read: leave the broken group, form the next with the
+        peer's replacement, and send the agreed state to the ranks short of it (or receive it). A collective:
+        every survivor calls it once it sees the loss; the replacement's side is `join`. Unhealable (on every
+        rank of the group) when no live rank can serve a rank short of it."""
+        if self._held is None:
+            raise StrategyUsageError("heal() needs the model and optimizer: call distributed_optimizer() first")
+        started, rank = time.perf_counter(), self.env.global_rank
+        log_json(role=self.env.role, index=self.env.index, event="heal-start", step=self.steps_done, reason=reason)
+        self.rendezvous.leave()
+        self.rendezvous.join()
+        self._regroup()
+        agreed = self.heal_plan(healing.gather(self.heal_report()))
+        assert agreed is not None  # this rank holds live state
+        source = agreed.sources.get(rank)
+        if source is not None:
+            state = healing.receive(source)
+            load_state(state, *self._held)
+            self.steps_done, self.communication_rounds = agreed.step, int(state.get("rounds", 0))
+        served = sorted(r for r, s in agreed.sources.items() if s == rank)
+        for receiver in served:
+            healing.send(self.state_for(receiver), receiver)
+        self.heals_done += 1
+        self._votes_from = self.first_vote_after(agreed.step)
+        self.metrics.resumed(self.steps_done)  # its own step: under local SGD a survivor keeps its steps
+        log_json(
+            role=self.env.role, index=self.env.index, event="heal", step=agreed.step, source=source, served=served,
+            seconds=round(time.perf_counter() - started, 3),
+        )  # fmt: skip
+
+    # The healing protocol (healing.py) a strategy that heals implements; these serve where every worker holds
+    # the whole model and optimizer (allreduce).
+    def heal_report(self) -> healing.Report:
+        """What this rank holds to serve a replacement: the step of its live state."""
+        return healing.Report(self.steps_done)
+
+    def heal_plan(self, reports: Sequence[healing.Report]) -> healing.Plan | None:
+        """Who serves whom, from every rank's report; None when no rank holds live state."""
+        return healing.newest_serves(reports)
+
+    def state_for(self, receiver: int) -> dict[str, Any]:
+        """What this rank sends `receiver`, which continues from it: a worker's whole state (`live_state`)."""
+        return self.live_state()
+
+    def first_vote_after(self, step: int) -> int:
+        """The first step at whose boundary the workers vote on stopping once a group continues from `step`: the
+        next, where every rank of the group is, however it reached it."""
+        return step + 1
+
+    def live_state(self) -> dict[str, Any]:
+        """What this rank's checkpoint would hold at this step, and the newest checkpoint's step (a replacement
+        reports it)."""
+        if self._held is None:
+            raise StrategyUsageError("no state to serve before distributed_optimizer()")
+        model, optimizer = self._held
+        state = worker_state(self, model, optimizer, self.progress)
+        return state | {
+            "step": self.steps_done,
+            HEALED_FROM: self.env.global_rank,
+            LAST_CHECKPOINT: self.last_checkpoint,
+        }
+
+    def _regroup(self) -> None:
+        """Move what this strategy built on the broken group (DDP, the stop vote) to the new one."""
+        if self._vote is not None:
+            self._vote = StopVote(self.workers_group, self.metrics)
+
+    def _healed_after(self, error: BaseException) -> bool:
+        """Whether this rank healed after `error`, so the caller does again what failed: True when the error is
+        a lost peer, the strategy heals and holds its state, no stop was asked for and recoveries are left.
+        A peer lost again while healing is healed from too."""
+        while True:
+            used = recovery.recoveries() + self.heals_done
+            heals = self.heals and self.options.heal and self._held is not None
+            if not heals or self.stop.requested or not healing.peer_lost(error):
+                return False
+            if isinstance(error, healing.Unhealable):
+                raise error
+            if used >= self.options.max_recoveries:
+                return False
+            try:
+                self.heal(one_line(error))
+                return True
+            except Exception as e:
+                error = e
+
+    def _take_skip(self) -> bool:
+        """Whether this optimizer step is void (a heal moved this rank past it), clearing the mark."""
+        skip, self._skip_step = self._skip_step, False
+        return skip
 
     def close(self) -> None:
         """Leave the process group once every rank is done (worker 0 hosts the rendezvous store)."""
@@ -260,14 +431,21 @@ class Strategy:
 
 
 def patch_step(
-    optimizer: torch.optim.Optimizer, before: Callable[[], None], local: bool, after: Callable[[], None]
+    optimizer: torch.optim.Optimizer,
+    before: Callable[[], None],
+    local: bool,
+    after: Callable[[], None],
+    void: Callable[[], bool] = lambda: False,
 ) -> torch.optim.Optimizer:
-    """`optimizer` with its step() running `before`, then (if `local`) the original step, then `after`."""
+    """`optimizer` with its step() running `before`, then (if `local`) the original step, then `after`; nothing
+    when `void()` says the step is void (a heal moved the rank past it)."""
     if getattr(optimizer, "_ringleader_distributed", False):
         raise StrategyUsageError("distributed_optimizer() was already applied to this optimizer")
     original = optimizer.step
 
     def step(closure: Callable[[], float] | None = None) -> float | None:
+        if void():
+            return None
         before()
         loss = original(closure) if local else None
         after()

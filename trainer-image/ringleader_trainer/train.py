@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from ringleader_trainer import data, exitrecord, memory, models, recovery
+from ringleader_trainer import data, exitrecord, healing, memory, models, recovery
 from ringleader_trainer.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import emit, log_json
@@ -99,7 +98,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one exchange may take")
     p.add_argument("--rendezvous-timeout", type=float, default=300.0, help="seconds to reach every rank")
     p.add_argument("--max-recoveries", type=int, default=10,
-                   help="times a rank re-joins in place after losing a peer before it exits 201")  # fmt: skip
+                   help="times a rank heals or re-joins in place after losing a peer before it exits 201")  # fmt: skip
+    p.add_argument("--recover-from", choices=("peer", "checkpoint"), default="peer",
+                   help="after losing a peer, continue from a live peer's state where the strategy heals (allreduce, "
+                        "local SGD), or always from the newest checkpoint")  # fmt: skip
     p.add_argument("--save-final", type=Path, help="worker 0 writes the final model's state_dict here")
     p.add_argument("--straggler", metavar="INDEX:SECONDS",
                    help="worker INDEX sleeps SECONDS every step (to study staleness)")  # fmt: skip
@@ -210,25 +212,11 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
             torch.save({k: v.cpu() for k, v in final.items()}, args.save_final)
 
 
-# Collectives inside autograd (DDP's reducer) surface a backend failure as a plain RuntimeError; these mark it.
-BACKEND_FAILURES = (
-    "gloo/transport",
-    "Connection reset by peer",
-    "Connection closed by peer",
-    "NCCL error",
-    "ring neighbour",
-)
-
-
 def exit_code_for(exc: BaseException) -> ExitCode:
     """The documented exit code (docs/exit-codes.md) for an exception that ends the trainer."""
     if isinstance(exc, TrainerError):
         return exc.exit_code
-    # Failures of torch's backends and of sockets below our own wire code: a peer is gone.
-    lost = isinstance(exc, (dist.DistError, ConnectionError, TimeoutError)) or (
-        isinstance(exc, RuntimeError) and any(m in str(exc) for m in BACKEND_FAILURES)
-    )
-    return ExitCode.PEER_LOST if lost else ExitCode.CRASH
+    return ExitCode.PEER_LOST if healing.peer_lost(exc) else ExitCode.CRASH
 
 
 def preload() -> None:
@@ -246,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_recoveries = args.max_recoveries
         strategy = from_env(
             rendezvous_timeout=args.rendezvous_timeout, timeout=args.timeout, allreduce=args.allreduce,
-            log_every=args.log_every,
+            log_every=args.log_every, max_recoveries=args.max_recoveries, heal=args.recover_from == "peer",
         )  # fmt: skip
         train(args, strategy)
         strategy.close()

@@ -1,7 +1,7 @@
 """Several ranks per pod (spec.workers.procsPerPod) as plain processes: each "pod" is one supervisor process
 (`python -m ringleader_trainer` with the operator's environment for that pod), which starts a training process
 per rank. The ranks train as the same number of one-rank pods do; a process lost takes its pod with it, and the
-other pod's ranks recover in place."""
+other pod's ranks heal in place."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_two_pods_of_two_ranks_train_as_four_pods_of_one(tmp_path: Path) -> None
         torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=f"{name} differs")
 
 
-def test_a_lost_process_takes_its_pod_and_the_other_pods_ranks_recover_in_place(tmp_path: Path) -> None:
+def test_a_lost_process_takes_its_pod_and_the_other_pods_ranks_heal_in_place(tmp_path: Path) -> None:
     checkpoint = {"checkpoint": {"directory": str(tmp_path / "ckpt"), "intervalSteps": 20}}
     job, final = start(tmp_path, "chaos", 2, 2, **checkpoint)
     deadline = time.monotonic() + 300
@@ -58,7 +58,9 @@ def test_a_lost_process_takes_its_pod_and_the_other_pods_ranks_recover_in_place(
     assert pod1.proc.wait(60) == -signal.SIGKILL  # its sibling killed too: the pod ends as the process did
     pod1.restart()  # the operator's part: a new pod for the same two ranks
     assert job.wait(300) == [0, 0], job.logs()
-    assert len(pod0.events("recover")) == 2, job.logs()  # each of pod 0's ranks recovered once, in place
-    resumed = {e["step"] for e in job.ranks[0].events("resume") + job.ranks[1].events("resume")}
-    assert resumed and min(resumed) >= 20
+    heals = pod0.events("heal")
+    assert len(heals) == 2 and not pod0.events("recover"), job.logs()  # each of pod 0's ranks healed once, in place
+    healed = pod1.events("healed")  # the new pod's two ranks took pod 0's state: no checkpoint read
+    assert sorted(e["source"] for e in healed) == [0, 1] and not pod1.events("resume"), job.logs()
+    assert {e["step"] for e in healed} == {e["step"] for e in heals} and min(e["step"] for e in heals) >= 20
     assert final.exists()

@@ -1,6 +1,7 @@
 """In-place recovery as plain processes: one rank is SIGKILLed and started again (what the operator does for
-its pod); the survivors re-join without exiting, and the run ends with exactly the parameters of an
-uninterrupted one."""
+its pod); the survivors re-join without exiting, resume from the newest checkpoint, and the run ends with
+exactly the parameters of an uninterrupted one. (Allreduce heals from a live peer instead unless told
+`--recover-from checkpoint`, as here: test_healing.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tests.support.launch import LocalJob, job_spec, launch
 
 PS_SYNC = {"parameterServer": {"mode": "synchronous"}}
 # Worker 0 sleeps 40 ms a step so the kill lands mid-run; it changes no numbers.
-ARGS = ["--example", "digits-mlp", "--steps", "80", "--log-every", "10", "--straggler", "0:0.04", "--timeout", "120"]
+ARGS = ["--example", "digits-mlp", "--steps", "80", "--log-every", "10", "--straggler", "0:0.04", "--timeout", "120",
+        "--recover-from", "checkpoint"]  # fmt: skip
 
 
 def start(tmp_path: Path, name: str, strategy: str, ps: int, spec: dict[str, Any]) -> tuple[LocalJob, Path, Path]:

@@ -26,6 +26,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from ringleader_trainer.strategy import (
+    LossFn,
     Strategy,
     StrategyUsageError,
     materialize,
@@ -33,8 +34,6 @@ from ringleader_trainer.strategy import (
     patch_step,
     rebuild_optimizer,
 )
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def split_stages(sizes: Sequence[int], stages: int) -> list[range]:
@@ -136,7 +135,7 @@ class PipelineStrategy(Strategy):
 
         return patch_step(stage_optimizer, exchange, local=True, after=self._advance)
 
-    def forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
+    def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
         """One GPipe step over the micro-batches of (x, y); the batch's mean loss, on every stage."""
         if self._pipe is None:
             raise StrategyUsageError("call distributed_model(model) before forward_backward()")

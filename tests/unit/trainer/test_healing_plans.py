@@ -1,0 +1,65 @@
+"""Who serves whom when a group re-forms after a loss (healing.py): every rank reports the step of its live state
+and, under local SGD, whether it keeps its predecessor's state; the plan names the step the group continues
+from and each receiver's source, or refuses (Unhealable) where no live rank can serve a receiver."""
+
+from __future__ import annotations
+
+import pytest
+from ringleader_trainer.healing import (
+    NO_STATE,
+    UNSERVABLE,
+    Plan,
+    Report,
+    Unhealable,
+    newest_serves,
+    successor_serves,
+)
+
+N = NO_STATE
+
+
+def reports(*steps: int, holds: bool = True) -> list[Report]:
+    return [Report(s, holds and s >= 0) for s in steps]
+
+
+@pytest.mark.parametrize(
+    ("steps", "plan"),
+    [
+        ((N, N, N), None),  # the job's first start (or every rank started again): the checkpoint decides
+        ((30, N, 30), Plan(30, {1: 0})),  # a replacement, served by the first holder
+        ((N, 30, 30), Plan(30, {0: 1})),  # worker 0 replaced: it hosts the store and receives
+        ((30, 31, N), Plan(31, {0: 1, 2: 1})),  # a survivor behind (its exchange failed where a peer's completed)
+        ((30, N, N, 30), Plan(30, {1: 0, 2: 3})),  # the holders take the receivers in turn
+        ((7, 7, 7), Plan(7, {})),  # everyone survived (a rank lost and back before anyone noticed)
+    ],
+)
+def test_the_newest_state_serves_every_rank_short_of_it(steps: tuple[int, ...], plan: Plan | None) -> None:
+    assert newest_serves(reports(*steps)) == plan
+
+
+@pytest.mark.parametrize(
+    ("steps", "plan"),
+    [
+        ((N, N, N), None),
+        ((24, N, 24), Plan(24, {1: 2})),  # worker 1's state as of the sync lives on in worker 2
+        ((N, 24, 24), Plan(24, {0: 1})),
+        ((24, 24, N), Plan(24, {2: 0})),  # the last worker's successor is worker 0
+        ((N, 24, N, 24), Plan(24, {0: 1, 2: 3})),  # two lost, each with its successor alive
+    ],
+)
+def test_each_replacement_is_served_by_its_successor(steps: tuple[int, ...], plan: Plan | None) -> None:
+    assert successor_serves(reports(*steps)) == plan
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        (reports(24, N, N), "held by rank 2, lost too"),  # a rank and its successor lost together
+        (reports(24, 32, N), "different syncs"),  # one survivor completed a sync the other did not
+        ([Report(24, True), Report(UNSERVABLE), Report(N)], "between two syncs"),
+        ([Report(24, True), Report(N), Report(24, False)], "held by rank 2"),  # a replacement since the sync
+    ],
+)
+def test_a_replacement_no_successor_can_serve_is_refused(given: list[Report], why: str) -> None:
+    with pytest.raises(Unhealable, match=why):
+        successor_serves(given)

@@ -1,0 +1,167 @@
+"""Healing: a lost rank costs the step it interrupted, not the steps since the last checkpoint.
+
+When a peer is lost, the survivors keep their state in memory: each leaves the broken process group, joins the
+next one with the lost rank's replacement (`rendezvous.Rendezvous`), and the ranks agree on the state to
+continue from (`agree`): every rank says the step its live state is at (a rank just started has none), the
+newest wins, and every rank short of it (the replacement; a survivor whose last exchange failed where a peer's
+completed) receives that state from a rank holding it (`plan`), over the job's process group. No rank reads a
+checkpoint; the interrupted step is done again, with the same data. Only when no rank holds live state (the
+job's first start, or every rank started again) do the ranks agree on a checkpoint instead
+(`checkpointing.agree_on_resume`).
+
+What is sent is what a checkpoint holds (model, optimizer, step, RNG states), in the checkpoint's format
+(`torch.save` of tensors and plain values), read back with `torch.load(weights_only=True)`: receiving a
+peer's state runs no code from it, and its size is bounded before anything is allocated.
+
+A strategy heals when its state can be served by a peer (`Strategy.heals`): under allreduce every worker
+holds the same model and optimizer. The others keep recovering from the newest checkpoint (`recovery`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ringleader_trainer.exitcodes import ExitCode, TrainerError
+
+NO_STATE = -1  # a rank's step when it holds no live state (just started)
+UNSERVABLE = -2  # a rank's step when its state is between two consistent points (a sync half done)
+# The most a received state may say it holds: a bound on what a peer can make this rank allocate.
+MAX_STATE_BYTES = 1 << 40
+
+
+class HealError(TrainerError):
+    """A peer's state could not be received or read."""
+
+    exit_code = ExitCode.PEER_LOST
+
+
+class Unhealable(TrainerError):
+    """No live rank can serve a rank short of the agreed state (the ranks holding it were lost too, or a
+    survivor is between two consistent points): every rank of the group raises it together and they resume
+    from the newest checkpoint instead (`recovery`)."""
+
+    exit_code = ExitCode.PEER_LOST
+
+
+# Collectives inside autograd (DDP's reducer) surface a backend failure as a plain RuntimeError; these mark it.
+BACKEND_FAILURES = (
+    "gloo/transport",
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "NCCL error",
+    "ring neighbour",
+)
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether `exc` says a peer is gone: a failure of torch's backends or of the sockets below our own wire
+    code (exit PEER_LOST when it ends the trainer)."""
+    if isinstance(exc, TrainerError):
+        return exc.exit_code == ExitCode.PEER_LOST
+    return isinstance(exc, (dist.DistError, ConnectionError, TimeoutError)) or (
+        isinstance(exc, RuntimeError) and any(m in str(exc) for m in BACKEND_FAILURES)
+    )
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a rank says of its state when a group forms: the step it is at (NO_STATE, UNSERVABLE) and whether
+    it holds a copy of its predecessor's state there (local SGD's backups; unused where every rank serves)."""
+
+    step: int
+    holds_predecessor: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Who continues from where: the group continues from `step`; each rank in `sources` first receives the
+    state from the rank it names."""
+
+    step: int
+    sources: Mapping[int, int]
+
+
+def newest_serves(reports: Sequence[Report]) -> Plan | None:
+    """The plan where every rank holds the whole state (allreduce): the newest step; every rank short of it
+    receives it from a rank at it, those taking the receivers in turn. None when no rank holds live state."""
+    newest = max((r.step for r in reports), default=NO_STATE)
+    if newest < 0:
+        return None
+    holders = [i for i, r in enumerate(reports) if r.step == newest]
+    receivers = [i for i, r in enumerate(reports) if r.step != newest]
+    return Plan(newest, {r: holders[i % len(holders)] for i, r in enumerate(receivers)})
+
+
+def successor_serves(reports: Sequence[Report]) -> Plan | None:
+    """The plan where each rank's own state lives on only in its successor's copy (local SGD: each rank's
+    optimizer state is its own; rank i + 1 keeps rank i's state as of the last sync): every rank with live
+    state must be at the same step, and each rank without is served by its successor, which must hold its
+    copy there. None when no rank holds live state; Unhealable when a rank short of it cannot be served."""
+    if any(r.step == UNSERVABLE for r in reports):
+        raise Unhealable("a surviving rank was lost between two syncs")
+    live = {r.step for r in reports if r.step != NO_STATE}
+    if not live:
+        return None
+    if len(live) > 1:
+        raise Unhealable(f"the surviving ranks are at different syncs ({', '.join(map(str, sorted(live)))})")
+    (step,) = live
+    sources = {}
+    for i, r in enumerate(reports):
+        if r.step == NO_STATE:
+            successor = (i + 1) % len(reports)
+            if reports[successor].step != step or not reports[successor].holds_predecessor:
+                raise Unhealable(f"rank {i}'s state as of step {step} was held by rank {successor}, lost too")
+            sources[i] = successor
+    return Plan(step, sources)
+
+
+def gather(mine: Report) -> list[Report]:
+    """Every rank's report, in rank order, over the default group: a collective every rank of the group calls
+    at the same point (right after joining it)."""
+    own = torch.tensor([mine.step, int(mine.holds_predecessor)], dtype=torch.int64)
+    reports = [torch.zeros(2, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(reports, own)
+    return [Report(int(r[0]), bool(r[1])) for r in reports]
+
+
+def encode(state: Mapping[str, Any]) -> torch.Tensor:
+    """`state` as bytes (a uint8 tensor) in the checkpoint's format."""
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    return torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
+
+
+def decode(data: torch.Tensor, source: int) -> dict[str, Any]:
+    """The state `encode` made, read without running code from it; HealError naming the source if it is not."""
+    try:
+        state = torch.load(io.BytesIO(data.numpy().tobytes()), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises several types for truncated or foreign bytes
+        raise HealError(f"the state rank {source} sent cannot be read: {type(e).__name__}") from e
+    if not isinstance(state, dict):
+        raise HealError(f"the state rank {source} sent is not a state")
+    return state
+
+
+def send(state: Mapping[str, Any], to: int) -> None:
+    """Send `state` to rank `to` (which calls `receive` from this rank): its size, then its bytes."""
+    data = encode(state)
+    dist.send(torch.tensor([data.numel()], dtype=torch.int64), dst=to)
+    dist.send(data, dst=to)
+
+
+def receive(source: int) -> dict[str, Any]:
+    """The state rank `source` sends (`send`); HealError if its size is out of bounds or it cannot be read."""
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.recv(size, src=source)
+    n = int(size.item())
+    if not 0 < n <= MAX_STATE_BYTES:
+        raise HealError(f"rank {source} would send a state of {n} bytes")
+    data = torch.empty(n, dtype=torch.uint8)
+    dist.recv(data, src=source)
+    return decode(data, source)
