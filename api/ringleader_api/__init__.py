@@ -823,7 +823,24 @@ class Progress(Model):
     total_steps: int | None = Field(None, description="Steps the run takes, as the trainer says.")
     percent: float | None = Field(None, description="step / totalSteps, in percent.")
     eta_seconds: int | None = Field(None, description="The steps left at the last measured step time.")
+    resumed_step: int | None = Field(
+        None,
+        description="The step worker 0's training continued from when it last started, resumed from a checkpoint "
+        "or healed from a live peer.",
+    )
+    resumed_at: str | None = Field(None, description="When worker 0's training last continued (its clock).")
     updated_at: str = ""
+
+
+class PendingLoss(Model):
+    """Ranks replaced while the job ran, the steps that cost not known yet: counted once worker 0 says where its
+    training continued from (progress.resumedStep), as the step then less that one; at most `atMost`."""
+
+    step: int = Field(description="Worker 0's step when the ranks were replaced.")
+    at_most: int = Field(
+        description="The steps since the newest checkpoint then: what is counted if the job ends first."
+    )
+    resumed_at: str | None = Field(None, description="progress.resumedAt then: a later one is the continuation.")
 
 
 class Goodput(Model):
@@ -840,6 +857,7 @@ class Goodput(Model):
     ratio: float | None = Field(None, description="productiveSeconds over all the seconds counted.")
     steps_lost: int = Field(0, description="Steps trained and lost (not checkpointed) when ranks were replaced.")
     recompute_owed_seconds: int = Field(0, description="Running seconds still to be counted as recomputing.")
+    pending_loss: PendingLoss | None = Field(None, description="Steps lost to a replacement, not counted yet.")
     accounted_at: str | None = Field(None, description="The time up to which the seconds above are counted.")
 
 

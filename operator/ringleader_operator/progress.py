@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import itertools
 import math
+from datetime import UTC, datetime
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,10 +38,12 @@ COMPUTE_SECONDS = "ringleader_trainer_compute_seconds"
 STEP_TIMESTAMP = "ringleader_trainer_rank_step_timestamp_seconds"
 COLLECTIVES_ENTERED = "ringleader_trainer_collectives_entered"  # labelled by process group
 COLLECTIVES_COMPLETED = "ringleader_trainer_collectives_completed"
+RESUMED_STEP = "ringleader_trainer_resumed_step"
+RESUMED_TIMESTAMP = "ringleader_trainer_resumed_timestamp_seconds"
 GAUGES = (
     STEP, LOSS, SAMPLES_PER_SECOND, LAST_CHECKPOINT_STEP, CHECKPOINT_SECONDS, STEP_SECONDS, TOTAL_STEPS,
     RANK_STEP, EXCHANGE_STARTED, EXCHANGE_DONE, COMPUTE_SECONDS, STEP_TIMESTAMP, COLLECTIVES_ENTERED,
-    COLLECTIVES_COMPLETED,
+    COLLECTIVES_COMPLETED, RESUMED_STEP, RESUMED_TIMESTAMP,
 )  # fmt: skip
 MAX_GROUPS = 16  # process groups read from one page (the trainer shows no more)
 MAX_GROUP_NAME = 64
@@ -72,6 +75,8 @@ IN_RANGE = {
     STEP_TIMESTAMP: lambda v: 0 < v <= MAX_TIMESTAMP,
     COLLECTIVES_ENTERED: lambda v: 0 < v <= MAX_STEP and v == int(v),
     COLLECTIVES_COMPLETED: lambda v: -1 <= v <= MAX_STEP and v == int(v),
+    RESUMED_STEP: lambda v: 0 <= v <= MAX_STEP,
+    RESUMED_TIMESTAMP: lambda v: 0 < v <= MAX_TIMESTAMP,
 }
 LABELLED = (COLLECTIVES_ENTERED, COLLECTIVES_COMPLETED)
 
@@ -163,9 +168,19 @@ def progress_of(values: dict[str, float], now: str) -> Progress | None:
             checkpoint_seconds=round(values[CHECKPOINT_SECONDS], 3) if CHECKPOINT_SECONDS in values else None,
             step_seconds=round(values[STEP_SECONDS], 4) if STEP_SECONDS in values else None,
             total_steps=int(values[TOTAL_STEPS]) if TOTAL_STEPS in values else None,
+            # Both or neither: where worker 0's training last continued from, and when (a later one is news).
+            resumed_step=int(values[RESUMED_STEP]) if RESUMED_TIMESTAMP in values and RESUMED_STEP in values else None,
+            resumed_at=_rfc3339(values[RESUMED_TIMESTAMP])
+            if RESUMED_TIMESTAMP in values and RESUMED_STEP in values
+            else None,
             updated_at=now,
         )
     )
+
+
+def _rfc3339(unix: float) -> str:
+    """A Unix time as RFC 3339 in milliseconds: two continuations within a second are still two."""
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def session() -> aiohttp.ClientSession:

@@ -17,6 +17,7 @@ from ringleader_api import (
     LABEL_ROLE,
     ConditionType,
     JobPhase,
+    PendingLoss,
     RankStatus,
     ReplicaStatus,
     Role,
@@ -86,6 +87,7 @@ class Round:
     restarting: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) of restarts decided now
     gone: dict[str, ObservedPod] = field(default_factory=dict)  # rank pods lately deleted, by name: last state
     lost_steps: int = 0  # steps trained and not checkpointed, lost to the replacements decided now (goodput)
+    pending_loss: PendingLoss | None = None  # replacements decided now whose cost is measured later (goodput)
     stalled_seconds: float = 0.0  # of the Running time counted now, those of a stall found in it (goodput)
     resize_why: str = ""  # why the world's size changes in this round, when the operator chose it (elastic)
     # The job's rank book (rankbook.py), brought up to date with `observed`, and the ranks whose pods changed since

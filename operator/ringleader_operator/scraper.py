@@ -154,7 +154,12 @@ class ProgressScraper:
             return
         await self.api.patch_status(*key, {"progress": now.model_dump(by_alias=True, mode="json")})
         stalled_at = status.get("lastStallStep")
-        if _condition_true(status, ConditionType.STALLED) and now.step > (stalled_at if stalled_at is not None else -1):
+        pending = (status.get("goodput") or {}).get("pendingLoss")
+        if pending is not None and now.resumed_at is not None and now.resumed_at != pending.get("resumedAt"):
+            self.wake(key)  # worker 0 continued: its round counts what the replacement cost
+        elif _condition_true(status, ConditionType.STALLED) and now.step > (
+            stalled_at if stalled_at is not None else -1
+        ):
             self.wake(key)  # past the stall: its round turns Stalled False
         elif _condition(status, ConditionType.STALLED) == "Unknown":
             self.wake(key)  # progress is read again: its round turns Stalled False

@@ -31,6 +31,10 @@ def test_operator_reads_the_trainers_metrics_page() -> None:
     assert (parsed.step, parsed.loss, parsed.samples_per_second) == (420, 0.25, 1234.5)
     assert (parsed.last_checkpoint_step, parsed.checkpoint_seconds, parsed.step_seconds) == (400, 1.5, 0.25)
     assert (parsed.total_steps, parsed.percent, parsed.eta_seconds) == (600, 70.0, 45)
+    assert (parsed.resumed_step, parsed.resumed_at) == (None, None)  # a page from before the trainer said it
+    m.resumed(380)  # healed from a live peer, or resumed from a checkpoint: where worker 0 continued from
+    parsed = progress.parse(m.text(), "2026-01-01T00:00:00Z")
+    assert parsed is not None and (parsed.step, parsed.resumed_step) == (380, 380) and parsed.resumed_at is not None
 
 
 def test_operator_reads_where_a_rank_is_from_its_page() -> None:

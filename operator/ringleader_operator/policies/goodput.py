@@ -9,13 +9,17 @@ without progress), then the seconds owed to recomputation (the steps lost when r
 last measured step time), the rest productive.
 
 Steps are lost when a rank is replaced while the job runs, except when it stopped with its checkpoint (a clean
-stop, or a straggler replaced in a job that checkpoints): worker 0's last step less its newest checkpoint's, as
-status.progress last said, or a stopping rank's exit record (without checkpoints, every step).
+stop, or a straggler replaced in a job that checkpoints). How many is measured where the trainer says where its
+training continued from (progress.resumedStep, with resumedAt: from a live peer's state, or the newest checkpoint):
+worker 0's step when the ranks were replaced, less that step, counted once worker 0's page shows a later
+continuation (goodput.pendingLoss until then; if the job ends first, the most it can be). Without it, worker 0's
+step less its newest checkpoint's, as status.progress last said, or a stopping rank's exit record (without
+checkpoints, every step).
 """
 
 from __future__ import annotations
 
-from ringleader_api import Goodput, JobPhase
+from ringleader_api import Goodput, JobPhase, PendingLoss, Progress
 
 from ..failures import Failure, Kind
 from ..observed import parse_time
@@ -25,15 +29,29 @@ ENDED = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 
 
 def note_lost_work(r: Round, failure: Failure) -> None:
-    """A rank is replaced for `failure`: the steps since the newest checkpoint are lost, unless it saved where it
-    stopped. Counted once per round, and only while the job was Running (a second rank lost during the same
-    recovery loses nothing more)."""
+    """A rank is replaced for `failure`: the steps since where training continues from are lost, unless it saved
+    where it stopped. Noted once per round, and only while the job was Running (a second rank lost during the
+    same recovery loses nothing more): measured later where the trainer says where it continued from (pending),
+    else counted now as the steps since the newest checkpoint."""
     lossless = failure.kind == Kind.STOPPED or (failure.kind == Kind.STRAGGLED and r.job.spec.checkpoint is not None)
     progress = r.status.progress  # as read, or with the step a stop saved this round (policies/saves.py)
     if lossless or r.old.phase != JobPhase.RUNNING or progress is None:
         return
     saved = (progress.last_checkpoint_step or 0) if r.job.spec.checkpoint is not None else 0
-    r.lost_steps = max(r.lost_steps, 0, progress.step - saved)
+    at_most = max(0, progress.step - saved)
+    if progress.resumed_step is None:
+        r.lost_steps = max(r.lost_steps, at_most)
+    elif r.pending_loss is None:
+        r.pending_loss = PendingLoss(step=progress.step, at_most=at_most, resumed_at=progress.resumed_at)
+
+
+def settled(pending: PendingLoss, progress: Progress | None, ended: bool) -> int | None:
+    """The steps a pending loss cost once worker 0 shows a later continuation (the step then less where it
+    continued from; nothing lost when it continued past it), the most it can be if the job ended first, else
+    None: not known yet."""
+    if progress is not None and progress.resumed_step is not None and progress.resumed_at != pending.resumed_at:
+        return max(0, pending.step - progress.resumed_step)
+    return pending.at_most if ended else None
 
 
 def account(r: Round) -> None:
@@ -44,8 +62,12 @@ def account(r: Round) -> None:
     g = (r.status.goodput or Goodput()).model_copy()
     if g.accounted_at is None:
         g.accounted_at = str(r.job.metadata.get("creationTimestamp") or r.now)
-    if before == after and not r.lost_steps and r.status.goodput is not None:
+    pending = g.pending_loss or r.pending_loss
+    if pending is not None and (lost := settled(pending, r.status.progress, after in ENDED)) is not None:
+        r.lost_steps, pending = max(r.lost_steps, lost), None
+    if before == after and not r.lost_steps and pending == g.pending_loss and r.status.goodput is not None:
         return
+    g.pending_loss = pending
     seconds = max(0, int((r.at - parse_time(g.accounted_at)).total_seconds()))
     if before == JobPhase.RUNNING:
         stalled = min(seconds, round(r.stalled_seconds))

@@ -2,7 +2,8 @@
 and the synchronous parameter server has a rank evicted, is resized (the elastic strategies), is suspended and
 resumed, and then loses a rank to a SIGKILL. After each stop, status.progress.lastCheckpointStep is the step the
 stopping ranks saved (read from their exit records: their pages are gone), no step is counted lost, and the
-SIGKILL's lost steps are counted from the suspend's save. An asynchronous and a bounded-staleness parameter-server
+SIGKILL's lost steps are counted from the suspend's save; where the strategy heals from a live peer (allreduce,
+local SGD), none are, and worker 0's step never goes back. An asynchronous and a bounded-staleness parameter-server
 job are suspended while worker 1 (unpaced) is far ahead of worker 0 (the issue's own report): every rank stops at
 the one step shard 0 names and the status says it. The jobs run side by side, each on its own thread, so their
 waits overlap."""
@@ -47,11 +48,12 @@ class Case:
     ps: int = 0
     elastic: bool = False  # resized 2 -> 3 (allreduce, local SGD and sharded may be)
     suspend_only: bool = False  # suspended once, no eviction and no kill
+    heals: bool = False  # a lost rank's replacement is served by a live peer: no step lost (healing.py)
 
 
 CASES = [
-    Case("ar", {"strategy": "allreduce"}, elastic=True),
-    Case("lsgd", {"strategy": "local-sgd", "localSGD": {"period": 4}}, elastic=True),
+    Case("ar", {"strategy": "allreduce"}, elastic=True, heals=True),
+    Case("lsgd", {"strategy": "local-sgd", "localSGD": {"period": 4}}, elastic=True, heals=True),
     Case("shard", {"strategy": "sharded"}, elastic=True),
     Case("pipe", {"strategy": "pipeline"}),
     Case("ps", {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}, ps=1),
@@ -171,14 +173,38 @@ class Scenario:
         save, from at least what status showed before the kill to at most worker 0's step when it lost its
         peer (the newest it logged before recovering, plus the steps between two log lines)."""
         seen = self.training_past(saved + 30, "training after the resume")
+        before = self.progress().get("resumedAt")
         pids = rank_processes(self.ns, self.name, "worker", 1)
         assert pids, f"{self.name}: no process of worker 1"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
+        if self.case.heals:
+            self.healed(seen, before)
+            return
         lost = wait_for(f"{self.name}: steps lost to the SIGKILL", lambda: self.steps_lost() or None, timeout=60)
         reached = worker0_step_before_recovery(self.core, self.ns, self.name)
         period = int((self.case.spec.get("localSGD") or {}).get("period", 1))
         assert seen - saved <= lost <= reached + LOG_EVERY + period - saved, (self.name, seen, reached, saved, lost)
+
+    def healed(self, seen: int, before: str | None) -> None:
+        """Worker 1's replacement heals from a live peer: once worker 0's page says where it continued from (a
+        continuation after `before`) and the operator has counted what the loss cost, it is nothing, and the
+        step status shows never went below `seen` meanwhile."""
+        shown: list[int] = []
+
+        def counted() -> bool | None:
+            status = self.status()
+            progress, goodput = status.get("progress") or {}, status.get("goodput") or {}
+            shown.append(int(progress.get("step", 0)))
+            if progress.get("resumedAt") in (None, before) or goodput.get("pendingLoss") is not None:
+                return None
+            return status.get("phase") == "Running" or None
+
+        wait_for(f"{self.name}: the heal counted", counted, timeout=120)
+        assert min(shown) >= seen and shown == sorted(shown), (self.name, seen, shown)  # the step never went back
+        assert self.steps_lost() == 0, (self.name, self.status().get("goodput"))
+        events = trainer_events(self.core, self.ns, f"{self.name}-worker-0", "heal")
+        assert len(events) == 1 and events[0]["step"] >= seen - LOG_EVERY, (self.name, events)
 
 
 def worker0_step_before_recovery(core: client.CoreV1Api, ns: str, job: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from ringleader_api import Goodput, JobPhase, TrainingJob
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.goodput import account, note_lost_work
@@ -114,3 +115,45 @@ def test_the_operator_exports_each_jobs_goodput_and_drops_it_with_the_job() -> N
     assert REGISTRY.get_sample_value("ringleader_job_goodput_ratio", {"namespace": "ns", "job": "gp"}) is None
     labels = {"namespace": "ns", "job": "gp", "cause": "queued"}
     assert REGISTRY.get_sample_value("ringleader_job_lost_seconds", labels) is None
+
+
+T0, T1 = "2026-01-01T00:00:00.000Z", "2026-01-01T00:01:10.500Z"  # worker 0's continuations: its start, then later
+
+
+@pytest.mark.parametrize(
+    ("continued", "lost", "owed"),
+    [
+        (({"resumedStep": 120, "resumedAt": T1}), 0, 0),  # healed from a live peer at the step it was at
+        (({"resumedStep": 121, "resumedAt": T1}), 0, 0),  # read a step later: it continued past it
+        (({"resumedStep": 100, "resumedAt": T1}), 20, 10),  # resumed from the checkpoint at 100: 20 steps again
+        (({"resumedStep": 0, "resumedAt": T0}), None, None),  # not yet continued: still pending
+    ],
+    ids=["healed", "healed-read-later", "from-the-checkpoint", "pending"],
+)
+def test_steps_lost_are_what_worker_0_says_it_continued_from(
+    continued: dict[str, Any], lost: int | None, owed: int | None
+) -> None:
+    s = step(job({}), 0, JobPhase.PENDING)
+    s = step(job(s), 10, JobPhase.RUNNING)
+    s["progress"] = {"step": 120, "lastCheckpointStep": 100, "stepSeconds": 0.5, "resumedStep": 0, "resumedAt": T0}
+    s = step(job(s), 70, JobPhase.RESTARTING, lost=Failure(Kind.EXIT, 1))
+    g = s["goodput"]
+    assert g["stepsLost"] == 0 and g["pendingLoss"] == {"step": 120, "atMost": 20, "resumedAt": T0}
+    s = step(job(s), 75, JobPhase.RUNNING)  # the replacement runs; worker 0's page not read since
+    assert s["goodput"]["pendingLoss"] is not None
+    s["progress"] |= continued
+    s = step(job(s), 80, JobPhase.RUNNING)
+    g = s["goodput"]
+    if lost is None:
+        assert g["pendingLoss"] is not None and g["stepsLost"] == 0
+    else:
+        assert (g["pendingLoss"], g["stepsLost"], g["recomputeOwedSeconds"]) == (None, lost, owed)
+
+
+def test_a_job_that_ends_before_worker_0_says_where_it_continued_counts_the_most_it_can_be() -> None:
+    s = step(job({}), 0, JobPhase.PENDING)
+    s = step(job(s), 10, JobPhase.RUNNING)
+    s["progress"] = {"step": 120, "lastCheckpointStep": 100, "stepSeconds": 0.5, "resumedStep": 0, "resumedAt": T0}
+    s = step(job(s), 70, JobPhase.RESTARTING, lost=Failure(Kind.EXIT, 1))
+    s = step(job(s), 72, JobPhase.SUCCEEDED)
+    assert (s["goodput"]["pendingLoss"], s["goodput"]["stepsLost"]) == (None, 20)
