@@ -145,8 +145,13 @@ def ranks_patch(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
         if entry is None:
             patch[key] = None
         elif isinstance(old, Mapping) and isinstance(entry, Mapping):
-            patch[key] = {**dict.fromkeys(old.keys() - entry.keys()), **entry}
+            patch[key] = with_removals(old, entry)
     return patch
+
+
+def with_removals(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` as a merge patch over `stored`: each key `stored` has and `new` leaves out removed by null."""
+    return {**dict.fromkeys(stored.keys() - new.keys()), **new}
 
 
 def dropped_keys(stored: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -604,6 +609,8 @@ class Reconciler:
             whole = dict(new_status)
             new_status["ranks"] = ranks_patch(stored, grouped)
             new_status |= dict.fromkeys(dropped)  # removed by null: a merge patch keeps what it does not name
+            if isinstance(kept := stored_status.get("goodput"), Mapping) and "goodput" in new_status:
+                new_status["goodput"] = with_removals(kept, new_status["goodput"])  # a settled pendingLoss
             written = await self.kube.patch_status(job.namespace, job.name, new_status, resource_version=version)
             if written is not None and record is not None:
                 record.saw(written)  # the next round reads it, not the version its watch event replaces

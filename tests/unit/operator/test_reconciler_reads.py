@@ -261,6 +261,27 @@ def test_a_status_key_the_new_status_leaves_out_is_removed_by_null_once_and_prog
     asyncio.run(main())
 
 
+def test_a_settled_pending_loss_is_removed_from_the_stored_goodput_by_null() -> None:
+    """goodput.pendingLoss, settled by the round once worker 0's page says where it continued from, is named null
+    in the write (a merge patch keeps a nested key it does not name: the loss would stay pending for good)."""
+    kube = FakeKube(service_exists=True)
+    pending = {"step": 400, "atMost": 400, "resumedAt": "2026-01-01T00:00:00.000Z"}
+    kube.stored = {
+        "progress": {"step": 690, "resumedStep": 450, "resumedAt": "2026-01-01T00:00:29.000Z"},
+        "goodput": {"accountedAt": "2026-01-01T00:00:00Z", "pendingLoss": pending},
+    }
+    r = Reconciler(kube, emit=lambda *_: None)
+
+    async def main() -> None:
+        await r.round("ns", "j", True)
+        assert kube.status["goodput"]["pendingLoss"] is None, kube.status["goodput"]
+        kube.stored = merge(kube.stored, kube.status)
+        assert "pendingLoss" not in kube.stored["goodput"] and kube.stored["goodput"]["stepsLost"] == 0
+        r.queue.close()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize(
     ("stored", "new", "dropped"),
     [
