@@ -57,7 +57,7 @@ from .policies import elastic
 from .policies.stall import STALLED_POD_GRACE_SECONDS
 from .reconcile import plan
 from .round_state import Plan
-from .scraper import SCRAPE_SECONDS, ProgressScraper, scrape_interval, watches_progress
+from .scraper import ProgressScraper, loss_pending, scrape_interval, watches_progress
 from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
 from .workloads import Workloads
@@ -259,7 +259,8 @@ class Reconciler:
         record.saw(obj)
         if _running(record.body):
             self.running.add(key)
-            self.scrapes.add_after(key, SCRAPE_SECONDS)  # a timer already pending stays
+            # The sooner timer stays: one pending, or sooner while a replacement's cost waits for worker 0's page.
+            self.scrapes.add_after(key, scrape_interval(0, True, loss_pending(obj)))
         else:
             self.running.discard(key)
             self.scrapes.cancel(key)
@@ -719,7 +720,10 @@ class Reconciler:
                     await self.scraper.scrape(record.body)
         finally:
             if (record := self.jobs.get(key)) is not None and (record.body is None or _running(record.body)):
-                every = scrape_interval(len(self.running), record.body is None or watches_progress(record.body))
+                body = record.body
+                every = scrape_interval(
+                    len(self.running), body is None or watches_progress(body), body is not None and loss_pending(body)
+                )
                 self.scrapes.add_after(key, max(every, record.next_scrape_at - time.monotonic()))
         return False
 

@@ -27,6 +27,7 @@ from .observed import parse_time, utcnow
 
 log = logging.getLogger("ringleader.scraper")
 SCRAPE_SECONDS = 5.0  # how often a running job's worker 0 is read into status.progress
+PENDING_LOSS_SCRAPE_SECONDS = 1.0  # how often while a replacement's cost waits for worker 0's page (a few reads)
 # The most scrapes a second over all running jobs that watch for neither stalls nor stragglers: past
 # SCRAPES_PER_SECOND * SCRAPE_SECONDS such jobs (100), each is read less often. Every scrape that sees a new
 # step writes the job's status, so a thousand jobs read every 5 s were 200 status writes a second to the API
@@ -55,13 +56,22 @@ FirstWorker = Callable[[str, str], Awaitable[list[dict[str, Any]] | None]]
 SCRAPE_GRACE_SECONDS = 60.0
 
 
-def scrape_interval(running_jobs: int, watched: bool) -> float:
-    """Seconds between two scrapes of a running job when `running_jobs` jobs run: SCRAPE_SECONDS for a job
-    whose run policy watches for stalls or stragglers (`watched`: those need timely reads), else as often as
-    SCRAPES_PER_SECOND shared by every running job allows, and never more often than SCRAPE_SECONDS."""
+def scrape_interval(running_jobs: int, watched: bool, loss_pending: bool = False) -> float:
+    """Seconds between two scrapes of a running job when `running_jobs` jobs run: PENDING_LOSS_SCRAPE_SECONDS
+    while the cost of a replacement waits for worker 0's page to say where it continued from (`loss_pending`:
+    a job that ends before that read counts the most it can be); SCRAPE_SECONDS for a job whose run policy
+    watches for stalls or stragglers (`watched`: those need timely reads), else as often as SCRAPES_PER_SECOND
+    shared by every running job allows, and never more often than SCRAPE_SECONDS."""
+    if loss_pending:
+        return PENDING_LOSS_SCRAPE_SECONDS
     if watched:
         return SCRAPE_SECONDS
     return max(SCRAPE_SECONDS, running_jobs / SCRAPES_PER_SECOND)
+
+
+def loss_pending(obj: Mapping[str, Any]) -> bool:
+    """Whether the job `obj`'s status holds a replacement's cost not counted yet (goodput.pendingLoss)."""
+    return ((obj.get("status") or {}).get("goodput") or {}).get("pendingLoss") is not None
 
 
 def watches_progress(obj: Mapping[str, Any]) -> bool:

@@ -118,7 +118,7 @@ def test_a_rank_killed_inside_its_container_is_replaced_and_logs_and_exec_work(
     assert is_true(job, "Succeeded"), diagnosis(core, ns, job)
     restarts = {role: s.get("restarts", 0) for role, s in job["status"]["replicaStatuses"].items()}
     assert sum(restarts.values()) == 1, restarts
-    assert '"event": "recover"' in logs(core, ns, "kill-worker-0", "trainer")
+    assert '"event": "heal"' in logs(core, ns, "kill-worker-0", "trainer")  # it healed worker 1's replacement
     # the supervisor, the container's PID 1, ended as its SIGKILLed training process did: 137, retried
     said_event(core, ns, "kill", lambda e: e.reason == "RankRestarting" and "exit code 137" in (e.message or ""))
     # `ringleader logs kill`: the kubelet stamps every line, so the ranks' lines interleave by time (not rank after

@@ -1,8 +1,9 @@
 """Rank-level recovery on the dev cluster: SIGKILL one rank's trainer process; the operator replaces that pod
-only, the survivors re-join in place, and the job finishes with one restart counted. Two victims, the hardest
-of each kind of job: the worker that hosts the rendezvous store, and a parameter-server shard. (Every victim
-recovers in place in the trainer's own tests, tests/integration/trainer/test_recovery.py; the chaos run kills
-random workers and shards through the operator.)"""
+only, the survivors re-join in place (under allreduce they heal the replacement from their live state; around a
+parameter-server shard they resume from the newest checkpoint), and the job finishes with one restart counted.
+Two victims, the hardest of each kind of job: the worker that hosts the rendezvous store, and a parameter-server
+shard. (Every victim recovers in place in the trainer's own tests, tests/integration/trainer/test_recovery.py and
+test_healing.py; the chaos run kills random workers and shards through the operator.)"""
 
 from __future__ import annotations
 
@@ -91,4 +92,5 @@ def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
     # The others kept their pods (finished workers stay; cleanPodPolicy Running may have removed shards).
     assert all(after[n] == uid for n, uid in before.items() if n != victim and n in after)
     survivor = next(n for n in before if n != victim and "worker" in n)
-    assert '"event": "recover"' in logs(core, namespace, survivor, container="trainer")
+    event = "recover" if spec else "heal"  # allreduce heals from a live peer
+    assert f'"event": "{event}"' in logs(core, namespace, survivor, container="trainer")

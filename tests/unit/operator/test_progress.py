@@ -698,6 +698,7 @@ def test_the_scrape_interval_shares_a_budget_among_running_jobs_except_watched_o
     running: int, watched: bool, every: float
 ) -> None:
     assert scrape_interval(running, watched) == every
+    assert scrape_interval(running, watched, loss_pending=True) == 1.0  # a replacement's cost waits for the page
 
 
 @pytest.mark.parametrize(
