@@ -271,6 +271,8 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
             env["RINGLEADER_PS_MAX_STALENESS"] = str(settings.max_staleness)
         env["RINGLEADER_PS_PORT"] = str(PS_PORT)
         env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
+    if role == Role.WORKER and (low := worker_counts(job).start) < spec.workers.replicas:
+        env["RINGLEADER_MIN_WORKERS"] = str(low * procs)  # the survivors may train on while a rank is replaced
     if spec.strategy == Strategy.LOCAL_SGD:
         env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
     if spec.strategy == Strategy.SHARDED:

@@ -82,11 +82,12 @@ class TrainingCheckpointer:
     def maybe_save(self, step: int, progress: Mapping[str, Any]) -> None:
         """Call after every step: save when the interval says so, and when the ranks agree to stop (SIGTERM;
         stopping.py) save at this step and raise `Stopped`, which ends the process with its exit code."""
+        self.strategy.progress = progress  # what a peer's replacement gets with this rank's state (healing)
+        stop = self.strategy.stop_agreed()  # a vote also where no checkpoint is kept: on taking a rank in
         checkpoints = self.strategy.checkpoints
         if checkpoints is None:
             return
-        self.strategy.progress = progress  # what a peer's replacement gets with this rank's state (healing)
-        if self.strategy.stop_agreed():
+        if stop:
             at = self.strategy.stop_step(step)
             self.save(at, progress, reason="stop")
             raise self.strategy.stopped(at)

@@ -61,6 +61,7 @@ READS = frozenset(
         "RINGLEADER_PS_PORT",
         "RINGLEADER_PS_ADDRS",
         "RINGLEADER_LOCAL_SGD_PERIOD",
+        "RINGLEADER_MIN_WORKERS",
         "RINGLEADER_SHARDED_STAGE",
         "RINGLEADER_PIPELINE_STAGES",
         "RINGLEADER_PIPELINE_MICRO_BATCHES",
@@ -149,6 +150,9 @@ class RankEnv:
     pipeline: Pipeline | None = None
     checkpoints: Checkpoints | None = None
     attempt: int = 0  # the pod's place in its rank's history: 0 for the first pod, one more for each replacement
+    # The fewest worker ranks the job trains with while a lost one is replaced (spec.workers.minReplicas); None:
+    # all of them (the survivors wait for the replacement).
+    min_workers: int | None = None
 
     @property
     def local_rank(self) -> int:
@@ -227,7 +231,15 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         pipeline=_pipeline(env, num_workers) if strategy == StrategyName.PIPELINE else None,
         checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
         attempt=_int(env, "RINGLEADER_ATTEMPT", 0) if env.get("RINGLEADER_ATTEMPT") else 0,
+        min_workers=_min_workers(env, num_workers) if env.get("RINGLEADER_MIN_WORKERS") else None,
     )
+
+
+def _min_workers(env: Mapping[str, str], num_workers: int) -> int:
+    low = _int(env, "RINGLEADER_MIN_WORKERS", 1)
+    if low > num_workers:
+        raise EnvError(f"RINGLEADER_MIN_WORKERS={low} is more than the job's {num_workers} worker ranks")
+    return low
 
 
 def _worker(env: Mapping[str, str], pod: int, num_workers: int, procs: int) -> WorkerRank:

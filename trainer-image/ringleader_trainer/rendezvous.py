@@ -32,6 +32,8 @@ CONNECT_SECONDS = 5.0
 
 
 WAIT_SLICE = 1.0  # seconds a rank waits on the store for the next group before looking again
+# With a quorum, the seconds worker 0 waits after the last rank came before it forms the group of those there.
+QUORUM_SETTLE_SECONDS = 0.5
 
 
 def formed_key(incarnation: str) -> str:
@@ -41,6 +43,25 @@ def formed_key(incarnation: str) -> str:
 def broken_key(incarnation: str) -> str:
     """Set when a member of `incarnation` is known lost: its ranks leave it (`GroupWatch`)."""
     return f"ringleader/{incarnation}/broken"
+
+
+def news_key(incarnation: str) -> str:
+    """What its members hear of `incarnation`: "lost" (a member is lost: leave it now, `broken_key` says why) or
+    "joiner" (a rank outside a group of fewer than every rank waits to join: re-form at a step boundary)."""
+    return f"ringleader/{incarnation}/news"
+
+
+def roster_key(incarnation: str) -> str:
+    """The members of `incarnation`, as worker 0 decided them: their global ranks, comma-separated, in order."""
+    return f"ringleader/{incarnation}/roster"
+
+
+def candidates_key(incarnation: str) -> str:
+    return f"ringleader/{incarnation}/candidates"
+
+
+def count_key(incarnation: str) -> str:
+    return f"ringleader/{incarnation}/count"
 
 
 def next_key(incarnation: str) -> str:
@@ -67,13 +88,17 @@ class Rendezvous:
         self.tried: set[str] = set()
         self.store: Any = None  # the TCPStore: hosted by worker 0, a client elsewhere
         self.watch: GroupWatch | None = None  # of the group this rank is in
+        self.roster: list[int] = []  # the global ranks in the group this rank is in, in their order there
         self._others = (env.master_port, env.metrics_port)  # local ports of connections no group of ours owns
 
-    def join(self) -> None:
-        """Join a new process group of every rank within the rendezvous timeout."""
+    def join(self, quorum: int | None = None) -> None:
+        """Join a new process group within the rendezvous timeout: of every rank; or, with `quorum`, of those that
+        come within QUORUM_SETTLE_SECONDS of one another once at least `quorum` have (the survivors of a loss
+        train on while the lost ranks are replaced). `roster` then names its members (global ranks, in order:
+        a member's rank in the group is its place there; worker 0, which hosts the store, is always first)."""
         env, rendezvous_timeout = self.env, self.rendezvous_timeout
         deadline = time.monotonic() + rendezvous_timeout
-        is_host = env.global_rank == 0
+        is_host, me = env.global_rank == 0, env.global_rank
         where = (f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of "
                  f"{env.global_world_size}")  # fmt: skip
         named = False  # whether worker 0 has named this join's group yet
@@ -88,9 +113,11 @@ class Rendezvous:
                     _name_next(store)
                     named = True
                 incarnation = store.get(INCARNATION_KEY).decode()
-                if incarnation in self.tried or store.check([formed_key(incarnation)]):
-                    if incarnation not in self.tried:  # formed without this rank: it replaces a lost member
-                        store.set(broken_key(incarnation), "replaced")
+                roster = _roster(store, incarnation)
+                outside = roster is not None and me not in roster
+                if incarnation in self.tried or outside or store.check([formed_key(incarnation)]):
+                    if incarnation not in self.tried:  # formed, or decided, without this rank
+                        _tell_outsider(store, incarnation, roster, env.global_world_size)
                         self.tried.add(incarnation)
                     if not waiting:
                         waiting = True
@@ -101,7 +128,11 @@ class Rendezvous:
                         store.wait([next_key(incarnation)], datetime.timedelta(seconds=min(WAIT_SLICE, remaining)))
                     continue
                 self.tried.add(incarnation)
-                self._form(store, incarnation)
+                members = self._enrol(store, incarnation, quorum, deadline)
+                if me not in members:  # came after worker 0 decided: the group will take this rank in next time
+                    _tell_outsider(store, incarnation, members, env.global_world_size)
+                    continue
+                self._form(store, incarnation, members)
                 return
             except (dist.DistError, RuntimeError, OSError, TimeoutError) as e:
                 if dist.is_initialized():
@@ -112,6 +143,38 @@ class Rendezvous:
                 self.store = None  # reconnect: worker 0 may be a new process by now
                 waiting = False
                 time.sleep(0.5)
+
+    def _enrol(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
+        """Say this rank comes to `incarnation`; the roster worker 0 decides (`_decide`) once enough have."""
+        me = self.env.global_rank
+        store.append(candidates_key(incarnation), f"{me},")
+        store.add(count_key(incarnation), 1)
+        if me == 0:
+            decided = self._decide(store, incarnation, quorum, deadline)
+            store.set(roster_key(incarnation), ",".join(map(str, decided)))
+            return decided
+        while (roster := _roster(store, incarnation)) is None:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"worker 0 named no members of group {incarnation} in time")
+            with contextlib.suppress(dist.DistStoreError):  # this slice of the wait ended
+                store.wait([roster_key(incarnation)], datetime.timedelta(seconds=WAIT_SLICE))
+        return roster
+
+    def _decide(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
+        """Worker 0: the members of `incarnation`: every rank once all have come; with `quorum`, those that have
+        come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS."""
+        world, seen, since = self.env.global_world_size, 0, time.monotonic()
+        while (count := int(store.add(count_key(incarnation), 0))) < world:
+            now = time.monotonic()
+            if count != seen:
+                seen, since = count, now
+            if quorum is not None and count >= quorum and now - since >= QUORUM_SETTLE_SECONDS:
+                break
+            if now >= deadline:
+                raise TimeoutError(f"{count} of {world} ranks came to group {incarnation}")
+            time.sleep(0.02)
+        came = store.get(candidates_key(incarnation)).decode()
+        return sorted({int(r) for r in came.split(",") if r.isdigit() and int(r) < world})
 
     def _connect(self, remaining: float) -> Any:
         """The store, hosted here (worker 0) or reached as a client, its timeout what is left of the join's."""
@@ -129,20 +192,22 @@ class Rendezvous:
         self.store.set_timeout(datetime.timedelta(seconds=remaining))
         return self.store
 
-    def _form(self, store: Any, incarnation: str) -> None:
-        """Build the group `incarnation` with every rank (worker 0 marks it formed), and watch it."""
+    def _form(self, store: Any, incarnation: str, roster: list[int]) -> None:
+        """Build the group `incarnation` of `roster` (worker 0 marks it formed), and watch it."""
         env = self.env
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         before = _sockets()
         dist.init_process_group(
             backend, store=dist.PrefixStore(f"ringleader/{incarnation}/", store),  # type: ignore[attr-defined]
-            rank=env.global_rank, world_size=env.global_world_size, timeout=datetime.timedelta(seconds=self.timeout),
+            rank=roster.index(env.global_rank), world_size=len(roster),
+            timeout=datetime.timedelta(seconds=self.timeout),
         )  # fmt: skip
-        if env.global_rank == 0:  # gloo connected worker 0 to every rank: the group takes no one new from now on
+        if env.global_rank == 0:  # gloo connected worker 0 to every member: the group takes no one new from now on
             store.set(formed_key(incarnation), "1")
         # The group's own connections: those it opened, not the store's (worker 0 accepts peers' store connections
         # meanwhile) nor a metrics page's.
         ours = {fd for fd in _sockets() - before if _connection_port(fd) not in (None, *self._others)}
+        self.roster = roster
         self.watch = GroupWatch(self, incarnation, ours)
 
     def leave(self) -> None:
@@ -159,13 +224,14 @@ class Rendezvous:
 
 class GroupWatch:
     """Ends this rank's part in a process group as soon as the group is known broken, so that a collective
-    blocked in it fails at once (and the rank heals or recovers) instead of after the collective's timeout.
+    blocked in it fails at once (and the rank heals or recovers) instead of after the collective's timeout; and
+    raises `joiner` when a rank waits to join a group of fewer than every rank.
 
     A group is broken when one of its members is lost: a member that saw a collective fail says so in the
-    store (`broken_key`), and so does a rank that finds the group formed without it (the replacement of a lost
-    member: the operator replaced its pod, as after a node's loss, where no connection ever reports the
-    loss). A thread waits on that key with a connection of its own to the store and, once it is set (or the
-    store, which worker 0 hosts, is gone), shuts down the group's connections: gloo then fails every pending
+    store (`tell_lost`), and so does a rank that finds the group formed without it (the replacement of a lost
+    member: the operator replaced its pod, as after a node's loss, where no connection ever reports the loss). A
+    thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
+    the store, which worker 0 hosts, is gone), shuts down the group's connections: gloo then fails every pending
     operation on them here, and on the other end, as if this rank had been lost. Shutting them down, not
     closing them, leaves gloo's threads their sockets until the group is dropped."""
 
@@ -174,6 +240,7 @@ class GroupWatch:
     def __init__(self, rendezvous: Rendezvous, incarnation: str, sockets: set[int]) -> None:
         self.rendezvous, self.incarnation, self.sockets = rendezvous, incarnation, sockets
         self.ended = threading.Event()
+        self.joiner = threading.Event()  # a rank waits to join this group (of fewer than every rank)
         # Held while the connections are shut down, which happens once: after this rank leaves the group its
         # descriptors' numbers may be reused by the next group's connections.
         self.lock = threading.Lock()
@@ -183,7 +250,7 @@ class GroupWatch:
     def tell(self, store: Any) -> None:
         """Say in the store that this group is broken (where the store is still there to hear it)."""
         with contextlib.suppress(Exception):
-            store.set(broken_key(self.incarnation), "lost")
+            tell_lost(store, self.incarnation, "lost")
 
     def end(self) -> None:
         """Stop watching (this rank leaves the group), shutting its connections down for the peers' sake."""
@@ -198,13 +265,18 @@ class GroupWatch:
                 env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
                 timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
             )  # fmt: skip
+            key = news_key(self.incarnation)
             while not self.ended.is_set():
                 try:
-                    client.wait([broken_key(self.incarnation)], datetime.timedelta(seconds=self.SLICE))
-                    break
+                    client.wait([key], datetime.timedelta(seconds=self.SLICE))
                 except dist.DistStoreError as e:
                     if "timeout" not in str(e).lower():
                         raise
+                    continue
+                if key == broken_key(self.incarnation) or client.get(key) != b"joiner":
+                    break
+                self.joiner.set()  # from now on only a loss is news
+                key = broken_key(self.incarnation)
         except Exception as e:  # the store is gone: so is worker 0, a member
             reason = f"the store is unreachable: {one_line(e)}"
         else:
@@ -223,6 +295,28 @@ class GroupWatch:
                 finally:
                     s.close()
         self.sockets = set()
+
+
+def _roster(store: Any, incarnation: str) -> list[int] | None:
+    """The members worker 0 decided for `incarnation`; None until it has."""
+    if not store.check([roster_key(incarnation)]):
+        return None
+    return [int(r) for r in store.get(roster_key(incarnation)).decode().split(",") if r.isdigit()]
+
+
+def _tell_outsider(store: Any, incarnation: str, roster: list[int] | None, world: int) -> None:
+    """A rank outside `incarnation` says so: to a group of every rank, one of its members is lost (this rank
+    replaces it); to a group of fewer, one more rank waits to join it."""
+    if roster is not None and len(roster) < world:
+        store.compare_set(news_key(incarnation), "", "joiner")
+    else:
+        tell_lost(store, incarnation, "replaced")
+
+
+def tell_lost(store: Any, incarnation: str, reason: str) -> None:
+    """Say in the store that a member of `incarnation` is lost: its members leave it at once (`GroupWatch`)."""
+    store.set(broken_key(incarnation), reason)
+    store.set(news_key(incarnation), "lost")
 
 
 def _name_next(store: Any) -> None:

@@ -42,6 +42,8 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     strategy.join()
     if strategy.checkpoints is not None:  # SIGTERM now stops at an agreed step, with a checkpoint there
         strategy.enable_stop()
+    elif strategy.quorum is not None:  # the workers vote on taking in a lost rank's replacement
+        strategy.enable_votes()
     strategy._log_window = (time.perf_counter(), strategy.steps_done)
     # Every rank serves its page (on its pod's port plus its local rank): worker 0's holds the job's progress, each
     # rank's says where it is (the operator reads them all when the job stalls).

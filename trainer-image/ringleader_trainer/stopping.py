@@ -59,8 +59,9 @@ class StopVote:
     """The workers' pipelined agreement on whether to stop: `poll(wants)` at every step boundary, on every
     worker, in the same order as the group's other collectives (all ranks make the same calls).
 
-    A vote is a two-element allreduce (MAX): whether some worker wants to stop, and how many steps to the next
-    vote. Each worker proposes enough steps to fill VOTE_EVERY_SECONDS at its own recent pace (at most
+    A vote is a three-element allreduce (MAX): whether some worker wants to stop, how many steps to the next
+    vote, and whether some worker knows of a rank waiting to join the group (healing's quorum). Each worker
+    proposes enough steps to fill VOTE_EVERY_SECONDS at its own recent pace (at most
     MAX_STEPS_BETWEEN, at least 1); all take the fewest, the slowest worker's (sent as MAX_STEPS_BETWEEN minus
     the proposal, so one MAX serves both). So a vote costs one small collective every ~50 ms,
     not every step (a 2.7 ms step paid 7 % for a vote each step), and a stop comes within about two such
@@ -69,15 +70,18 @@ class StopVote:
     def __init__(self, group: dist.ProcessGroup | None, metrics: TrainerMetrics | None = None) -> None:
         """`metrics`: stamped while a vote's result is waited for (an exchange, like any collective)."""
         self.group, self.metrics = group, metrics
+        self.regroup = False  # the vote found a rank waiting to join: every worker re-forms the group here
         self.pending: tuple[dist.Work, torch.Tensor] | None = None
         self.every = 1  # steps from one vote to the next, as the last vote agreed
         self.steps = 0  # steps since the last vote
         self.since = time.perf_counter()  # when the last vote was launched
 
-    def poll(self, wants: bool) -> bool:
+    def poll(self, wants: bool, joiner: bool = False) -> bool:
         """True when the vote in flight found some worker wanting to stop: every worker gets True at the same
         boundary, and no further vote is launched. Otherwise, at a vote's boundary, launch the next vote (a CPU
-        tensor: gloo's, beside NCCL on GPUs) and return False."""
+        tensor: gloo's, beside NCCL on GPUs) and return False. `joiner`: this worker knows of a rank waiting to
+        join; when the vote in flight found one, `regroup` turns True on every worker at the same boundary and
+        no further vote is launched (the group is re-formed there)."""
         self.steps += 1
         if self.steps < self.every:
             return False
@@ -89,15 +93,18 @@ class StopVote:
             work.wait()  # bounded by the group's timeout: a lost peer raises, as any collective's would
             if self.metrics is not None:
                 self.metrics.left_exchange()
-            stop, spare = (int(v) for v in result.tolist())
+            stop, spare, joining = (int(v) for v in result.tolist())
             if stop:
                 return True
+            if joining:
+                self.regroup = True
+                return False
             self.every = max(1, MAX_STEPS_BETWEEN - spare)
         now = time.perf_counter()
         pace = (now - self.since) / self.steps
         self.steps, self.since = 0, now
         proposal = min(MAX_STEPS_BETWEEN, max(1, math.ceil(VOTE_EVERY_SECONDS / max(pace, 1e-6))))
-        vote = torch.tensor([1 if wants else 0, MAX_STEPS_BETWEEN - proposal], dtype=torch.int64)
+        vote = torch.tensor([int(wants), MAX_STEPS_BETWEEN - proposal, int(joiner)], dtype=torch.int64)
         work = dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         assert work is not None  # async_op=True returns the work
         self.pending = (work, vote)

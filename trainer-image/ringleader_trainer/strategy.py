@@ -91,6 +91,9 @@ class Strategy:
     # Whether a live peer can serve this rank's state to a lost rank's replacement (healing.py): the survivors
     # of a loss then continue from the step it interrupted. The others resume from the newest checkpoint.
     heals = False
+    # Whether, with spec.workers.minReplicas, the survivors of a loss train on without the lost rank until its
+    # replacement joins (a per-step quorum; gradients averaged over the workers present).
+    trains_short = False
 
     def __init__(self, env: RankEnv, options: Options, rendezvous: Rendezvous | None = None) -> None:
         self.env, self.options = env, options
@@ -144,6 +147,19 @@ class Strategy:
     def world_size(self) -> int:
         """The number of workers."""
         return self.env.num_workers
+
+    @property
+    def present(self) -> int:
+        """The workers in the group now: `world_size`, or fewer while a lost one is replaced (`quorum`)."""
+        return dist.get_world_size(self.workers_group) if dist.is_initialized() else self.world_size
+
+    @property
+    def quorum(self) -> int | None:
+        """The fewest workers a group re-formed after a loss may train with (spec.workers.minReplicas) while the
+        lost ones are replaced; None: every worker (the survivors wait for the replacements)."""
+        if not (self.trains_short and self.heals and self.options.heal) or self.env.num_ps:
+            return None
+        return self.env.min_workers
 
     @property
     def data_rank(self) -> int:
@@ -228,7 +244,7 @@ class Strategy:
         t0, s0 = self._log_window
         now = time.perf_counter()
         elapsed = max(now - t0, 1e-9)
-        rate = (step - s0) * batch_size * self.data_parallel_size / elapsed
+        rate = (step - s0) * batch_size * self.data_parallel_size * self.present / self.world_size / elapsed
         self._log_window = (now, step)
         self.metrics.update(step, loss, rate, elapsed / (step - s0) if step > s0 else None)
         log_json(
@@ -247,7 +263,7 @@ class Strategy:
             flat = torch.cat([t.detach().reshape(-1) for t in tensors])
             self.metrics.entered_exchange()
             if group is None:
-                self.allreduce_(flat).div_(self.world_size)
+                self.allreduce_(flat).div_(self.present)
             else:
                 dist.all_reduce(flat, group=group)
                 flat.div_(size or dist.get_world_size(group))
@@ -270,7 +286,13 @@ class Strategy:
         """Take SIGTERM as a request to stop at an agreed step with a checkpoint there (`from_env` calls
         this once the group is formed, when the job checkpoints)."""
         self.stop.install()
-        self._vote = StopVote(self.workers_group, self.metrics)
+        self.enable_votes()
+
+    def enable_votes(self) -> None:
+        """Vote at step boundaries (`stop_agreed`): on a stop, and on re-forming the group to take in a rank
+        waiting to join it (`from_env` calls this when the job checkpoints, or trains short of a lost rank)."""
+        if self._vote is None:
+            self._vote = StopVote(self.workers_group, self.metrics)
 
     def stop_agreed(self) -> bool:
         """Whether the workers stop at this step boundary: called by every worker after every step
@@ -279,12 +301,16 @@ class Strategy:
         rank of the new group is)."""
         if self._vote is None or self.steps_done < self._votes_from:
             return False
+        watch = self.rendezvous.watch
         try:
-            return self._vote.poll(self.stop.requested)
+            stop = self._vote.poll(self.stop.requested, joiner=watch is not None and watch.joiner.is_set())
         except Exception as e:
             if not self._healed_after(e):
                 raise
             return False
+        if self._vote.regroup:  # every worker is at this boundary: re-form the group with the rank waiting
+            self.heal("a rank waits to join the group", counted=False)
+        return stop
 
     def stop_step(self, step: int) -> int:
         """The step this worker's stop is saved as, once `stop_agreed` said it stops after `step`: that step,
@@ -310,13 +336,14 @@ class Strategy:
             agree_on_resume(self)
             self.metrics.resumed(self.steps_done)
             return
-        source = agreed.sources[self.env.global_rank]  # a rank just started holds nothing: it receives
+        source = agreed.sources[dist.get_rank()]  # a rank just started holds nothing: it receives
         state = healing.receive(source)
         self.resumed, self.steps_done = state, agreed.step
         self.communication_rounds = int(state.get("rounds", 0))
         self._votes_from = self.first_vote_after(agreed.step)
         self.metrics.resumed(self.steps_done)
-        log_json(role=self.env.role, index=self.env.index, event="healed", step=agreed.step, source=source)
+        log_json(role=self.env.role, index=self.env.index, event="healed", step=agreed.step,
+                 source=self.rendezvous.roster[source])  # fmt: skip
 
     def hold(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Keep `model` and `optimizer` as the state this rank serves a lost peer's replacement, and take the
@@ -326,17 +353,20 @@ class Strategy:
         if self.resumed is not None and HEALED_FROM in self.resumed:
             load_state(self.resumed, unwrap(model), optimizer)
 
-    def heal(self, reason: str) -> None:
+    def heal(self, reason: str, counted: bool = True) -> None:
         """Continue after a lost peer with no checkpoint read: leave the broken group, form the next with the
-        peer's replacement, and send the agreed state to the ranks short of it (or receive it). A collective:
-        every survivor calls it once it sees the loss; the replacement's side is `join`. Unhealable (on every
-        rank of the group) when no live rank can serve a rank short of it."""
+        peer's replacement (or, with a `quorum`, with the survivors alone until it comes: they train on short of
+        it, and re-form with it at a step boundary, `stop_agreed`), and send the agreed state to the ranks short
+        of it (or receive it). A collective: every survivor calls it once it sees the loss; the replacement's
+        side is `join`. Unhealable (on every rank of the group) when no live rank can serve a rank short of it.
+        `counted`: against `max_recoveries` (not the re-forming that takes a replacement in)."""
         if self._held is None:
             raise StrategyUsageError("heal() needs the model and optimizer: call distributed_optimizer() first")
-        started, rank = time.perf_counter(), self.env.global_rank
+        started = time.perf_counter()
         log_json(role=self.env.role, index=self.env.index, event="heal-start", step=self.steps_done, reason=reason)
         self.rendezvous.leave()
-        self.rendezvous.join()
+        self.rendezvous.join(self.quorum)
+        rank, roster = dist.get_rank(), self.rendezvous.roster
         self._regroup()
         agreed = self.heal_plan(healing.gather(self.heal_report()))
         assert agreed is not None  # this rank holds live state
@@ -348,12 +378,15 @@ class Strategy:
         served = sorted(r for r, s in agreed.sources.items() if s == rank)
         for receiver in served:
             healing.send(self.state_for(receiver), receiver)
-        self.heals_done += 1
+        self.heals_done += counted
         self._votes_from = self.first_vote_after(agreed.step)
+        if self.quorum is not None:  # training short of a lost rank, or whole again: either way, votes to hear of it
+            self.enable_votes()
         self.metrics.resumed(self.steps_done)  # its own step: under local SGD a survivor keeps its steps
         log_json(
-            role=self.env.role, index=self.env.index, event="heal", step=agreed.step, source=source, served=served,
-            seconds=round(time.perf_counter() - started, 3),
+            role=self.env.role, index=self.env.index, event="heal", step=agreed.step,
+            source=None if source is None else roster[source], served=[roster[r] for r in served],
+            present=len(roster), seconds=round(time.perf_counter() - started, 3),
         )  # fmt: skip
 
     # The healing protocol (healing.py) a strategy that heals implements; these serve where every worker holds

@@ -67,3 +67,47 @@ def test_a_killed_rank_heals_from_a_live_peer_and_the_run_ends_bit_identical(
     a, b = torch.load(whole_final, weights_only=True), torch.load(final, weights_only=True)
     for name in a:
         assert torch.equal(a[name], b[name]), f"{name} differs after healing"
+
+
+QUORUM_ARGS = ["--example", "digits-mlp", "--steps", "160", "--log-every", "1", "--straggler", "0:0.04",
+               "--timeout", "120"]  # fmt: skip
+DOWN_SECONDS = 3.0  # the replacement's "pod" comes this long after the kill
+
+
+def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replaced(tmp_path: Path) -> None:
+    """3 workers, minReplicas 2: worker 2 killed at step 30 and started again 3 s later. The survivors form a
+    group of two at once and train on (their gradients averaged over the two; worker 2's batches of those steps
+    are not trained on); the replacement, once it comes, waits to join, the two re-form with it at a step
+    boundary and heal it, and the run ends as well trained as uninterrupted runs do."""
+    accuracies = []
+    for seed in (0, 1, 2):  # the uninterrupted runs' spread
+        whole = launch(job_spec("q", "allreduce", 3), [*QUORUM_ARGS, "--seed", str(seed)], tmp_path / f"whole-{seed}")
+        assert whole.wait(600) == [0, 0, 0], whole.logs()
+        accuracies.append(whole.workers[0].events("done")[0]["test_accuracy"])
+    job = job_spec("q", "allreduce", 3)
+    job.spec.workers.min_replicas = 2
+    local = launch(job, [*QUORUM_ARGS, "--seed", "0"], tmp_path / "short")
+    target = local.workers[2]
+    deadline = time.monotonic() + 300
+    while target.last_step() < KILLED_AFTER:
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in local.ranks), local.logs()
+        time.sleep(0.01)
+    target.proc.kill()
+    target.proc.wait()
+    killed, at = max(r.last_step() for r in local.ranks), time.time()
+    time.sleep(DOWN_SECONDS)
+    target.restart()
+    assert local.wait(600) == [0, 0, 0], local.logs()
+
+    survivors = local.workers[:2]
+    for r in survivors:
+        heals = r.events("heal")
+        assert [h["present"] for h in heals] == [2, 3], local.logs()  # trained short, then whole again
+        assert not r.events("recover"), local.logs()
+    short = [e for e in survivors[0].events() if "loss" in e and at < e["ts"] < at + DOWN_SECONDS]
+    assert len(short) >= 10, short  # worker 0 kept stepping while worker 2 was down
+    healed = target.events("healed")
+    assert len(healed) == 1 and healed[0]["step"] > killed + 10, (killed, healed)
+    accuracy = local.workers[0].events("done")[0]["test_accuracy"]
+    low, high = min(accuracies), max(accuracies)
+    assert low - (high - low) <= accuracy <= high + (high - low), (accuracy, accuracies)

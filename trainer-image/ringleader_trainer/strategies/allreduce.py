@@ -26,6 +26,7 @@ class AllreduceStrategy(Strategy):
 
     name = "allreduce"
     heals = True
+    trains_short = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -131,7 +132,7 @@ class RingHook:
 
         def run() -> None:
             try:
-                ring_allreduce(buf, group=self.strategy.workers_group).div_(self.strategy.world_size)
+                ring_allreduce(buf, group=self.strategy.workers_group).div_(self.strategy.present)
             except BaseException as e:  # DDP raises it from backward()
                 fut.set_exception(e)  # type: ignore[arg-type]  # torch's stub says T
             else:
