@@ -205,9 +205,16 @@ class Scenario:
         wait_for(f"{self.name}: the heal counted", counted, timeout=120)
         assert min(shown) >= seen and shown == sorted(shown), (self.name, seen, shown)  # the step never went back
         assert self.steps_lost() == 0, (self.name, self.status().get("goodput"))
-        events = trainer_events(self.core, self.ns, f"{self.name}-worker-0", "heal")
+        pod = f"{self.name}-worker-0"
+        events = trainer_events(self.core, self.ns, pod, "heal")
         assert events and events[0]["step"] >= seen - LOG_EVERY, (self.name, events)
-        if self.case.trains_short:  # minReplicas 2: the two survivors trained on until the replacement joined
+        if self.case.trains_short:  # minReplicas 2: the two survivors train on until the replacement joins
+
+            def both() -> list[dict[str, Any]] | None:
+                heals = trainer_events(self.core, self.ns, pod, "heal")
+                return heals if len(heals) > 1 else None
+
+            events = wait_for(f"{self.name}: the replacement taken in", both, timeout=90)
             assert [e["present"] for e in events] == [2, 3] and events[1]["step"] > events[0]["step"], events
         else:
             assert len(events) == 1, (self.name, events)
