@@ -94,9 +94,12 @@ def measure(local: LocalJob, kills: list[tuple[int, float]], start: float, end: 
         before = max((s for t, s in steps if t < at), default=0)
         rank = local.workers[victim]
         joined = [e for e in rank.events() if e.get("event") in ("healed", "resume") and e["ts"] > at]
-        first = next((e for e in rank.events() if "step" in e and "event" not in e and e["ts"] > at), None)
-        if not joined or first is None:
-            continue  # the run ended before the replacement trained
+        if not joined:
+            continue  # the run ended before the replacement joined
+        # Its first step after it joined (the killed process's child may log a last step as it dies).
+        first = next((e for e in rank.events() if "step" in e and "event" not in e and e["ts"] > joined[0]["ts"]), None)
+        if first is None:
+            continue
         lost.append(max(0, before - joined[0]["step"]))
         to_full.append(first["ts"] - at)
         made = max((s for t, s in steps if at <= t < first["ts"]), default=before) - before

@@ -165,6 +165,34 @@ def recovery(result: Result) -> list[str]:
     return out + table(["strategy", "killed", "kills", "median (s)", "max (s)", f"goal <= {goal:g} s"], rows)
 
 
+def goodput(result: Result) -> list[str]:
+    s = result["settings"]
+    reps = (
+        f"{s['reps']} runs per subject, interleaved: {s['workers']} allreduce workers ({s['model']}) as processes, a "
+        f"random worker SIGKILLed every {s['every']:g} s for {s['seconds']:g} s and started again at once"
+    )
+
+    def mid(fig: dict[str, float] | None, fmt: str) -> str:
+        if fig is None:
+            return "-"
+        return f"{fmt.format(fig['median'])} ({fmt.format(fig['lo'])}-{fmt.format(fig['hi'])})"
+
+    rows = [
+        [name, mid(f["goodput"], "{:.3f}"), mid(f.get("steps_lost"), "{:.0f}"), mid(f.get("kill_to_full_s"), "{:.2f}"),
+         mid(f.get("steps_per_s_while_replaced"), "{:.1f}"), f"{f['rate']['median']:.1f}"]
+        for name, f in result["summary"].items()
+    ]  # fmt: skip
+    out = [provenance(result, reps), ""]
+    out += table(["subject", "goodput", "steps lost / kill", "kill to full strength (s)",
+                  "steps/s while replaced", "steps/s at full strength"], rows)  # fmt: skip
+    out.append("")
+    for name, r in result["goodput_over_checkpoint"].items():
+        ratio = r["ratio"]
+        said = f"{ratio['median']:.2f}x ({ratio['lo']:.2f}-{ratio['hi']:.2f}x)" if ratio else "n/a"
+        out.append(f"- goodput {name} / checkpoint: {said}: {r['verdict']}")
+    return out
+
+
 def recovery_nodes(result: Result) -> list[str]:
     goal = result["goal_s"]
     rows = [
@@ -590,6 +618,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("allreduce", "Data plane: allreduce bus bandwidth, our ring vs gloo", "make bench-trainer", allreduce),
     ("strategies", "Data plane: step time per strategy (~25M-parameter wide MLP)", "make bench-trainer", strategies),
     ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),
+    (
+        "goodput",
+        "Goodput under repeated failures: checkpoint recovery, healing, healing short of a rank",
+        "python -m bench.goodput_bench",
+        goodput,
+    ),
     (
         "recovery_nodes",
         "Recovery per node kind: process node vs real node (containers, trainer image)",

@@ -31,7 +31,9 @@ INCARNATION_KEY = "ringleader/incarnation"
 CONNECT_SECONDS = 5.0
 
 
-WAIT_SLICE = 1.0  # seconds a rank waits on the store for the next group before looking again
+# Seconds a rank waits on the store for the next group before looking again (the wait ends as soon as the key is
+# set; each slice that runs out makes torch's store log a warning, hence not every second).
+WAIT_SLICE = 10.0
 # With a quorum, the seconds worker 0 waits after the last rank came before it forms the group of those there.
 QUORUM_SETTLE_SECONDS = 0.5
 
