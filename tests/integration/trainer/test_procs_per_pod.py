@@ -61,6 +61,8 @@ def test_a_lost_process_takes_its_pod_and_the_other_pods_ranks_heal_in_place(tmp
     heals = pod0.events("heal")
     assert len(heals) == 2 and not pod0.events("recover"), job.logs()  # each of pod 0's ranks healed once, in place
     healed = pod1.events("healed")  # the new pod's two ranks took pod 0's state: no checkpoint read
-    assert sorted(e["source"] for e in healed) == [0, 1] and not pod1.events("resume"), job.logs()
+    # Served by pod 0's ranks (one of them, when the other's exchange had failed where its peer's completed and
+    # it was served too).
+    assert len(healed) == 2 and {e["source"] for e in healed} <= {0, 1} and not pod1.events("resume"), job.logs()
     assert {e["step"] for e in healed} == {e["step"] for e in heals} and min(e["step"] for e in heals) >= 20
     assert final.exists()
