@@ -71,7 +71,11 @@ def scrape_interval(running_jobs: int, watched: bool, loss_pending: bool = False
 
 def loss_pending(obj: Mapping[str, Any]) -> bool:
     """Whether the job `obj`'s status holds a replacement's cost not counted yet (goodput.pendingLoss)."""
-    return ((obj.get("status") or {}).get("goodput") or {}).get("pendingLoss") is not None
+    return _pending_loss(obj) is not None
+
+
+def _pending_loss(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return ((obj.get("status") or {}).get("goodput") or {}).get("pendingLoss")
 
 
 def watches_progress(obj: Mapping[str, Any]) -> bool:
@@ -164,7 +168,7 @@ class ProgressScraper:
             return
         await self.api.patch_status(*key, {"progress": now.model_dump(by_alias=True, mode="json")})
         stalled_at = status.get("lastStallStep")
-        pending = (status.get("goodput") or {}).get("pendingLoss")
+        pending = _pending_loss(obj)
         if pending is not None and now.resumed_at is not None and now.resumed_at != pending.get("resumedAt"):
             self.wake(key)  # worker 0 continued: its round counts what the replacement cost
         elif _condition_true(status, ConditionType.STALLED) and now.step > (

@@ -155,13 +155,17 @@ def send(state: Mapping[str, Any], to: int) -> None:
     dist.send(data, dst=to)
 
 
+def checked_size(n: int, sender: str) -> int:
+    """`n`, the size of a state `sender` says it will send; HealError unless it is within MAX_STATE_BYTES."""
+    if not 0 < n <= MAX_STATE_BYTES:
+        raise HealError(f"{sender} would send a state of {n} bytes")
+    return n
+
+
 def receive(source: int) -> dict[str, Any]:
     """The state rank `source` sends (`send`); HealError if its size is out of bounds or it cannot be read."""
     size = torch.zeros(1, dtype=torch.int64)
     dist.recv(size, src=source)
-    n = int(size.item())
-    if not 0 < n <= MAX_STATE_BYTES:
-        raise HealError(f"rank {source} would send a state of {n} bytes")
-    data = torch.empty(n, dtype=torch.uint8)
+    data = torch.empty(checked_size(int(size.item()), f"rank {source}"), dtype=torch.uint8)
     dist.recv(data, src=source)
     return decode(data, source)

@@ -175,8 +175,7 @@ class Rendezvous:
             if now >= deadline:
                 raise TimeoutError(f"{count} of {world} ranks came to group {incarnation}")
             time.sleep(0.02)
-        came = store.get(candidates_key(incarnation)).decode()
-        return sorted({int(r) for r in came.split(",") if r.isdigit() and int(r) < world})
+        return sorted({r for r in _ranks(store.get(candidates_key(incarnation))) if r < world})
 
     def _connect(self, remaining: float) -> Any:
         """The store, hosted here (worker 0) or reached as a client, its timeout what is left of the join's."""
@@ -290,12 +289,8 @@ class GroupWatch:
 
     def _shut_down(self) -> None:
         for fd in self.sockets:
-            with contextlib.suppress(OSError):
-                s = socket.socket(fileno=os.dup(fd))  # a second handle, so closing it leaves gloo's fd
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                finally:
-                    s.close()
+            with contextlib.suppress(OSError), _second_handle(fd) as s:
+                s.shutdown(socket.SHUT_RDWR)
         self.sockets = set()
 
 
@@ -303,7 +298,12 @@ def _roster(store: Any, incarnation: str) -> list[int] | None:
     """The members worker 0 decided for `incarnation`; None until it has."""
     if not store.check([roster_key(incarnation)]):
         return None
-    return [int(r) for r in store.get(roster_key(incarnation)).decode().split(",") if r.isdigit()]
+    return _ranks(store.get(roster_key(incarnation)))
+
+
+def _ranks(raw: bytes) -> list[int]:
+    """Global ranks as the store holds them, comma-separated (anything else left out)."""
+    return [int(r) for r in raw.decode().split(",") if r.isdigit()]
 
 
 def _tell_outsider(store: Any, incarnation: str, roster: list[int] | None, world: int) -> None:
@@ -343,13 +343,14 @@ def _sockets() -> set[int]:
 def _connection_port(fd: int) -> int | None:
     """The local port of a TCP connection; None for anything else (a listening socket: gloo's listener must
     stay open, its accept() failing would end the process)."""
-    with contextlib.suppress(OSError):
-        s = socket.socket(fileno=os.dup(fd))
-        try:
-            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                return None
-            address = s.getsockname()
-        finally:
-            s.close()
+    with contextlib.suppress(OSError), _second_handle(fd) as s:
+        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            return None
+        address = s.getsockname()
         return address[1] if isinstance(address, tuple) else None
     return None
+
+
+def _second_handle(fd: int) -> socket.socket:
+    """A socket object on a duplicate of `fd` (a context manager): closing it leaves `fd`, gloo's, open."""
+    return socket.socket(fileno=os.dup(fd))

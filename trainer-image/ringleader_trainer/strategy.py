@@ -380,8 +380,6 @@ class Strategy:
             healing.send(self.state_for(receiver), receiver)
         self.heals_done += counted
         self._votes_from = self.first_vote_after(agreed.step)
-        if self.quorum is not None:  # training short of a lost rank, or whole again: either way, votes to hear of it
-            self.enable_votes()
         self.metrics.resumed(self.steps_done)  # its own step: under local SGD a survivor keeps its steps
         log_json(
             role=self.env.role, index=self.env.index, event="heal", step=agreed.step,

@@ -91,9 +91,7 @@ class LocalSGDStrategy(Strategy):
         sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
         dist.all_gather(sizes, torch.tensor([mine.numel()], dtype=torch.int64), group=self.workers_group)
         before, after = (me - 1) % n, (me + 1) % n
-        incoming = int(sizes[before].item())
-        if not 0 < incoming <= healing.MAX_STATE_BYTES:
-            raise healing.HealError(f"worker {before} would send a state of {incoming} bytes")
+        incoming = healing.checked_size(int(sizes[before].item()), f"worker {before}")
         theirs = torch.empty(incoming, dtype=torch.uint8)
         out, into = [0] * n, [0] * n
         out[after], into[before] = mine.numel(), incoming
