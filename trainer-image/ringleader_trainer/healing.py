@@ -14,7 +14,9 @@ What is sent is what a checkpoint holds (model, optimizer, step, RNG states), in
 peer's state runs no code from it, and its size is bounded before anything is allocated.
 
 A strategy heals when its state can be served by a peer (`Strategy.heals`): under allreduce every worker
-holds the same model and optimizer. The others keep recovering from the newest checkpoint (`recovery`).
+holds the same model and optimizer; under local SGD each worker's successor keeps a copy of its state as of the
+last sync; under pipeline with data-parallel replicas each stage's replicas hold the same stage. The others keep
+recovering from the newest checkpoint (`recovery`).
 """
 
 from __future__ import annotations
@@ -87,15 +89,24 @@ class Plan:
     sources: Mapping[int, int]
 
 
-def newest_serves(reports: Sequence[Report]) -> Plan | None:
-    """The plan where every rank holds the whole state (allreduce): the newest step; every rank short of it
-    receives it from a rank at it, those taking the receivers in turn. None when no rank holds live state."""
+def newest_serves(reports: Sequence[Report], parts: int = 1) -> Plan | None:
+    """The plan where every rank holds a whole copy of its part of the state: rank i holds part i % `parts`, the
+    same as every other rank of that part (allreduce: one part, the whole model; pipeline: a stage, its
+    data-parallel replicas alike). The group continues from the newest step; every rank short of it receives its
+    part from a rank of the same part at it, those taking the receivers in turn. None when no rank holds live
+    state; Unhealable when no live rank of a part is at the newest step."""
     newest = max((r.step for r in reports), default=NO_STATE)
     if newest < 0:
         return None
-    holders = [i for i, r in enumerate(reports) if r.step == newest]
-    receivers = [i for i, r in enumerate(reports) if r.step != newest]
-    return Plan(newest, {r: holders[i % len(holders)] for i, r in enumerate(receivers)})
+    sources: dict[int, int] = {}
+    for part in range(parts):
+        ranks = range(part, len(reports), parts)
+        holders = [i for i in ranks if reports[i].step == newest]
+        receivers = [i for i in ranks if reports[i].step != newest]
+        if receivers and not holders:
+            raise Unhealable(f"no live rank holds part {part} of the state (of {parts}) as of step {newest}")
+        sources |= {r: holders[k % len(holders)] for k, r in enumerate(receivers)}
+    return Plan(newest, sources)
 
 
 def successor_serves(reports: Sequence[Report]) -> Plan | None:

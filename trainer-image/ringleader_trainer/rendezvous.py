@@ -11,6 +11,7 @@ import stat
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -205,11 +206,23 @@ class Rendezvous:
         )  # fmt: skip
         if env.global_rank == 0:  # gloo connected worker 0 to every member: the group takes no one new from now on
             store.set(formed_key(incarnation), "1")
-        # The group's own connections: those it opened, not the store's (worker 0 accepts peers' store connections
-        # meanwhile) nor a metrics page's.
-        ours = {fd for fd in _sockets() - before if _connection_port(fd) not in (None, *self._others)}
         self.roster = roster
-        self.watch = GroupWatch(self, incarnation, ours)
+        self.watch = GroupWatch(self, incarnation, self._connections_since(before))
+
+    @contextlib.contextmanager
+    def watched(self) -> Iterator[None]:
+        """Within: the process groups built on this rank's group (`dist.new_group`: a pipeline's, the workers')
+        are watched with it, their connections shut down when it breaks. Every member builds them, in the same
+        order, right after it joins."""
+        before = _sockets()
+        yield
+        if self.watch is not None:
+            self.watch.add(self._connections_since(before))
+
+    def _connections_since(self, before: set[int]) -> set[int]:
+        """The connections this rank's groups opened since `before` was taken: not the store's (worker 0 accepts
+        peers' store connections meanwhile) nor a metrics page's."""
+        return {fd for fd in _sockets() - before if _connection_port(fd) not in (None, *self._others)}
 
     def leave(self) -> None:
         """Drop the process group a lost peer broke, keeping the store (`join` forms the next one), and tell its
@@ -245,6 +258,7 @@ class GroupWatch:
         # Held while the connections are shut down, which happens once: after this rank leaves the group its
         # descriptors' numbers may be reused by the next group's connections.
         self.lock = threading.Lock()
+        self.down = False  # the connections were shut down (the group is broken, or this rank left it)
         self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
         self.thread.start()
 
@@ -252,6 +266,13 @@ class GroupWatch:
         """Say in the store that this group is broken (where the store is still there to hear it)."""
         with contextlib.suppress(Exception):
             tell_lost(store, self.incarnation, "lost")
+
+    def add(self, sockets: set[int]) -> None:
+        """Watch these connections too (a group built on this one); shut down at once if it is already broken."""
+        with self.lock:
+            self.sockets |= sockets
+            if self.down:
+                self._shut_down()
 
     def end(self) -> None:
         """Stop watching (this rank leaves the group), shutting its connections down for the peers' sake."""
@@ -291,7 +312,7 @@ class GroupWatch:
         for fd in self.sockets:
             with contextlib.suppress(OSError), _second_handle(fd) as s:
                 s.shutdown(socket.SHUT_RDWR)
-        self.sockets = set()
+        self.sockets, self.down = set(), True
 
 
 def _roster(store: Any, incarnation: str) -> list[int] | None:

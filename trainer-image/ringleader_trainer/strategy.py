@@ -328,7 +328,8 @@ class Strategy:
         newest checkpoint every rank can load, else from the start."""
         self.rendezvous.join()
         if self.env.num_ps:
-            group = dist.new_group(list(range(self.env.num_workers)), timeout=self.timeout)  # every rank calls it
+            with self.rendezvous.watched():  # every rank calls it
+                group = dist.new_group(list(range(self.env.num_workers)), timeout=self.timeout)
             self.workers_group = group if isinstance(group, dist.ProcessGroup) else None  # None on shards
         reports = healing.gather(healing.Report(healing.NO_STATE))
         agreed = self.heal_plan(reports) if self.heals and self.options.heal else None
@@ -367,7 +368,6 @@ class Strategy:
         self.rendezvous.leave()
         self.rendezvous.join(self.quorum)
         rank, roster = dist.get_rank(), self.rendezvous.roster
-        self._regroup()
         agreed = self.heal_plan(healing.gather(self.heal_report()))
         assert agreed is not None  # this rank holds live state
         source = agreed.sources.get(rank)
@@ -378,6 +378,9 @@ class Strategy:
         served = sorted(r for r, s in agreed.sources.items() if s == rank)
         for receiver in served:
             healing.send(self.state_for(receiver), receiver)
+        # After the exchange of states, where the replacement builds its own (its distributed_model): groups
+        # built on the new one (dist.new_group) are built by every member in the same order.
+        self._regroup()
         self.heals_done += counted
         self._votes_from = self.first_vote_after(agreed.step)
         self.metrics.resumed(self.steps_done)  # its own step: under local SGD a survivor keeps its steps
@@ -420,7 +423,8 @@ class Strategy:
         }
 
     def _regroup(self) -> None:
-        """Move what this strategy built on the broken group (DDP, the stop vote) to the new one."""
+        """Move what this strategy built on the broken group (DDP, the stop vote, a pipeline's groups) to the new
+        one, once the ranks short of the agreed state have received it."""
         if self._vote is not None:
             self._vote = StopVote(self.workers_group, self.metrics)
 

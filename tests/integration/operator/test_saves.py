@@ -3,7 +3,7 @@ and the synchronous parameter server has a rank evicted, is resized (the elastic
 resumed, and then loses a rank to a SIGKILL. After each stop, status.progress.lastCheckpointStep is the step the
 stopping ranks saved (read from their exit records: their pages are gone), no step is counted lost, and the
 SIGKILL's lost steps are counted from the suspend's save; where the strategy heals from a live peer (allreduce,
-local SGD), none are, and worker 0's step never goes back (under allreduce, with minReplicas 2, it keeps rising
+local SGD, pipeline of 2 stages x 2 pipelines), none are, and worker 0's step never goes back (under allreduce, with minReplicas 2, it keeps rising
 while the killed rank is replaced: the two survivors train on). An asynchronous and a bounded-staleness parameter-server
 job are suspended while worker 1 (unpaced) is far ahead of worker 0 (the issue's own report): every rank stops at
 the one step shard 0 names and the status says it. The jobs run side by side, each on its own thread, so their
@@ -47,6 +47,7 @@ class Case:
     name: str
     spec: dict[str, Any]
     ps: int = 0
+    workers: int = 2
     elastic: bool = False  # resized 2 -> 3 (allreduce, local SGD and sharded may be)
     suspend_only: bool = False  # suspended once, no eviction and no kill
     heals: bool = False  # a lost rank's replacement is served by a live peer: no step lost (healing.py)
@@ -57,7 +58,7 @@ CASES = [
     Case("ar", {"strategy": "allreduce"}, elastic=True, heals=True, trains_short=True),
     Case("lsgd", {"strategy": "local-sgd", "localSGD": {"period": 4}}, elastic=True, heals=True),
     Case("shard", {"strategy": "sharded"}, elastic=True),
-    Case("pipe", {"strategy": "pipeline"}),
+    Case("pipe", {"strategy": "pipeline", "pipeline": {"stages": 2}}, workers=4, heals=True),
     Case("ps", {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}, ps=1),
     Case("ps-async", {"strategy": "parameter-server", "parameterServer": {"mode": "asynchronous"}}, ps=2,
          suspend_only=True),
@@ -73,7 +74,7 @@ class Scenario:
     def __init__(self, core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, case: Case, root: Path):
         self.core, self.custom, self.ns, self.case = core, custom, ns, case
         self.directory = root / case.name
-        self.workers = 2
+        self.workers = case.workers
 
     @property
     def name(self) -> str:
@@ -114,7 +115,7 @@ class Scenario:
         return wait_for(f"{self.name}: {what}", past, timeout=180)
 
     def run(self) -> None:
-        body = digits_job(self.name, 2, 100_000, self.directory, **self.case.spec)
+        body = digits_job(self.name, self.workers, 100_000, self.directory, **self.case.spec)
         body["spec"]["checkpoint"]["intervalSteps"] = 100_000  # the stops' saves are the only checkpoints
         for role in ("workers", "parameterServers"):
             if role in body["spec"]:

@@ -5,12 +5,15 @@ exists from before the kill.
 
 - allreduce: every worker holds the whole state; the replacement continues from the interrupted step.
 - local SGD: the replacement gets its own state as of the last sync from its successor and does its local steps
-  since then again, while the survivors go on to the next sync."""
+  since then again, while the survivors go on to the next sync.
+- pipeline, 2 stages x 2 pipelines: the replacement gets its stage from that stage's replica in the other
+  pipeline; the interrupted step is done again by both pipelines."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,24 +28,34 @@ SAVED, KILLED_AFTER = 20, 30  # a checkpoint at step 20, the kill once the victi
 PERIOD = 8  # local SGD's default: its replacement starts from the last sync, up to this many steps back
 
 
+# Each strategy's workers and settings.
+SHAPES: dict[str, tuple[int, dict[str, Any]]] = {
+    "allreduce": (3, {}),
+    "local-sgd": (3, {}),
+    "pipeline": (4, {"pipeline": {"stages": 2}}),
+}
+
+
 def start(tmp_path: Path, name: str, strategy: str) -> tuple[LocalJob, Path, Path]:
     directory, final = tmp_path / name / "ckpt", tmp_path / name / "final.pt"
-    job = job_spec("h", strategy, 3, checkpoint={"directory": str(directory), "intervalSteps": SAVED})
+    workers, spec = SHAPES[strategy]
+    job = job_spec("h", strategy, workers, checkpoint={"directory": str(directory), "intervalSteps": SAVED}, **spec)
     return launch(job, [*ARGS, "--save-final", str(final)], tmp_path / name / "logs", script=AUDITED), directory, final
 
 
-@pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
+@pytest.mark.parametrize("strategy", list(SHAPES))
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker-1", "worker-0-hosting-the-store"])
 def test_a_killed_rank_heals_from_a_live_peer_and_the_run_ends_bit_identical(
     tmp_path: Path, strategy: str, victim: int
 ) -> None:
     whole, _, whole_final = start(tmp_path, "whole", strategy)
-    assert whole.wait(600) == [0, 0, 0], whole.logs()
+    workers = len(whole.workers)
+    assert whole.wait(600) == [0] * workers, whole.logs()
 
     job, directory, final = start(tmp_path, "healed", strategy)
     target = job.workers[victim]
-    deadline = time.monotonic() + 300
-    while SAVED not in ckpt.complete_steps(directory, ckpt.expected_files(3, 0)) or target.last_step() < KILLED_AFTER:
+    deadline, files = time.monotonic() + 300, ckpt.expected_files(workers, 0)
+    while SAVED not in ckpt.complete_steps(directory, files) or target.last_step() < KILLED_AFTER:
         assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
         time.sleep(0.01)
     pids = {r.proc.pid for r in job.ranks if r is not target}
@@ -50,7 +63,7 @@ def test_a_killed_rank_heals_from_a_live_peer_and_the_run_ends_bit_identical(
     target.proc.wait()
     killed_at = max(r.last_step() for r in job.ranks)
     target.restart()  # the operator's part: a new pod for the same rank
-    assert job.wait(600) == [0, 0, 0], job.logs()
+    assert job.wait(600) == [0] * workers, job.logs()
 
     survivors = [r for r in job.ranks if r is not target]
     assert {r.proc.pid for r in survivors} == pids  # nobody else exited

@@ -37,6 +37,32 @@ def test_the_newest_state_serves_every_rank_short_of_it(steps: tuple[int, ...], 
     assert newest_serves(reports(*steps)) == plan
 
 
+# Pipeline: 2 stages x 2 replicas; worker i holds stage i % 2.
+@pytest.mark.parametrize(
+    ("steps", "plan"),
+    [
+        ((30, N, 30, 30), Plan(30, {1: 3})),  # stage 1's replacement, served by stage 1's replica
+        ((N, 30, 30, 30), Plan(30, {0: 2})),  # worker 0 (the store's host) by worker 2
+        ((N, N, 30, 30), Plan(30, {0: 2, 1: 3})),  # a whole pipeline lost: the other serves both stages
+        ((30, 30, 29, 30), Plan(30, {2: 0})),  # a survivor behind, served by its stage's holder
+    ],
+)
+def test_a_pipeline_stage_is_served_by_a_replica_of_the_same_stage(steps: tuple[int, ...], plan: Plan) -> None:
+    assert newest_serves(reports(*steps), parts=2) == plan
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        (30, N, 30, N),  # both replicas of stage 1 lost
+        (31, 30, N, 30),  # stage 0 completed a step no survivor of stage 1 did: stage 1 cannot catch up
+    ],
+)
+def test_a_stage_with_no_replica_at_the_newest_step_is_refused(steps: tuple[int, ...]) -> None:
+    with pytest.raises(Unhealable, match="part 1 of the state"):
+        newest_serves(reports(*steps), parts=2)
+
+
 @pytest.mark.parametrize(
     ("steps", "plan"),
     [

@@ -10,7 +10,14 @@ its own share of the data. The idle share of a step, GPipe's bubble, is (stages 
 stages - 1).
 
 Each worker's checkpoint holds its stage's parameters and optimizer state under the whole model's parameter
-names; a lost stage is recreated and every worker resumes from the newest complete checkpoint.
+names.
+
+Healing: the replicas of a stage hold the same parameters and optimizer state (they step on the same averaged
+gradients), so with two or more pipelines a lost worker's replacement receives its stage's state from a live
+replica of that stage (`healing.newest_serves` by stage) and the interrupted step is done again; the gradients
+are averaged over the replicas inside `forward_backward`, so a replica lost there is healed from there too.
+With one pipeline nobody holds a lost stage but the checkpoint: every worker resumes from the newest complete
+one.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+from ringleader_trainer import healing
 from ringleader_trainer.strategy import (
     LossFn,
     Strategy,
@@ -69,16 +77,19 @@ class PipelineStrategy(Strategy):
         self.stages, self.micro_batches = settings.stages, settings.micro_batches
         self.replica, self.stage = divmod(self.env.index, self.stages)
         self.replicas = self.env.num_workers // self.stages
+        self.heals = self.replicas > 1  # a stage's replica serves it
         self._pipe: PipelineStage | None = None
         self._schedule: tuple[LossFn, ScheduleGPipe] | None = None
         self._evaluator: ScheduleGPipe | None = None
         self._batch: int | None = None
         self._layout: list[list[tuple[str, torch.Size, torch.dtype]]] = []
 
-    # Every worker creates every group, in the same order (torch.distributed requires it).
+    # Every worker creates every group, in the same order (torch.distributed requires it), watched with the job's.
     def _groups(self) -> None:
-        pipes = [dist.new_group([r * self.stages + s for s in range(self.stages)]) for r in range(self.replicas)]
-        replicas = [dist.new_group([r * self.stages + s for r in range(self.replicas)]) for s in range(self.stages)]
+        with self.rendezvous.watched():
+            pipes = [dist.new_group([r * self.stages + s for s in range(self.stages)]) for r in range(self.replicas)]
+            replicas = [dist.new_group([r * self.stages + s for r in range(self.replicas)])
+                        for s in range(self.stages)]  # fmt: skip
         pipe, replica = pipes[self.replica], replicas[self.stage]
         if not isinstance(pipe, dist.ProcessGroup) or not isinstance(replica, dist.ProcessGroup):
             raise StrategyUsageError("this worker is not in its own pipeline's groups")  # new_group's non-member
@@ -124,16 +135,13 @@ class PipelineStrategy(Strategy):
         """The optimizer over this stage's parameters only (the others are not this worker's to step), its
         step() first averaging the stage's gradients over the replicas."""
         stage_optimizer = rebuild_optimizer(optimizer, self._names, model, keep_missing=False)
-        params = [p for p in model.parameters() if p.requires_grad]
 
-        def exchange() -> None:
-            if self.replicas > 1:
-                self.average_([p.grad for p in params if p.grad is not None], self.replica_group, self.replicas)
-            else:
-                self.metrics.left_exchange()
+        def exchange() -> None:  # the gradients were averaged over the replicas in forward_backward
             self.communication_rounds += 1
 
-        return patch_step(stage_optimizer, exchange, local=True, after=self._advance)
+        if self.heals:
+            self.hold(model, stage_optimizer)
+        return patch_step(stage_optimizer, exchange, local=True, after=self._advance, void=self._take_skip)
 
     def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
         """One GPipe step over the micro-batches of (x, y); the batch's mean loss, on every stage."""
@@ -153,6 +161,11 @@ class PipelineStrategy(Strategy):
         schedule.step(*inputs, target=target, losses=losses)
         loss = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=self.device)
         dist.broadcast(loss, src=self.last_stage_rank, group=self.pipeline_group)  # the last stage has it
+        if self.replicas > 1:
+            grads = [p.grad for p in self._pipe.submod.parameters() if p.grad is not None]
+            self.average_(grads, self.replica_group, self.replicas)
+        else:
+            self.metrics.left_exchange()
         return float(loss.item())
 
     def evaluate(self, model: nn.Module, x: torch.Tensor, score: Callable[[torch.Tensor], float]) -> float:
@@ -174,6 +187,22 @@ class PipelineStrategy(Strategy):
         value = torch.tensor([score(torch.cat(outputs)) if outputs else 0.0], dtype=torch.float64)
         dist.broadcast(value, src=self.last_stage_rank, group=self.pipeline_group)
         return float(value.item())
+
+    # ---- healing (healing.py) ----------------------------------------------------------------------------
+    def heal_plan(self, reports: Sequence[healing.Report]) -> healing.Plan | None:
+        """Each rank short of the newest step receives its stage from a replica of that stage (worker i holds
+        stage i % stages; a group heals with every worker, never short of one)."""
+        return healing.newest_serves(reports, parts=self.stages)
+
+    def _regroup(self) -> None:
+        """The pipelines' and the replicas' groups built anew on the new group, the stage's module kept (a new
+        PipelineStage and schedules: they hold the group, and a failed step left them mid-schedule)."""
+        super()._regroup()
+        if self._pipe is not None:
+            self._groups()
+            self._pipe = PipelineStage(self._pipe.submod, self.stage, self.stages, self.device,
+                                       group=self.pipeline_group)  # fmt: skip
+            self._schedule = self._evaluator = None
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's parameters on worker 0, sent by each stage of the first pipeline as plain tensors
