@@ -29,13 +29,19 @@ class Refused(ConnectionError):
     """A handshake saw a peer it will not take (the message says why, naming no secret)."""
 
 
+class Answered(Exception):
+    """A handshake answered a proven peer that claims no slot (a probe): its connection closes, unreported."""
+
+
 class Gate:
-    """`run(slots, deadline, admitted)` accepts on `listener` until slots 0..slots-1 are all claimed.
+    """`run(slots, deadline, admitted)` accepts on `listener` until slots 0..slots-1 are all claimed (with
+    `keep_open`, on until `stop()`: a slot given back by `release` is claimed again by the next proven peer, a
+    lost worker's replacement).
 
     `handshake(conn)` authenticates a new connection and returns the slot it claims, or raises AuthError,
-    PeerLost or Refused to have it dropped. `admitted(conn, slot)` is then called on that connection's thread
-    (it may serve the connection there for as long as it likes). `on_reject(peer, reason)` hears of the first
-    MAX_REPORTED rejections; `rejected` counts them all."""
+    PeerLost or Refused to have it dropped, or Answered once it has served a probe. `admitted(conn, slot)` is
+    then called on that connection's thread (it may serve the connection there for as long as it likes).
+    `on_reject(peer, reason)` hears of the first MAX_REPORTED rejections; `rejected` counts them all."""
 
     def __init__(
         self,
@@ -47,6 +53,7 @@ class Gate:
         self.listener, self.handshake, self.on_reject = listener, handshake, on_reject
         self.max_pending = MAX_PENDING if max_pending is None else max_pending
         self.claimed: set[int] = set()
+        self.ever_claimed: set[int] = set()  # slots claimed at least once (the deadline is for the others)
         self.rejected = 0
         self.admitted: list[threading.Thread] = []  # the threads of claimed slots, recorded as they claim
         self._pending: dict[int, socket.socket] = {}  # connections in their handshake, oldest first
@@ -59,9 +66,10 @@ class Gate:
         deadline: float,
         admitted: Callable[[socket.socket, int], None],
         stop: Callable[[], bool] = lambda: False,
+        keep_open: bool = False,
     ) -> None:
-        """Return once every slot is claimed or `stop()` is true; TimeoutError naming the missing slots past
-        the deadline."""
+        """Return once every slot is claimed (with `keep_open`, only once `stop()` is true) or `stop()` is true;
+        TimeoutError naming the slots never claimed past the deadline."""
         # epoll, not select(): select() refuses descriptors past 1023, and a rank of a large job holds thousands
         # (gloo's full mesh, a shard's workers).
         events = selectors.DefaultSelector()
@@ -70,13 +78,14 @@ class Gate:
         try:
             while True:
                 with self._lock:
-                    if len(self.claimed) >= slots:
+                    if len(self.claimed) >= slots and not keep_open:
                         return
+                    all_came = len(self.ever_claimed) >= slots
                 if stop():
                     return
-                remaining = deadline - time.monotonic()
+                remaining = 1.0 if all_came else deadline - time.monotonic()
                 if remaining <= 0:
-                    missing = sorted(set(range(slots)) - self.claimed)
+                    missing = sorted(set(range(slots)) - self.ever_claimed)
                     raise TimeoutError(f"no proven peer for {_ranges(missing)} ({len(missing)} of {slots})")
                 ready = {key.fd for key, _ in events.select(min(remaining, 1.0))}
                 if self._wake_r in ready:
@@ -104,6 +113,11 @@ class Gate:
                 os.close(self._wake_w)
                 self._wake_r = self._wake_w = -1
 
+    def release(self, slot: int) -> None:
+        """Give `slot` back (its peer was lost): the next proven peer claiming it is admitted (`keep_open`)."""
+        with self._lock:
+            self.claimed.discard(slot)
+
     def _admit(
         self, conn: socket.socket, peer: str, slots: int, admitted: Callable[[socket.socket, int], None]
     ) -> None:
@@ -112,12 +126,18 @@ class Gate:
                 slot, problem = self.handshake(conn), ""
             except (AuthError, PeerLost, Refused) as e:
                 slot, problem = -1, str(e)
+            except Answered:
+                with self._lock:
+                    self._pending.pop(id(conn), None)
+                conn.close()
+                return
             with self._lock:
                 if self._pending.pop(id(conn), None) is None and not problem:  # evicted as its handshake ended
                     problem = "evicted by newer connections while in its handshake"
                 taken = not problem and (slot in self.claimed or not 0 <= slot < slots)
                 if not problem and not taken:
                     self.claimed.add(slot)
+                    self.ever_claimed.add(slot)
                     self.admitted.append(threading.current_thread())
                     if len(self.claimed) >= slots and self._wake_w >= 0:
                         os.write(self._wake_w, b"x")  # run() returns now instead of at its next poll

@@ -25,7 +25,15 @@ step and its strategy ends it as stopped.
 Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`, each connection
 opened by `auth`'s handshake (both ends prove the job's token). A shard admits connections through a `Gate`:
 until every worker's slot is claimed by a proven peer, connections that fail the handshake or the hello, or
-claim a taken slot, are dropped and logged, and the shard keeps accepting. A lost worker or shard ends everyone
+claim a taken slot, are dropped and logged, and the shard keeps accepting.
+
+A lost worker stops no shard (`rejoin`, the default; healing.py for the other strategies): its slot is given
+back and the shards keep serving the others (asynchronous and bounded-staleness workers train on; a synchronous
+round waits for the lost worker's push). Its replacement asks every shard where it is (a probe: HELLO with
+"probe", answered by STATE with this worker's clock) and takes its slot back at that clock (HELLO with
+"resume"), receiving the parameters as they are: it redoes the step it was lost in, if its push had not
+completed the round, with the same parameters and data. Shard 0 then tells every worker (Flag.REJOINED) that
+the job continued. A lost worker not replaced within the timeout, a lost shard, or anything else ends everyone
 with `PeerLost` (exit 201): the operator recreates the ranks and they resume from the newest checkpoint all of
 them have, which keeps synchronous runs exact.
 """
@@ -44,7 +52,7 @@ import torch
 from torch import nn
 
 from ringleader_trainer import auth, wire
-from ringleader_trainer.gate import Gate, Refused
+from ringleader_trainer.gate import Answered, Gate, Refused
 from ringleader_trainer.wire import Flag, Op, PeerLost
 
 SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
@@ -97,6 +105,11 @@ def shard_optimizer(
     return type(optimizer)(groups)  # type: ignore[call-arg]
 
 
+class ShardFailed(PeerLost):
+    """The shard itself failed (another worker lost past the timeout, a round not completed in time): everyone
+    ends, even where a lost worker's slot would be given back."""
+
+
 @dataclass
 class ServerStats:
     updates: int = 0
@@ -124,7 +137,10 @@ class ShardServer:
         timeout: float,
         token: bytes,
         start_step: int = 0,
+        rejoin: bool = False,
     ) -> None:
+        """`rejoin`: a lost worker's slot is given back and its replacement takes it (the others go on); else a
+        lost worker ends the shard."""
         if mode not in (SYNCHRONOUS, ASYNCHRONOUS, BOUNDED):
             raise ValueError(f"unknown parameter-server mode {mode!r}")
         if mode == BOUNDED and not max_staleness:
@@ -156,6 +172,13 @@ class ShardServer:
         # Called, under the lock, before and after each update is applied (the strategy stamps its metrics).
         self.on_apply: tuple[Callable[[], None], Callable[[], None]] = (lambda: None, lambda: None)
         self._conns: list[socket.socket] = []
+        self.rejoin = rejoin
+        self.lost: dict[int, float] = {}  # worker -> when its connection was lost (rejoin), until replaced
+        self.rejoins = 0  # replacements taken in
+        self.on_lost: Callable[[int, str], None] = lambda worker, why: None
+        self.on_rejoined: Callable[[int, int], None] = lambda worker, clock: None
+        self._gate: Gate | None = None
+        self._by_worker: dict[int, socket.socket] = {}  # each admitted worker's connection
 
     # ---- state the strategy checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -183,11 +206,11 @@ class ShardServer:
         """Admit one proven connection per worker and serve them; return when all are DONE. Raise PeerLost if
         not every worker connected within `accept_timeout` or a worker's connection fails (after closing the
         others so their workers fail fast too)."""
-        gate = Gate(listener, self._handshake, self.on_reject)
+        gate = self._gate = Gate(listener, self._handshake, self.on_reject)
         try:
             try:
                 gate.run(self.num_workers, time.monotonic() + accept_timeout, self._connection,
-                         stop=lambda: self.failure is not None)  # fmt: skip
+                         stop=self._ended, keep_open=self.rejoin)  # fmt: skip
             except TimeoutError as e:
                 self._fail(f"shard {self.shard}: not every worker connected within {accept_timeout:g} s: {e}")
             for t in list(gate.admitted):
@@ -203,6 +226,31 @@ class ShardServer:
         with self.cond:
             self.finished = True
             self.on_progress(self.slowest)
+
+    def _ended(self) -> bool:
+        """Whether to stop admitting: a failure, or (rejoin) every worker done; a worker lost for longer than
+        the timeout is a failure."""
+        with self.cond:
+            now = time.monotonic()
+            overdue = sorted(w for w, since in self.lost.items() if now - since > self.timeout)
+            if overdue and self.failure is None:
+                self._fail(f"shard {self.shard}: worker {overdue[0]} was lost and not replaced within "
+                           f"{self.timeout:g} s")  # fmt: skip
+            return self.failure is not None or (self.rejoin and len(self.done) >= self.num_workers)
+
+    def _lose(self, worker: int, conn: socket.socket, why: str) -> None:
+        """Give a lost worker's slot back for its replacement (rejoin); the others go on."""
+        with self.cond:
+            if self.failure is not None:
+                return
+            self.lost[worker] = time.monotonic()
+            self._conns.remove(conn)
+            if self._by_worker.get(worker) is conn:
+                del self._by_worker[worker]
+        conn.close()
+        if self._gate is not None:
+            self._gate.release(worker)
+        self.on_lost(worker, why)
 
     def _fail(self, message: str) -> None:
         with self.cond:
@@ -228,11 +276,23 @@ class ShardServer:
             problem = f"worker index {worker} is out of range for {self.num_workers} workers"
         elif info.get("shard") != self.shard:
             problem = f"this is shard {self.shard}, not shard {info.get('shard')}"
+        elif info.get("probe") is True:  # a replacement asks where its worker was: answer, then hang up
+            with self.cond:
+                state = {"clock": self.clock[worker], "lost": worker in self.lost, "rejoin": self.rejoin}
+                stale = self._by_worker.get(worker) if self.rejoin else None
+            if stale is not None:  # its predecessor is gone (a node lost sends no FIN): end its connection now
+                with contextlib.suppress(OSError):
+                    stale.shutdown(socket.SHUT_RDWR)
+            wire.send_json(conn, Op.STATE, worker, self.clock[worker], state)
+            raise Answered()
         elif info.get("numel") != self.flat.numel() or info.get("dtype") != str(self.flat.dtype):
             problem = (
                 f"shard {self.shard} holds {self.flat.numel()} {self.flat.dtype} values, worker {worker} expects "
                 f"{info.get('numel')} {info.get('dtype')}: do all ranks build the same model?"
             )
+        elif info.get("resume") is True:
+            if worker not in self.lost:
+                problem = f"worker {worker} is not lost on shard {self.shard}: there is no place to take back"
         elif header.step != self.clock[worker]:
             problem = f"worker {worker} resumes at step {header.step}, shard {self.shard} at {self.clock[worker]}"
         if problem:
@@ -248,6 +308,12 @@ class ShardServer:
                 conn.close()
                 return
             snapshot = self.flat.clone()
+            self._by_worker[worker] = conn
+            rejoined = self.lost.pop(worker, None) is not None
+            self.rejoins += rejoined
+            heard = self.rejoins  # the replacements this worker knows of
+        if rejoined:
+            self.on_rejoined(worker, self.clock[worker])
         try:
             wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(snapshot))
             inbox = torch.empty_like(self.grad)
@@ -255,6 +321,8 @@ class ShardServer:
             told = False  # this worker has been sent STOP_AT
             while True:
                 header = wire.recv_header(conn)
+                if header.op == Op.ERROR:  # the worker gives up: every rank resumes from the checkpoint
+                    raise ValueError(f"worker {worker}: {wire.recv_small(conn, header).decode(errors='replace')}")
                 wire.expect(conn, header, Op.PUSH, Op.DONE)
                 stops = bool(header.flags & Flag.STOP)
                 if header.op == Op.DONE:
@@ -270,15 +338,24 @@ class ShardServer:
                     wire.send(conn, Op.STOP_AT, worker, stop_at)
                     told = True
                 flags = Flag.STOP if self.asked_to_stop() else Flag.NONE
+                if self.shard == 0 and self.rejoins > heard:  # tell the worker the job continued
+                    heard, flags = self.rejoins, flags | Flag.REJOINED
                 wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply), flags)
-        except (PeerLost, ValueError) as e:
+        except ShardFailed as e:
+            self._fail(str(e))
+        except PeerLost as e:  # the worker's connection: lost with it (rejoin), else the end of everyone
+            if self.rejoin:
+                self._lose(worker, conn, str(e))
+            else:
+                self._fail(f"shard {self.shard}: {e}")
+        except ValueError as e:
             self._fail(f"shard {self.shard}: {e}")
 
     def _wait(self, predicate: Callable[[], bool], what: str) -> None:
         if not self.cond.wait_for(lambda: self.failure is not None or predicate(), timeout=self.timeout):
-            raise PeerLost(f"shard {self.shard}: {what} within {self.timeout:g} s")
+            raise ShardFailed(f"shard {self.shard}: {what} within {self.timeout:g} s")
         if self.failure is not None:
-            raise PeerLost(self.failure)
+            raise ShardFailed(self.failure)
 
     def _apply(self, grad: torch.Tensor) -> None:
         self.on_apply[0]()
@@ -358,13 +435,17 @@ class ShardClient:
         connect_timeout: float,
         timeout: float,
         token: bytes,
+        resume: bool = False,
     ) -> None:
+        """`resume`: take back this worker's place, which the shards gave up when it was lost, at `step` (the
+        clock `probe` found on every shard)."""
         self.worker, self.shards = worker, shards
         self.socks: list[socket.socket] = []
         self.flats = [torch.empty(sum(p.numel() for p in s), dtype=s[0].dtype if s else torch.float32) for s in shards]
         self.wait_seconds = 0.0  # time spent waiting for the shards' replies (includes staleness waits)
         self.stop_heard = False  # a shard's reply carried Flag.STOP: pass it on to shard 0
         self.stop_at: int | None = None  # the step shard 0 named (STOP_AT)
+        self.rejoined = False  # shard 0 said a lost worker's replacement took its place (Flag.REJOINED)
         try:
             for i, (host, port) in enumerate(addrs):
                 sock = wire.connect(host, port, connect_timeout, timeout)
@@ -374,9 +455,8 @@ class ShardClient:
                 except auth.AuthError as e:
                     raise PeerLost(f"shard {i} at {host}:{port}: {e}") from e
                 flat = self.flats[i]
-                wire.send_json(
-                    sock, Op.HELLO, worker, step, {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}
-                )
+                hello = {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}
+                wire.send_json(sock, Op.HELLO, worker, step, hello | ({"resume": True} if resume else {}))
             self._receive_params(step)
         except BaseException:
             self.close()
@@ -390,6 +470,7 @@ class ShardClient:
                 header = wire.recv_header(sock)
             wire.expect(sock, header, Op.PARAMS)
             self.stop_heard |= bool(header.flags & Flag.STOP)
+            self.rejoined |= bool(header.flags & Flag.REJOINED)
             wire.recv_tensor_into(sock, header, self.flats[i])
             with torch.no_grad():
                 for p, v in zip(self.shards[i], flat_views(self.flats[i], self.shards[i]), strict=True):
@@ -397,7 +478,17 @@ class ShardClient:
 
     def push_pull(self, step: int, stop: bool = False) -> None:
         """Push this step's gradients (with Flag.STOP when this worker was asked to stop, or a shard's reply
-        said one was), take the new parameters, and `stop_at` once shard 0 names it."""
+        said one was), take the new parameters, and `stop_at` once shard 0 names it. A shard lost (or not
+        answering in time) makes every other shard give up too (ERROR): they would otherwise wait for this
+        worker's replacement while the job starts again from the checkpoint."""
+        try:
+            self._push_pull(step, stop)
+        except PeerLost as e:
+            for sock in self.socks:
+                wire.send_error(sock, f"worker {self.worker} lost a shard: {e}")
+            raise
+
+    def _push_pull(self, step: int, stop: bool) -> None:
         flags = Flag.STOP if stop or self.stop_heard else Flag.NONE
         for i, sock in enumerate(self.socks):
             params = self.shards[i]
@@ -425,3 +516,26 @@ class ShardClient:
         for sock in self.socks:
             sock.close()
         self.socks = []
+
+
+def probe(addrs: Sequence[tuple[str, int]], worker: int, token: bytes, timeout: float) -> list[dict[str, Any]] | None:
+    """Every shard's answer for `worker` (STATE: its clock there, whether the shard lost it, whether the shard
+    gives a lost worker's place back) when every shard is serving; None when one is not (nothing listens: the
+    job is starting, or every rank is starting again). One attempt per shard, each bounded by `timeout`."""
+    answers = []
+    for i, (host, port) in enumerate(addrs):
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError:
+            return None
+        with sock:
+            try:
+                sock.settimeout(timeout)
+                auth.initiate(sock, token, context(i))
+                wire.send_json(sock, Op.HELLO, worker, 0, {"shard": i, "probe": True})
+                header = wire.recv_header(sock)
+                wire.expect(sock, header, Op.STATE)
+                answers.append(wire.recv_json(sock, header))
+            except (OSError, auth.AuthError, PeerLost):
+                return None
+    return answers

@@ -235,6 +235,15 @@ class Rendezvous:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def depart(self) -> None:
+        """Leave the process group for good, without a barrier and without telling anyone (a run whose end
+        is known otherwise: the parameter servers hear DONE from every worker)."""
+        if self.watch is not None:
+            self.watch.ended.set()  # no shutdown: the peers are leaving too, and may still be in the group
+            self.watch = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
 
 class GroupWatch:
     """Ends this rank's part in a process group as soon as the group is known broken, so that a collective

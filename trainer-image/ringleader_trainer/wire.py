@@ -1,16 +1,16 @@
 """The parameter server's wire format: a fixed 28-byte header, then raw bytes. Never pickle.
 
     magic  b"RLPS"   4 bytes
-    version          u8    (1)
+    version          u8    (2)
     op               u8    (Op)
-    flags            u16   (Flag: STOP)
+    flags            u16   (Flag: STOP, REJOINED)
     worker           u32   the sending worker's index (servers echo it)
     step             i64   the worker's step (push) or the server's clock for that worker (reply)
     length           u64   payload bytes
 
 Tensor payloads are the flat tensor's bytes in the sender's native order; both sides know the dtype and the
-element count from the HELLO handshake, so a payload of any other length is a protocol error. HELLO carries a
-small JSON object and ERROR a UTF-8 message. Every socket operation runs under the socket's timeout, so a
+element count from the HELLO handshake, so a payload of any other length is a protocol error. HELLO and STATE
+carry a small JSON object and ERROR a UTF-8 message. Every socket operation runs under the socket's timeout, so a
 dead or wedged peer raises `PeerLost` instead of hanging.
 """
 
@@ -30,7 +30,7 @@ import torch
 from ringleader_trainer.exitcodes import ExitCode, TrainerError
 
 MAGIC = b"RLPS"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<4sBBHIqQ")
 MAX_JSON_BYTES = 1 << 16
 
@@ -42,11 +42,13 @@ class Op(IntEnum):
     DONE = 4  # worker -> server: this worker has finished; answered by DONE
     ERROR = 5  # either way: UTF-8 message, then the connection closes
     STOP_AT = 6  # shard 0 -> worker, before a PARAMS: stop at `step` (no payload); sent once
+    STATE = 7  # server -> worker, answering a probe's HELLO: JSON {"clock", "lost"}; the connection then closes
 
 
 class Flag(IntFlag):
     NONE = 0
     STOP = 1  # PUSH/DONE: this worker stops (stopping.py); PARAMS: a stop was asked for, agree on a step
+    REJOINED = 2  # PARAMS from shard 0: a lost worker's replacement took its place since the last reply
 
 
 class PeerLost(TrainerError, ConnectionError):
@@ -122,7 +124,7 @@ def recv_header(sock: socket.socket) -> Header:
     magic, version, op, flags, worker, step, length = HEADER.unpack(raw)
     if magic != MAGIC or version != VERSION:
         raise PeerLost(f"{_peer(sock)} does not speak the parameter-server protocol v{VERSION}")
-    if flags & ~int(Flag.STOP):
+    if flags & ~int(Flag.STOP | Flag.REJOINED):
         raise PeerLost(f"{_peer(sock)} sent unknown flags {flags:#x}")
     try:
         return Header(Op(op), worker, step, length, Flag(flags))

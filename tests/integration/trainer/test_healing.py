@@ -19,7 +19,7 @@ import pytest
 import torch
 from ringleader_trainer import checkpoint as ckpt
 
-from tests.support.launch import LocalJob, job_spec, launch
+from tests.support.launch import LocalJob, Rank, job_spec, launch
 
 AUDITED = Path(__file__).parents[2] / "support" / "audited_trainer.py"
 # Worker 0 sleeps 40 ms a step so the kill lands mid-run; it changes no numbers.
@@ -36,11 +36,28 @@ SHAPES: dict[str, tuple[int, dict[str, Any]]] = {
 }
 
 
-def start(tmp_path: Path, name: str, strategy: str) -> tuple[LocalJob, Path, Path]:
+def start(
+    tmp_path: Path, name: str, strategy: str, workers: int, ps: int = 0, **spec: Any
+) -> tuple[LocalJob, Path, Path]:
     directory, final = tmp_path / name / "ckpt", tmp_path / name / "final.pt"
-    workers, spec = SHAPES[strategy]
-    job = job_spec("h", strategy, workers, checkpoint={"directory": str(directory), "intervalSteps": SAVED}, **spec)
+    job = job_spec("h", strategy, workers, ps, checkpoint={"directory": str(directory), "intervalSteps": SAVED}, **spec)
     return launch(job, [*ARGS, "--save-final", str(final)], tmp_path / name / "logs", script=AUDITED), directory, final
+
+
+def kill_and_replace(job: LocalJob, directory: Path, target: Rank) -> tuple[set[int], int]:
+    """Once the checkpoint of step SAVED is complete and `target` has logged step KILLED_AFTER, SIGKILL it and
+    start it again (the operator's part: a new pod for the same rank). The other ranks' pids, and the newest step
+    a worker had logged when it died."""
+    deadline, files = time.monotonic() + 300, ckpt.expected_files(len(job.workers), len(job.servers))
+    while SAVED not in ckpt.complete_steps(directory, files) or target.last_step() < KILLED_AFTER:
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
+        time.sleep(0.01)
+    pids = {r.proc.pid for r in job.ranks if r is not target}
+    target.proc.kill()
+    target.proc.wait()
+    killed_at = max(r.last_step() for r in job.workers)
+    target.restart()
+    return pids, killed_at
 
 
 @pytest.mark.parametrize("strategy", list(SHAPES))
@@ -48,21 +65,13 @@ def start(tmp_path: Path, name: str, strategy: str) -> tuple[LocalJob, Path, Pat
 def test_a_killed_rank_heals_from_a_live_peer_and_the_run_ends_bit_identical(
     tmp_path: Path, strategy: str, victim: int
 ) -> None:
-    whole, _, whole_final = start(tmp_path, "whole", strategy)
-    workers = len(whole.workers)
+    workers, spec = SHAPES[strategy]
+    whole, _, whole_final = start(tmp_path, "whole", strategy, workers, **spec)
     assert whole.wait(600) == [0] * workers, whole.logs()
 
-    job, directory, final = start(tmp_path, "healed", strategy)
+    job, directory, final = start(tmp_path, "healed", strategy, workers, **spec)
     target = job.workers[victim]
-    deadline, files = time.monotonic() + 300, ckpt.expected_files(workers, 0)
-    while SAVED not in ckpt.complete_steps(directory, files) or target.last_step() < KILLED_AFTER:
-        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
-        time.sleep(0.01)
-    pids = {r.proc.pid for r in job.ranks if r is not target}
-    target.proc.kill()
-    target.proc.wait()
-    killed_at = max(r.last_step() for r in job.ranks)
-    target.restart()  # the operator's part: a new pod for the same rank
+    pids, killed_at = kill_and_replace(job, directory, target)
     assert job.wait(600) == [0] * workers, job.logs()
 
     survivors = [r for r in job.ranks if r is not target]
@@ -124,3 +133,43 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
     accuracy = local.workers[0].events("done")[0]["test_accuracy"]
     low, high = min(accuracies), max(accuracies)
     assert low - (high - low) <= accuracy <= high + (high - low), (accuracy, accuracies)
+
+
+@pytest.mark.parametrize(
+    ("mode", "victim"),
+    [("synchronous", 1), ("synchronous", 0), ("bounded-staleness", 1)],
+    ids=["synchronous-worker-1", "synchronous-worker-0-hosting-the-store", "bounded-staleness-worker-1"],
+)
+def test_a_killed_worker_takes_its_place_back_at_the_shards_and_no_one_else_stops(
+    tmp_path: Path, mode: str, victim: int
+) -> None:
+    """2 workers, 2 shards: a worker SIGKILLed at step 30 and started again. The shards keep serving (a
+    synchronous round waits for the replacement; under bounded staleness worker 0, the slowest, trains on), the
+    replacement asks them where its worker was and takes its place back there, and nobody else exits or reads a
+    checkpoint; the synchronous run ends with exactly the parameters of an uninterrupted one. (Worker 1 is held
+    within 4 steps of worker 0, which sleeps each step, so both are mid-run when it is killed.)"""
+    spec = {"parameterServer": {"mode": mode} | ({"maxStaleness": 4} if mode == "bounded-staleness" else {})}
+    whole, _, whole_final = start(tmp_path, "whole", "parameter-server", 2, 2, **spec)
+    assert whole.wait(600) == [0] * 4, whole.logs()
+    job, directory, final = start(tmp_path, "healed", "parameter-server", 2, 2, **spec)
+    target = job.workers[victim]
+    pids, killed_at = kill_and_replace(job, directory, target)
+    assert job.wait(600) == [0] * 4, job.logs()
+
+    assert {r.proc.pid for r in job.ranks if r is not target} == pids, job.logs()  # nobody else exited
+    healed = target.events("healed")
+    assert len(healed) == 1 and healed[0]["source"] == "shards", job.logs()
+    assert KILLED_AFTER <= healed[0]["step"] <= killed_at + 1, (healed, killed_at)
+    for shard in job.servers:
+        lost, back = shard.events("worker-lost"), shard.events("worker-rejoined")
+        assert [e["worker"] for e in lost] == [victim] and [e["worker"] for e in back] == [victim], job.logs()
+    survivor = job.workers[1 - victim]
+    assert survivor.events("heal"), job.logs()  # shard 0 told it the job went on (worker 0's page says so)
+    assert not any(r.events("recover") or r.events("resume") for r in job.ranks), job.logs()
+    reads = [line for r in job.ranks for line in r.stderr.splitlines() if line.startswith("audit: read")]
+    assert not reads, reads
+    a, b = torch.load(whole_final, weights_only=True), torch.load(final, weights_only=True)
+    if mode == "synchronous":
+        for name in a:
+            assert torch.equal(a[name], b[name]), f"{name} differs after healing"
+    assert set(a) == set(b)

@@ -6,12 +6,21 @@ import contextlib
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import torch
 from ringleader_trainer import wire
-from ringleader_trainer.ps import ASYNCHRONOUS, SYNCHRONOUS, ShardClient, ShardServer, assign_shards, shard_parameters
+from ringleader_trainer.ps import (
+    ASYNCHRONOUS,
+    SYNCHRONOUS,
+    ShardClient,
+    ShardServer,
+    assign_shards,
+    probe,
+    shard_parameters,
+)
 from ringleader_trainer.wire import Op, PeerLost
 from torch import nn
 
@@ -107,11 +116,12 @@ TOKEN = secrets.token_hex(32).encode()
 
 
 def serve_one_shard(
-    mode: str, workers: int, model: nn.Module, lr: float = 0.5, accept_timeout: float = 5
+    mode: str, workers: int, model: nn.Module, lr: float = 0.5, accept_timeout: float = 5, rejoin: bool = False
 ) -> tuple[ShardServer, socket.socket, threading.Thread]:
     server = ShardServer(
-        0, list(model.parameters()), torch.optim.SGD(model.parameters(), lr=lr), workers, mode, None, 5, TOKEN
-    )
+        0, list(model.parameters()), torch.optim.SGD(model.parameters(), lr=lr), workers, mode, None, 5, TOKEN,
+        rejoin=rejoin,
+    )  # fmt: skip
     server.rejections = []  # type: ignore[attr-defined]
     server.on_reject = lambda peer, reason: server.rejections.append(reason)  # type: ignore[attr-defined]
     listener = socket.create_server(("127.0.0.1", 0))
@@ -125,9 +135,52 @@ def serve_one_shard(
     return server, listener, thread
 
 
-def client_for(listener: socket.socket, worker: int, model: nn.Module, token: bytes = TOKEN) -> ShardClient:
+def client_for(
+    listener: socket.socket, worker: int, model: nn.Module, token: bytes = TOKEN, step: int = 0, resume: bool = False
+) -> ShardClient:
     port = listener.getsockname()[1]
-    return ShardClient([("127.0.0.1", port)], worker, shard_parameters(model, 1), 0, 5, 5, token)
+    return ShardClient([("127.0.0.1", port)], worker, shard_parameters(model, 1), step, 5, 5, token, resume=resume)
+
+
+def test_a_lost_workers_place_is_given_back_and_the_round_waits_for_its_replacement() -> None:
+    """Synchronous, 2 workers, rejoin: worker 0 pushes step 0 and waits; worker 1's connection is ended by a
+    replacement's probe (its predecessor is gone); a second probe finds the place given back at clock 0; the
+    replacement resumes there, pushes, the round completes with both gradients, and worker 0 hears that a
+    replacement joined. A resume for a worker that is not lost is refused."""
+    server_model = nn.Linear(1, 1, bias=False)
+    nn.init.zeros_(server_model.weight)
+    server, listener, thread = serve_one_shard(SYNCHRONOUS, 2, server_model, rejoin=True)
+    address = [("127.0.0.1", listener.getsockname()[1])]
+    models = [nn.Linear(1, 1, bias=False) for _ in range(3)]
+    first, lost = client_for(listener, 0, models[0]), client_for(listener, 1, models[1])
+    models[0].weight.grad = torch.full_like(models[0].weight, 1.0)
+    waiting = threading.Thread(target=first.push_pull, args=(0,))
+    waiting.start()
+    assert probe(address, 1, TOKEN, 2) == [{"clock": 0, "lost": False, "rejoin": True}]
+    with pytest.raises(PeerLost):  # the probe ended the predecessor's connection
+        lost.push_pull(0)
+    deadline = time.monotonic() + 5
+    while (answer := probe(address, 1, TOKEN, 2)) != [{"clock": 0, "lost": True, "rejoin": True}]:
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.05)
+    replacement = client_for(listener, 1, models[2], resume=True)
+    with pytest.raises(PeerLost, match="worker 1 is not lost"):
+        client_for(listener, 1, nn.Linear(1, 1, bias=False), resume=True)
+    models[2].weight.grad = torch.full_like(models[2].weight, 3.0)
+    replacement.push_pull(0)
+    waiting.join(10)
+    assert first.rejoined and not replacement.rejoined
+    first.done()
+    replacement.done()
+    thread.join(10)
+    assert server.failure is None and server.stats.updates == 1
+    assert float(server.flat[0]) == pytest.approx(-0.5 * 2.0)  # the mean of 1 and 3, once
+
+
+def test_nothing_answers_a_probe_where_no_shard_serves() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+    assert probe([("127.0.0.1", port)], 0, TOKEN, 1) is None
 
 
 @pytest.mark.parametrize(("mode", "expected"), [(SYNCHRONOUS, -0.5 * 2.0), (ASYNCHRONOUS, -0.5 * 2.0)])

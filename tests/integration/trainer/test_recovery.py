@@ -17,34 +17,39 @@ from tests.support.launch import LocalJob, job_spec, launch
 
 PS_SYNC = {"parameterServer": {"mode": "synchronous"}}
 # Worker 0 sleeps 40 ms a step so the kill lands mid-run; it changes no numbers.
-ARGS = ["--example", "digits-mlp", "--steps", "80", "--log-every", "10", "--straggler", "0:0.04", "--timeout", "120",
-        "--recover-from", "checkpoint"]  # fmt: skip
+ARGS = ["--example", "digits-mlp", "--steps", "80", "--log-every", "10", "--straggler", "0:0.04", "--timeout", "120"]
+CHECKPOINT_ONLY = ["--recover-from", "checkpoint"]
 
 
-def start(tmp_path: Path, name: str, strategy: str, ps: int, spec: dict[str, Any]) -> tuple[LocalJob, Path, Path]:
+def start(
+    tmp_path: Path, name: str, strategy: str, ps: int, spec: dict[str, Any], heal: bool = False
+) -> tuple[LocalJob, Path, Path]:
     directory, final = tmp_path / name / "ckpt", tmp_path / name / "final.pt"
     checkpoint = {"checkpoint": {"directory": str(directory), "intervalSteps": 20}}
     job = job_spec("r", strategy, 3, ps, **spec, **checkpoint)
-    return launch(job, [*ARGS, "--save-final", str(final)], tmp_path / name / "logs"), directory, final
+    args = [*ARGS, *([] if heal else CHECKPOINT_ONLY), "--save-final", str(final)]
+    return launch(job, args, tmp_path / name / "logs"), directory, final
 
 
 @pytest.mark.parametrize(
-    ("strategy", "ps", "spec", "victim"),
+    ("strategy", "ps", "spec", "victim", "heal"),
     [
-        ("allreduce", 0, {}, ("worker", 1)),
-        ("allreduce", 0, {}, ("worker", 0)),  # the rank hosting the rendezvous store
-        ("parameter-server", 1, PS_SYNC, ("ps", 0)),
-        ("pipeline", 0, {}, ("worker", 1)),  # the middle one of three stages
+        ("allreduce", 0, {}, ("worker", 1), False),
+        ("allreduce", 0, {}, ("worker", 0), False),  # the rank hosting the rendezvous store
+        ("parameter-server", 1, PS_SYNC, ("ps", 0), False),
+        # A shard lost where a lost worker would be replaced: the workers tell the other shard to give up at once.
+        ("parameter-server", 2, PS_SYNC, ("ps", 1), True),
+        ("pipeline", 0, {}, ("worker", 1), False),  # the middle one of three stages
     ],
-    ids=["allreduce-worker-1", "allreduce-worker-0", "ps-shard", "pipeline-stage-1"],
+    ids=["allreduce-worker-1", "allreduce-worker-0", "ps-shard", "ps-shard-of-two-healing-on", "pipeline-stage-1"],
 )
 def test_survivors_recover_in_place_and_finish_like_an_uninterrupted_run(
-    tmp_path: Path, strategy: str, ps: int, spec: dict[str, Any], victim: tuple[str, int]
+    tmp_path: Path, strategy: str, ps: int, spec: dict[str, Any], victim: tuple[str, int], heal: bool
 ) -> None:
     whole, _, whole_final = start(tmp_path, "whole", strategy, ps, spec)
     assert whole.wait(600) == [0] * len(whole.ranks), whole.logs()
 
-    job, directory, final = start(tmp_path, "chaos", strategy, ps, spec)
+    job, directory, final = start(tmp_path, "chaos", strategy, ps, spec, heal)
     deadline = time.monotonic() + 300
     while 40 not in ckpt.complete_steps(directory, ckpt.expected_files(3, ps)):
         assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
@@ -59,6 +64,8 @@ def test_survivors_recover_in_place_and_finish_like_an_uninterrupted_run(
     survivors = [r for r in job.ranks if r is not target]
     assert {r.proc.pid for r in survivors} == pids  # nobody else exited: they re-joined in place
     assert all(len(r.events("recover")) == 1 for r in survivors), job.logs()
+    if heal and strategy == "parameter-server":  # the other shard gave up when a worker told it, not at its timeout
+        assert all("lost a shard" in r.events("recover")[0]["reason"] for r in job.servers if r is not target)
     resumed = {e["step"] for r in job.ranks for e in r.events("resume")}
     assert resumed and min(resumed) >= 40, resumed  # no progress older than the last checkpoint was lost
     a, b = torch.load(whole_final, weights_only=True), torch.load(final, weights_only=True)

@@ -1,8 +1,14 @@
-"""Parameter servers: the parameters sharded over the PS ranks; workers push gradients and pull parameters."""
+"""Parameter servers: the parameters sharded over the PS ranks; workers push gradients and pull parameters.
+
+A lost worker stops no shard (ps.py; not with --recover-from checkpoint): the shards hold the whole training
+state but the worker's step, so its replacement asks them where it was (`ps.probe`) and takes its place back
+there without joining a process group, the others training on meanwhile (a synchronous round waits for it).
+"""
 
 from __future__ import annotations
 
 import socket
+import time
 
 import torch
 from torch import nn
@@ -10,10 +16,13 @@ from torch import nn
 from ringleader_trainer import auth
 from ringleader_trainer.checkpointing import TrainingCheckpointer
 from ringleader_trainer.env import PSMode, RankEnv
+from ringleader_trainer.healing import HealError
 from ringleader_trainer.logs import log_json
-from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, shard_parameters
+from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, probe, shard_parameters
 from ringleader_trainer.stopping import Stopped
 from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
+
+PROBE_SECONDS = 2.0  # one attempt to reach a shard when a worker starts: is a run being served?
 
 
 class ParameterServerStrategy(Strategy):
@@ -23,19 +32,50 @@ class ParameterServerStrategy(Strategy):
 
     def __init__(self, env: RankEnv, options: Options) -> None:
         super().__init__(env, options)
-        self.listener: socket.socket | None = None
         self.client: ShardClient | None = None
         if env.ps is None:  # the env reader requires it under parameter-server
             raise StrategyUsageError("the parameter-server settings (RINGLEADER_PS_*) are not set")
         self.shards = env.ps
         self.token = auth.load_token(env.token_file)  # before anything is opened: without it, exit 2 at once
-        if self.is_server:
-            port = int(self.shards.addrs[env.index].rsplit(":", 1)[1])
-            self.listener = socket.create_server(("", port), reuse_port=False)
+        self.rejoined = False  # this worker took a lost worker's place back at the shards (no process group)
 
     @property
     def addrs(self) -> list[tuple[str, int]]:
         return [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in self.shards.addrs]
+
+    def join(self) -> None:
+        """A worker started while the shards serve a run (it replaces a lost one): take its place back at the
+        step the shards hold for it, joining no process group (the others are training); else rendezvous with
+        every rank as every strategy does."""
+        if self.is_worker and self.options.heal and (step := self._lost_place()) is not None:
+            self.steps_done, self.rejoined = step, True
+            self.metrics.resumed(step)
+            log_json(role=self.env.role, index=self.env.index, event="healed", step=step, source="shards")
+            return
+        super().join()
+
+    def _lost_place(self) -> int | None:
+        """This worker's clock on every shard once every shard has given its place up; None when the shards
+        are not serving (or would not give a place back, or failed meanwhile: everyone starts again). A shard
+        that still holds the place (its connection has not failed yet: a node lost sends nothing) ends that
+        connection when asked. HealError if the shards serve on but never agree within twice the timeout."""
+        deadline = time.monotonic() + 2 * self.options.timeout
+        while (answers := probe(self.addrs, self.rank, self.token, PROBE_SECONDS)) is not None:
+            if not all(a.get("rejoin") is True for a in answers):
+                return None
+            clocks = {a.get("clock") for a in answers}
+            if all(a.get("lost") is True for a in answers) and len(clocks) == 1:
+                (clock,) = clocks
+                if isinstance(clock, int) and clock >= 0:
+                    return clock
+            # Not yet released everywhere; or lost between its pushes to two shards (clocks differ), a place no
+            # step resumes cleanly: the shards then time out waiting for it and everyone starts again.
+            if time.monotonic() >= deadline:
+                clocks_seen = ", ".join(sorted(map(str, clocks)))
+                raise HealError(f"the shards serve, but did not agree on worker {self.rank}'s place (clocks "
+                                f"{clocks_seen}) within {2 * self.options.timeout:g} s")  # fmt: skip
+            time.sleep(0.2)
+        return None
 
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return TrainingCheckpointer(self, model, optimizer, saves_model=False)  # the shards hold the state
@@ -46,6 +86,7 @@ class ParameterServerStrategy(Strategy):
         self.client = ShardClient(
             self.addrs, self.rank, shard_parameters(model, self.env.num_ps), self.steps_done,
             connect_timeout=self.options.rendezvous_timeout, timeout=self.options.timeout, token=self.token,
+            resume=self.rejoined,
         )  # fmt: skip
 
         def exchange() -> None:
@@ -55,21 +96,33 @@ class ParameterServerStrategy(Strategy):
             self.metrics.left_exchange()
             self.communication_rounds += 1
 
-        return patch_step(optimizer, exchange, local=False, after=self._advance)
+        def after() -> None:
+            self._advance()
+            if self.client is not None and self.client.rejoined:  # a lost worker was replaced: the job went on
+                self.client.rejoined = False
+                self.metrics.resumed(self.steps_done)
+                log_json(role=self.env.role, index=self.env.index, event="heal", step=self.steps_done,
+                         source="shards")  # fmt: skip
+
+        return patch_step(optimizer, exchange, local=False, after=after)
 
     def serve(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> ServerStats:
         """Serve this rank's shard until every worker is done; checkpoint it alongside the workers."""
-        if not self.is_server or self.listener is None:
+        if not self.is_server:
             raise StrategyUsageError("serve() is for parameter-server ranks")
         index = self.env.index
         server = ShardServer(
             index, shard_parameters(model, self.env.num_ps)[index], optimizer, self.env.num_workers,
             self.shards.mode, self.shards.max_staleness, self.options.timeout, self.token,
-            start_step=self.steps_done,
+            start_step=self.steps_done, rejoin=self.options.heal,
         )  # fmt: skip
         server.on_reject = lambda peer, reason: log_json(
             role="ps", index=index, event="connection-rejected", peer=peer, reason=reason
         )
+        server.on_lost = lambda worker, why: log_json(role="ps", index=index, event="worker-lost", worker=worker,
+                                                      reason=why)  # fmt: skip
+        server.on_rejoined = lambda worker, step: log_json(role="ps", index=index, event="worker-rejoined",
+                                                           worker=worker, step=step)  # fmt: skip
         if self.resumed is not None:
             server.load_state_dict(self.resumed["shard"])
         checkpoints, saved = self.checkpoints, {self.steps_done}
@@ -86,10 +139,11 @@ class ParameterServerStrategy(Strategy):
         self.metrics.entered_exchange()
         server.asked_to_stop = lambda: self.stop.requested
         log_json(role="ps", index=index, event="serving", values=server.flat.numel(), mode=server.mode)
-        try:
-            server.serve(self.listener, accept_timeout=self.options.rendezvous_timeout)
-        finally:
-            self.listener.close()
+        # Listening only while serving: a worker starting finds no listener before (the job is starting) and
+        # after (everyone is starting again), and a serving shard when it replaces a lost worker (`join`).
+        port = int(self.shards.addrs[index].rsplit(":", 1)[1])
+        with socket.create_server(("", port), reuse_port=False) as listener:
+            server.serve(listener, accept_timeout=self.options.rendezvous_timeout)
         stats = server.stats
         if server.stopping:  # the workers stopped (and the shard saved) at the step shard 0 named
             raise self.stopped(server.slowest)
@@ -129,3 +183,11 @@ class ParameterServerStrategy(Strategy):
         if self.client is not None:
             self.client.done()
             self.client = None
+
+    def close(self) -> None:
+        """Leave the process group without the closing barrier where a lost worker can be replaced: its
+        replacement is not in the group (the shards' DONE from every worker is the end instead)."""
+        if self.options.heal:
+            self.rendezvous.depart()
+        else:
+            super().close()
