@@ -58,7 +58,8 @@ CONTRACT_ENV = frozenset(
         "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
-        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_PIPELINE_STAGES",
+        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_SHARDED_REPLICAS",
+        "RINGLEADER_PIPELINE_STAGES",
         "RINGLEADER_PIPELINE_MICRO_BATCHES", "RINGLEADER_MIN_WORKERS", "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE", "RINGLEADER_ATTEMPT",
     }
@@ -154,6 +155,16 @@ class ShardedSettings(Model):
         description="What the workers shard, as DeepSpeed's ZeRO stages: 1 the optimizer state (DDP's allreduce "
         "with PyTorch's ZeroRedundancyOptimizer); 2 also the gradients (FSDP2, parameters kept whole from "
         "forward to backward); 3 also the parameters (FSDP2, each layer gathered only while it runs).",
+    )
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Stages 2-3: into how many replica groups the worker ranks split (HSDP: each group shards the "
+        "model over its ranks, and the groups hold the same shards; gradients are reduce-scattered in a group and "
+        "averaged across groups). With 2 or more a lost rank's replacement heals from the rank holding its shard "
+        "in another group, with no checkpoint read; with 1 it resumes from the newest checkpoint. Must divide "
+        "the worker ranks; not with minReplicas or maxReplicas.",
     )
 
 

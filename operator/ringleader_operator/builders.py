@@ -277,6 +277,8 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
         env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
     if spec.strategy == Strategy.SHARDED:
         env["RINGLEADER_SHARDED_STAGE"] = str(spec.sharded.stage if spec.sharded else 3)
+        if spec.sharded and spec.sharded.replicas > 1:
+            env["RINGLEADER_SHARDED_REPLICAS"] = str(spec.sharded.replicas)
     if spec.strategy == Strategy.PIPELINE:
         pipeline = spec.pipeline or PipelineSettings()
         env["RINGLEADER_PIPELINE_STAGES"] = str(pipeline.stages or workers)

@@ -76,6 +76,15 @@ SPEC_RULES: list[dict[str, str]] = [
         "reason": "FieldValueInvalid",
     },
     {
+        "rule": "!has(self.sharded) || !has(self.sharded.replicas) || self.sharded.replicas == 1 || "
+        "((self.workers.replicas * (has(self.workers.procsPerPod) ? self.workers.procsPerPod : 1)) "
+        "% self.sharded.replicas == 0 && (!has(self.sharded.stage) || self.sharded.stage >= 2))",
+        "message": "spec.sharded.replicas must divide the worker ranks, spec.workers.replicas x procsPerPod, and "
+        "needs stage 2 or 3 (each replica group shards the model with FSDP2)",
+        "fieldPath": ".sharded.replicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "!has(self.parameterServers) || !has(self.parameterServers.procsPerPod) || "
         "self.parameterServers.procsPerPod == 1",
         "message": "spec.parameterServers.procsPerPod must be 1: each shard is one process",
@@ -131,6 +140,13 @@ SPEC_RULES += [
         "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the allreduce, local-sgd "
         "and sharded strategies, not parameter-server or pipeline",
         "fieldPath": ".workers",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"!has(self.sharded) || !has(self.sharded.replicas) || self.sharded.replicas == 1 || !({ELASTIC})",
+        "message": "spec.sharded.replicas above 1 does not combine with spec.workers.minReplicas or maxReplicas: "
+        "the replica groups fix the world's shape",
+        "fieldPath": ".sharded.replicas",
         "reason": "FieldValueForbidden",
     },
     {

@@ -36,7 +36,7 @@ JOBS = {
     "allreduce": job(checkpoint={"claimName": "ckpt"}),
     "parameter-server": job(**PS),
     "local-sgd": job(strategy="local-sgd", localSGD={"period": 4}),
-    "sharded": job(strategy="sharded", sharded={"stage": 2}),
+    "sharded": job(strategy="sharded", sharded={"stage": 2, "replicas": 3}),
     "pipeline": job(strategy="pipeline", pipeline={"microBatches": 8}),
 }
 RANKS = [(name, role, i) for name, j in JOBS.items() for role, i in desired_ranks(j)]
@@ -58,6 +58,7 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
         assert (env.ps.mode, env.ps.max_staleness) == ("bounded-staleness", 2)
     assert env.local_sgd_period == (4 if name == "local-sgd" else None)
     assert env.sharded_stage == (2 if name == "sharded" else None)
+    assert env.sharded_replicas == (3 if name == "sharded" else 1)
     assert env.pipeline == (trainer_env.Pipeline(stages=3, micro_batches=8) if name == "pipeline" else None)
     assert (env.checkpoints is not None) is (name == "allreduce")
     if env.checkpoints is not None:
@@ -145,10 +146,11 @@ GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
             },
             "LOCAL_RANK=2 must be less than RINGLEADER_PROCS_PER_POD=2",
         ),
+        ({"RINGLEADER_SHARDED_REPLICAS": "5"}, "RINGLEADER_SHARDED_REPLICAS=5 does not divide the"),
     ],
     ids=str.split(
         "rank-too-big rank-not-int ps-addrs strategy index master staleness world standalone-world renumbered "
-        "unlaunched local-rank"
+        "unlaunched local-rank sharded-replicas"
     ),
 )
 def test_bad_environments_fail_with_one_line_naming_the_variable(change: dict[str, str | None], names: str) -> None:

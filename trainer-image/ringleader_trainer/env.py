@@ -63,6 +63,7 @@ READS = frozenset(
         "RINGLEADER_LOCAL_SGD_PERIOD",
         "RINGLEADER_MIN_WORKERS",
         "RINGLEADER_SHARDED_STAGE",
+        "RINGLEADER_SHARDED_REPLICAS",
         "RINGLEADER_PIPELINE_STAGES",
         "RINGLEADER_PIPELINE_MICRO_BATCHES",
         "RINGLEADER_CHECKPOINT_DIR",
@@ -147,6 +148,7 @@ class RankEnv:
     ps: ParameterServers | None = None
     local_sgd_period: int | None = None
     sharded_stage: int | None = None  # 1-3, under sharded
+    sharded_replicas: int = 1  # under sharded (stages 2-3): replica groups of the shards (HSDP)
     pipeline: Pipeline | None = None
     checkpoints: Checkpoints | None = None
     attempt: int = 0  # the pod's place in its rank's history: 0 for the first pod, one more for each replacement
@@ -228,6 +230,7 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
         local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
         sharded_stage=_sharded_stage(env) if strategy == StrategyName.SHARDED else None,
+        sharded_replicas=_sharded_replicas(env, num_workers) if env.get("RINGLEADER_SHARDED_REPLICAS") else 1,
         pipeline=_pipeline(env, num_workers) if strategy == StrategyName.PIPELINE else None,
         checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
         attempt=_int(env, "RINGLEADER_ATTEMPT", 0) if env.get("RINGLEADER_ATTEMPT") else 0,
@@ -288,6 +291,13 @@ def _sharded_stage(env: Mapping[str, str]) -> int:
     if stage > 3:
         raise EnvError(f"RINGLEADER_SHARDED_STAGE={stage} is not a ZeRO stage (1, 2 or 3)")
     return stage
+
+
+def _sharded_replicas(env: Mapping[str, str], num_workers: int) -> int:
+    replicas = _int(env, "RINGLEADER_SHARDED_REPLICAS", 1)
+    if num_workers % replicas:
+        raise EnvError(f"RINGLEADER_SHARDED_REPLICAS={replicas} does not divide the {num_workers} worker ranks")
+    return replicas
 
 
 def _pipeline(env: Mapping[str, str], num_workers: int) -> Pipeline:

@@ -73,11 +73,14 @@ def peer_lost(exc: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class Report:
-    """What a rank says of its state when a group forms: the step it is at (NO_STATE, UNSERVABLE) and whether
-    it holds a copy of its predecessor's state there (local SGD's backups; unused where every rank serves)."""
+    """What a rank says of its state when a group forms: the step it is at (NO_STATE, UNSERVABLE), whether
+    it holds a copy of its predecessor's state there (local SGD's backups; unused where every rank serves), and
+    whether a peer at the same step may hold a newer state (`behind`: local SGD training short, a rank whose
+    sync's average failed where a peer's may have completed)."""
 
     step: int
     holds_predecessor: bool = False
+    behind: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,20 +96,33 @@ def newest_serves(reports: Sequence[Report], parts: int = 1) -> Plan | None:
     """The plan where every rank holds a whole copy of its part of the state: rank i holds part i % `parts`, the
     same as every other rank of that part (allreduce: one part, the whole model; pipeline: a stage, its
     data-parallel replicas alike). The group continues from the newest step; every rank short of it receives its
-    part from a rank of the same part at it, those taking the receivers in turn. None when no rank holds live
-    state; Unhealable when no live rank of a part is at the newest step."""
+    part from a rank of the same part at it, those taking the receivers in turn; where some ranks at it are
+    `behind` and some not, those behind receive too. None when no rank holds live state; Unhealable when no live
+    rank of a part is at the newest step."""
     newest = max((r.step for r in reports), default=NO_STATE)
     if newest < 0:
         return None
+    current = any(r.step == newest and not r.behind for r in reports)
     sources: dict[int, int] = {}
     for part in range(parts):
         ranks = range(part, len(reports), parts)
-        holders = [i for i in ranks if reports[i].step == newest]
-        receivers = [i for i in ranks if reports[i].step != newest]
+        holders = [i for i in ranks if reports[i].step == newest and not (current and reports[i].behind)]
+        receivers = [i for i in ranks if i not in holders]
         if receivers and not holders:
             raise Unhealable(f"no live rank holds part {part} of the state (of {parts}) as of step {newest}")
         sources |= {r: holders[k % len(holders)] for k, r in enumerate(receivers)}
     return Plan(newest, sources)
+
+
+def live_serves(reports: Sequence[Report]) -> Plan | None:
+    """The plan where every rank holds a whole live state but no rank holds another's (local SGD training short):
+    the live ranks must be at one step, and any of them serves (`newest_serves`: one behind receives from one
+    that is not). Unhealable when they are at different steps (one went on past a sync whose average failed
+    on another: no state serves both)."""
+    live = sorted({r.step for r in reports if r.step >= 0})
+    if len(live) > 1:
+        raise Unhealable(f"the surviving ranks are at different steps ({', '.join(map(str, live))})")
+    return newest_serves(reports)
 
 
 def successor_serves(reports: Sequence[Report]) -> Plan | None:
@@ -135,10 +151,10 @@ def successor_serves(reports: Sequence[Report]) -> Plan | None:
 def gather(mine: Report) -> list[Report]:
     """Every rank's report, in rank order, over the default group: a collective every rank of the group calls
     at the same point (right after joining it)."""
-    own = torch.tensor([mine.step, int(mine.holds_predecessor)], dtype=torch.int64)
-    reports = [torch.zeros(2, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    own = torch.tensor([mine.step, int(mine.holds_predecessor), int(mine.behind)], dtype=torch.int64)
+    reports = [torch.zeros(3, dtype=torch.int64) for _ in range(dist.get_world_size())]
     dist.all_gather(reports, own)
-    return [Report(int(r[0]), bool(r[1])) for r in reports]
+    return [Report(int(r[0]), bool(r[1]), bool(r[2])) for r in reports]
 
 
 def encode(state: Mapping[str, Any]) -> torch.Tensor:

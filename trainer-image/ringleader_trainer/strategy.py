@@ -118,6 +118,7 @@ class Strategy:
         self.progress: Mapping[str, Any] = {}  # the script's progress after its last step (`maybe_save`)
         self.last_checkpoint: int | None = None  # the step of the job's newest checkpoint this rank knows of
         self.heals_done = 0
+        self.caught_up = False  # the last heal gave this survivor a peer's newer state
         # The model (unwrapped) and optimizer whose state this rank serves a peer's replacement (healing), once
         # the script has handed both over (distributed_optimizer).
         self._held: tuple[nn.Module, torch.optim.Optimizer] | None = None
@@ -352,7 +353,7 @@ class Strategy:
         heals, so a script that does not restore() still continues from it)."""
         self._held = (unwrap(model), optimizer)
         if self.resumed is not None and HEALED_FROM in self.resumed:
-            load_state(self.resumed, unwrap(model), optimizer)
+            self.take_state(self.resumed)
 
     def heal(self, reason: str, counted: bool = True) -> None:
         """Continue after a lost peer with no checkpoint read: leave the broken group, form the next with the
@@ -371,9 +372,10 @@ class Strategy:
         agreed = self.heal_plan(healing.gather(self.heal_report()))
         assert agreed is not None  # this rank holds live state
         source = agreed.sources.get(rank)
+        self.caught_up = source is not None
         if source is not None:
             state = healing.receive(source)
-            load_state(state, *self._held)
+            self.take_state(state)
             self.steps_done, self.communication_rounds = agreed.step, int(state.get("rounds", 0))
         served = sorted(r for r, s in agreed.sources.items() if s == rank)
         for receiver in served:
@@ -414,13 +416,23 @@ class Strategy:
         reports it)."""
         if self._held is None:
             raise StrategyUsageError("no state to serve before distributed_optimizer()")
-        model, optimizer = self._held
-        state = worker_state(self, model, optimizer, self.progress)
+        state = self.held_state(*self._held)
         return state | {
             "step": self.steps_done,
             HEALED_FROM: self.env.global_rank,
             LAST_CHECKPOINT: self.last_checkpoint,
         }
+
+    def held_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """This rank's model and optimizer state, with its progress and RNGs, as plain tensors and values (what
+        `take_state` takes back): a worker's checkpoint (`worker_state`)."""
+        return worker_state(self, model, optimizer, self.progress)
+
+    def take_state(self, state: Mapping[str, Any]) -> None:
+        """Load a live peer's state (`live_state`) into the model and optimizer held, and this process's RNGs."""
+        if self._held is None:
+            raise StrategyUsageError("no model to load a peer's state into before distributed_optimizer()")
+        load_state(state, *self._held)
 
     def _regroup(self) -> None:
         """Move what this strategy built on the broken group (DDP, the stop vote, a pipeline's groups) to the new

@@ -161,6 +161,8 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
         ({}, "spec.sharded", {"stage": 2}, "spec.sharded is only allowed when spec.strategy is sharded"),
         ({"strategy": "sharded"}, "spec.sharded", {"stage": 4}, "spec.sharded.stage in body should be less than"),
         ({"strategy": "pipeline"}, "spec.pipeline", {"stages": 3}, "spec.pipeline.stages must divide the worker ranks"),
+        ({"strategy": "sharded"}, "spec.sharded", {"replicas": 3}, "spec.sharded.replicas must divide the worker"),
+        ({"strategy": "sharded"}, "spec.sharded", {"stage": 1, "replicas": 2}, "and needs stage 2 or 3"),
         ({}, "spec.workers", {"replicas": 2, "gpus": 1, "procsPerPod": 2},
          "spec.workers.procsPerPod must equal spec.workers.gpus when"),
         (PS, "spec.parameterServer.maxStaleness", 2, "spec.parameterServer.maxStaleness is only allowed when"),

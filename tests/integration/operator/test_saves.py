@@ -2,12 +2,12 @@
 synchronous parameter server has a rank evicted, is resized (the elastic strategies), is suspended and resumed, and
 then loses a rank to a SIGKILL. After each stop, status.progress.lastCheckpointStep is the step the stopping ranks
 saved (read from their exit records: their pages are gone), no step is counted lost, and the SIGKILL's lost steps are
-counted from the suspend's save; where the strategy heals from a live peer (allreduce, local SGD, pipeline of 2
-stages x 2 pipelines, a parameter-server worker), none are, and worker 0's step never goes back (under allreduce,
-with minReplicas 2, it keeps rising while the killed rank is replaced: the two survivors train on). An asynchronous
-and a bounded-staleness parameter-server job are suspended while worker 1 (unpaced) is far ahead of worker 0 (the
-issue's own report): every rank stops at the one step shard 0 names and the status says it. The jobs run side by
-side, each on its own thread, so their waits overlap."""
+counted from the suspend's save; where the strategy heals from a live peer (allreduce, local SGD, sharded in 2
+replica groups of 2, pipeline of 2 stages x 2 pipelines, a parameter-server worker), none are, and worker 0's step
+never goes back (under allreduce, and local SGD, with minReplicas 2, it keeps rising while the killed rank is
+replaced: the two survivors train on). An asynchronous and a bounded-staleness parameter-server job are suspended
+while worker 1 (unpaced) is far ahead of worker 0 (the issue's own report): every rank stops at the one step shard 0
+names and the status says it. The jobs run side by side, each on its own thread, so their waits overlap."""
 
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ class Case:
 
 CASES = [
     Case("ar", {"strategy": "allreduce"}, elastic=True, heals=True, trains_short=True),
-    Case("lsgd", {"strategy": "local-sgd", "localSGD": {"period": 4}}, elastic=True, heals=True),
+    Case("lsgd", {"strategy": "local-sgd", "localSGD": {"period": 4}}, elastic=True, heals=True, trains_short=True),
     Case("shard", {"strategy": "sharded"}, elastic=True),
+    Case("hsdp", {"strategy": "sharded", "sharded": {"replicas": 2}}, workers=4, heals=True),
     Case("pipe", {"strategy": "pipeline", "pipeline": {"stages": 2}}, workers=4, heals=True),
     Case("ps", {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}, ps=1, heals=True),
     Case("ps-async", {"strategy": "parameter-server", "parameterServer": {"mode": "asynchronous"}}, ps=2,

@@ -33,6 +33,7 @@ SHAPES: dict[str, tuple[int, dict[str, Any]]] = {
     "allreduce": (3, {}),
     "local-sgd": (3, {}),
     "pipeline": (4, {"pipeline": {"stages": 2}}),
+    "sharded": (4, {"sharded": {"replicas": 2}}),  # HSDP: 2 groups x 2 shards, ZeRO-3
 }
 
 
@@ -96,17 +97,21 @@ QUORUM_ARGS = ["--example", "digits-mlp", "--steps", "160", "--log-every", "1", 
 DOWN_SECONDS = 3.0  # the replacement's "pod" comes this long after the kill
 
 
-def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
+def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replaced(
+    tmp_path: Path, strategy: str
+) -> None:
     """3 workers, minReplicas 2: worker 2 killed at step 30 and started again 3 s later. The survivors form a
-    group of two at once and train on (their gradients averaged over the two; worker 2's batches of those steps
-    are not trained on); the replacement, once it comes, waits to join, the two re-form with it at a step
-    boundary and heal it, and the run ends as well trained as uninterrupted runs do."""
+    group of two at once and train on (their gradients, or under local SGD their parameters at each sync,
+    averaged over the two; worker 2's batches of those steps are not trained on); the replacement, once it
+    comes, waits to join, the two re-form with it at a step boundary and give it a survivor's live state, and
+    the run ends as well trained as uninterrupted runs do."""
     accuracies = []
     for seed in (0, 1, 2):  # the uninterrupted runs' spread
-        whole = launch(job_spec("q", "allreduce", 3), [*QUORUM_ARGS, "--seed", str(seed)], tmp_path / f"whole-{seed}")
+        whole = launch(job_spec("q", strategy, 3), [*QUORUM_ARGS, "--seed", str(seed)], tmp_path / f"whole-{seed}")
         assert whole.wait(600) == [0, 0, 0], whole.logs()
         accuracies.append(whole.workers[0].events("done")[0]["test_accuracy"])
-    job = job_spec("q", "allreduce", 3)
+    job = job_spec("q", strategy, 3)
     job.spec.workers.min_replicas = 2
     local = launch(job, [*QUORUM_ARGS, "--seed", "0"], tmp_path / "short")
     target = local.workers[2]

@@ -216,7 +216,14 @@ PS_JOB = {
             {"RINGLEADER_SHARDED_STAGE": "1"},
             ["RINGLEADER_LOCAL_SGD_PERIOD"],
         ),
-        ({"strategy": "sharded"}, Role.WORKER, 0, {"RINGLEADER_SHARDED_STAGE": "3"}, []),
+        ({"strategy": "sharded"}, Role.WORKER, 0, {"RINGLEADER_SHARDED_STAGE": "3"}, ["RINGLEADER_SHARDED_REPLICAS"]),
+        (
+            {"strategy": "sharded", "sharded": {"replicas": 2}, "workers": {"replicas": 4}},
+            Role.WORKER,
+            3,
+            {"RINGLEADER_SHARDED_STAGE": "3", "RINGLEADER_SHARDED_REPLICAS": "2"},
+            [],
+        ),
         (
             {"strategy": "pipeline", "pipeline": {"stages": 2, "microBatches": 8}},
             Role.WORKER,
@@ -258,6 +265,7 @@ PS_JOB = {
         "local-sgd-default",
         "sharded",
         "sharded-default",
+        "sharded-replica-groups",
         "pipeline",
         "pipeline-default",
         "checkpoint",

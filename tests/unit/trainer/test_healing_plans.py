@@ -11,6 +11,7 @@ from ringleader_trainer.healing import (
     Plan,
     Report,
     Unhealable,
+    live_serves,
     newest_serves,
     successor_serves,
 )
@@ -89,3 +90,24 @@ def test_each_replacement_is_served_by_its_successor(steps: tuple[int, ...], pla
 def test_a_replacement_no_successor_can_serve_is_refused(given: list[Report], why: str) -> None:
     with pytest.raises(Unhealable, match=why):
         successor_serves(given)
+
+
+B = Report(30, behind=True)  # at step 30, whose sync's average failed here
+
+
+@pytest.mark.parametrize(
+    ("given", "plan"),
+    [
+        ([Report(30), Report(N), Report(30)], Plan(30, {1: 0})),  # a replacement taken in: any live rank serves
+        ([B, Report(30), Report(N)], Plan(30, {0: 1, 2: 1})),  # a peer completed the average: it serves
+        ([B, B, Report(N)], Plan(30, {2: 0})),  # nobody completed it: they average again, the newcomer too
+        ([Report(N), Report(N)], None),
+    ],
+)
+def test_training_short_any_live_rank_at_the_groups_step_serves(given: list[Report], plan: Plan | None) -> None:
+    assert live_serves(given) == plan
+
+
+def test_training_short_live_ranks_at_different_steps_are_refused() -> None:
+    with pytest.raises(Unhealable, match=r"different steps \(30, 33\)"):
+        live_serves([B, Report(33), Report(N)])

@@ -5,6 +5,12 @@ worker i + 1, the last to worker 0), which keeps it until the next sync. The par
 after a sync; the optimizer's state (momentum) is each worker's own. A lost worker's replacement gets its state
 as of the last sync from its successor and does its local steps since then again (no exchange: the same data,
 the same numbers) while the survivors carry on to the next sync, where all average as if nothing had happened.
+
+Training short (spec.workers.minReplicas; `Strategy.quorum`): the survivors of a loss form a group of their own
+at once and train on, averaging over the workers present; the replacement, taken in at a step boundary, gets a
+survivor's live state there (parameters mid-period, optimizer state, the step) and starts from the step the
+group is at: its own batches of the steps it missed are not trained on, as under allreduce, and no state is
+exchanged at syncs (a live peer serves instead of a backup).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class LocalSGDStrategy(Strategy):
 
     name = "local-sgd"
     heals = True
+    trains_short = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -49,7 +56,8 @@ class LocalSGDStrategy(Strategy):
             if self.steps_done == 0:  # start from the same point (resumed ranks load their own)
                 self._average_parameters(count=False)
             self._synced = self.steps_done
-            self._exchange_states()
+            if self.quorum is None:
+                self._exchange_states()
 
         def after() -> None:
             self._advance()
@@ -70,7 +78,11 @@ class LocalSGDStrategy(Strategy):
             except Exception as e:
                 if not self._healed_after(e):
                     raise
+                if self.caught_up:  # training short: a peer that completed this average served its state
+                    break
         self._synced = self.steps_done
+        if self.quorum is not None:  # a live peer serves a replacement: no backups to keep
+            return
         try:
             self._exchange_states()
         except Exception as e:
@@ -109,15 +121,23 @@ class LocalSGDStrategy(Strategy):
 
     # ---- healing (healing.py) ----------------------------------------------------------------------------
     def heal_report(self) -> healing.Report:
+        if self.quorum is not None:  # its live state; behind if this sync's average did not complete here
+            due = self.steps_done % self.period == 0 and self.steps_done > 0
+            return healing.Report(self.steps_done, behind=due and self._synced != self.steps_done)
         if self._synced != self._backed:  # averaged, but the states of that sync not exchanged
             return healing.Report(healing.UNSERVABLE)
         return healing.Report(self._synced, self._predecessor is not None)
 
     def heal_plan(self, reports: Any) -> healing.Plan | None:
+        if self.quorum is not None:
+            return healing.live_serves(reports)
         return healing.successor_serves(reports)
 
     def state_for(self, receiver: int) -> dict[str, Any]:
-        """The receiver's own state as of the last sync, which this worker (its successor) kept."""
+        """The receiver's own state as of the last sync, which this worker (its successor) kept; training
+        short, this worker's live state."""
+        if self.quorum is not None:
+            return self.live_state()
         if self._predecessor is None:
             raise healing.Unhealable(f"worker {self.rank} holds no copy of worker {receiver}'s state")
         state = healing.decode(self._predecessor, receiver)
@@ -125,5 +145,8 @@ class LocalSGDStrategy(Strategy):
 
     def first_vote_after(self, step: int) -> int:
         """The next sync: the replacement does its local steps again until then without a collective, so the
-        votes wait for the sync, where every worker is."""
+        votes wait for the sync, where every worker is (training short, the next step: the replacement starts
+        where the group is)."""
+        if self.quorum is not None:
+            return step + 1
         return (step // self.period + 1) * self.period

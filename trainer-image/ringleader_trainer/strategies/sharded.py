@@ -23,6 +23,14 @@ parameters left over. gloo on CPU, NCCL on GPU.
 
 Checkpoints go through `torch.distributed.checkpoint` (`sharded_checkpoint`): each worker writes its shard,
 and a job resumes from them at another world size.
+
+Replica groups (stages 2-3, RINGLEADER_SHARDED_REPLICAS; spec.sharded.replicas): HSDP. The worker ranks form a
+mesh of `replicas` groups x `world / replicas` shards; rank i holds shard i % (world / replicas), as does the
+rank of that shard in every other group. Gradients are reduce-scattered within a group and averaged across the
+groups, so the groups hold the same shards at every step. A lost rank's replacement heals from the rank of
+its shard in another group (`healing.newest_serves` by shard: the local pieces of the model's and optimizer's
+DTensors, no checkpoint read), and the survivors move their FSDP modules to the new group's mesh. With one
+group nobody holds a lost shard but the checkpoint.
 """
 
 from __future__ import annotations
@@ -39,13 +47,15 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
 from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from ringleader_trainer import sharded_checkpoint
-from ringleader_trainer.checkpointing import TrainingCheckpointer
+from ringleader_trainer import healing, sharded_checkpoint
+from ringleader_trainer.checkpointing import HEALED_FROM, TrainingCheckpointer, load_state, worker_state
 from ringleader_trainer.strategies.allreduce import stamp_exchange
 from ringleader_trainer.strategy import (
     Strategy,
@@ -78,15 +88,98 @@ def local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
 
 
+def shard_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, dict[str, Any]]:
+    """This worker's part of the model's and optimizer's state, as DCP's state dicts (DTensors; the optimizer's
+    by parameter name). Creates the optimizer's state if it has none yet (DCP steps it with zero gradients)."""
+    with unpatched(local_optimizer(optimizer)) as inner:
+        model_state, optimizer_state = get_state_dict(model, inner, options=FLAT_OPTIMIZER)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def set_shard_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, dict[str, Any]]) -> None:
+    """Load `shard_state`'s dicts, filled (from a checkpoint, or a replica's shards), into the model and optimizer."""
+    inner = local_optimizer(optimizer)
+    set_state_dict(model, inner, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                   options=FLAT_OPTIMIZER)  # fmt: skip
+    if isinstance(optimizer, ZeroRedundancyOptimizer):  # its own groups set the inner ones each step
+        for outer, loaded in zip(optimizer.param_groups, inner.param_groups, strict=True):
+            outer.update({k: v for k, v in loaded.items() if k != "params"})
+
+
+def local_pieces(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`shard_state` as plain tensors and values, each DTensor as its local piece (the wire carries no DTensor)."""
+    return {part: {k: v.to_local() if isinstance(v, DTensor) else v for k, v in d.items()} for part, d in state.items()}
+
+
+def fill(state: dict[str, dict[str, Any]], pieces: Any, source: str) -> None:
+    """Fill `shard_state`'s tensors in place from `local_pieces` of the same shard's (a replica's), and take its
+    other values; HealError naming `source` for an entry it lacks or a piece of another shape."""
+    for part, entries in state.items():
+        theirs = pieces.get(part) if isinstance(pieces, dict) else None
+        for key, value in entries.items():
+            if not isinstance(theirs, dict) or key not in theirs:
+                raise healing.HealError(f"the state {source} sent has no {part} entry {key}")
+            got, mine = theirs[key], value.to_local() if isinstance(value, DTensor) else value
+            if not isinstance(mine, torch.Tensor):
+                entries[key] = got
+            elif not isinstance(got, torch.Tensor) or got.shape != mine.shape:
+                raise healing.HealError(f"{source} sent {part} entry {key} in another shape")
+            else:
+                mine.copy_(got)
+
+
+def move_to(model: nn.Module, old: DeviceMesh, new: DeviceMesh) -> None:
+    """Move an FSDP2 model from the process groups of `old` to those of `new`, built after a loss on the next
+    process group, and clear what a step a peer's loss broke off left behind. FSDP2 keeps the groups of its
+    mesh as objects (torch offers no way to move a module to other groups): the mesh and its DTensors name
+    their groups, so `new` must have built groups of the same names (it is built the same way, first thing on
+    a fresh group), and each mesh info of the model's parameter groups reads its groups again. Unhealable
+    where the names differ."""
+    if getattr(new, "_dim_group_names", None) != getattr(old, "_dim_group_names", None):
+        raise healing.Unhealable("the next group's device mesh names its process groups differently")
+    for module in model.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        state: Any = module._get_fsdp_state()
+        state._state_ctx.iter_forward_root = None
+        state._state_ctx.post_backward_final_callback_queued = False
+        state._modules_to_run_forward.clear()
+        state._training_state = TrainingState.IDLE
+        for group in state._fsdp_param_groups:
+            infos = [group.mesh_info, group.post_forward_mesh_info]
+            infos += [i for p in group.fsdp_params for i in (p.mesh_info, p.post_forward_mesh_info)]
+            for info in {id(i): i for i in infos if i is not None}.values():
+                info.__post_init__()  # reads the mesh's groups, by name, again
+            group._training_state = TrainingState.IDLE
+            group._all_gather_result = None
+            group._post_backward_pending = False
+        module.reshard()  # a broken step may have left parameters gathered
+
+
 class ShardedStrategy(Strategy):
     """ZeRO stage 1 (DDP + ZeroRedundancyOptimizer), 2 or 3 (FSDP2)."""
 
     name = "sharded"
     materializes_meta = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.replicas = self.env.sharded_replicas
+        self.heals = self.replicas > 1 and self.stage >= 2  # a replica group's rank of the same shard serves
+        self._mesh: DeviceMesh | None = None
+
     @property
     def stage(self) -> int:
         return self.env.sharded_stage or 3
+
+    def _device_mesh(self) -> DeviceMesh:
+        """The workers' mesh: one dimension of shards, or (replicas, shards) for HSDP; its groups are watched with
+        the job's (a loss ends their collectives at once)."""
+        with self.rendezvous.watched():
+            if self.replicas > 1:
+                shape = (self.replicas, self.world_size // self.replicas)
+                return init_device_mesh(self.device.type, shape, mesh_dim_names=("replicate", "shard"))
+            return init_device_mesh(self.device.type, (self.world_size,))
 
     def distributed_model(self, model: nn.Module) -> nn.Module:
         if self.device.type == "cuda":
@@ -102,13 +195,13 @@ class ShardedStrategy(Strategy):
             ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.workers_group)
             stamp_exchange(ddp, self.metrics)
             return ddp
-        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        mesh = self._mesh = self._device_mesh()
         reshard = self.stage == 3
         for unit in list(shard_units(model)):
             fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-        if on_meta:  # each worker draws its own shard's values, from its own stream
-            materialize(model, self.device, own_stream(self.rank))
+        if on_meta:  # each shard's values drawn from a stream of its own (its replica groups' ranks alike)
+            materialize(model, self.device, own_stream(self.rank % (self.world_size // self.replicas)))
         # The first exchange of a step is the first unit's all-gather, as the forward pass starts.
         model.register_forward_pre_hook(lambda *_: self.metrics.entered_exchange())
         return model
@@ -127,7 +220,36 @@ class ShardedStrategy(Strategy):
             self.metrics.left_exchange()
             self.communication_rounds += 1
 
-        return patch_step(sharded, exchange, local=True, after=self._advance)
+        patched = patch_step(sharded, exchange, local=True, after=self._advance, void=self._take_skip)
+        if self.heals:
+            self.hold(model, patched)
+        return patched
+
+    # ---- healing (healing.py): a replica group's rank of the same shard serves ------------------------------
+    def heal_plan(self, reports: Any) -> healing.Plan | None:
+        return healing.newest_serves(reports, parts=self.world_size // self.replicas)
+
+    def held_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Progress and RNGs, and this shard's local pieces of the model's and optimizer's state."""
+        return worker_state(self, None, optimizer, self.progress) | {
+            "shards": local_pieces(shard_state(model, optimizer))
+        }
+
+    def take_state(self, state: Any) -> None:
+        if self._held is None:
+            raise StrategyUsageError("no model to load a peer's state into before distributed_optimizer()")
+        model, optimizer = self._held
+        load_state(state, None, optimizer)
+        mine = shard_state(model, optimizer)
+        fill(mine, state.get("shards"), f"rank {state.get(HEALED_FROM)}")
+        set_shard_state(model, optimizer, mine)
+
+    def _regroup(self) -> None:
+        super()._regroup()
+        if self._mesh is not None and self._held is not None:
+            new = self._device_mesh()
+            move_to(self._held[0], self._mesh, new)
+            self._mesh = new
 
     def checkpointer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainingCheckpointer:
         return ShardedCheckpointer(self, model, optimizer)
@@ -147,9 +269,7 @@ class ShardedCheckpointer(TrainingCheckpointer):
         super().__init__(strategy, model, optimizer, saves_model=False)
 
     def _state(self) -> dict[str, Any]:
-        with unpatched(local_optimizer(self.optimizer)) as optimizer:
-            model_state, optimizer_state = get_state_dict(self.model, optimizer, options=FLAT_OPTIMIZER)
-        return {"model": model_state, "optimizer": optimizer_state}
+        return shard_state(self.model, self.optimizer)
 
     def _step_path(self, step: int) -> Path:
         checkpoints = self.strategy.checkpoints
@@ -159,15 +279,10 @@ class ShardedCheckpointer(TrainingCheckpointer):
 
     def restore(self) -> dict[str, Any] | None:
         resumed = self.strategy.resumed
-        if resumed is not None:
+        if resumed is not None and HEALED_FROM not in resumed:  # a replica's shards were loaded when held
             state = self._state()  # what this worker holds, at this world size: the pieces to read
             sharded_checkpoint.load(self._step_path(int(resumed["step"])), state)
-            inner = local_optimizer(self.optimizer)
-            set_state_dict(self.model, inner, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
-                           options=FLAT_OPTIMIZER)  # fmt: skip
-            if isinstance(self.optimizer, ZeroRedundancyOptimizer):  # its own groups set the inner ones each step
-                for outer, loaded in zip(self.optimizer.param_groups, inner.param_groups, strict=True):
-                    outer.update({k: v for k, v in loaded.items() if k != "params"})
+            set_shard_state(self.model, self.optimizer, state)
         return super().restore()
 
     def _save_model(self, step: int) -> None:
