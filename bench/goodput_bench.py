@@ -9,6 +9,11 @@ Subjects (the built-in trainer, allreduce, `--workers` ranks as processes on thi
 - `heal`: `--recover-from peer`: the survivors keep their state and serve it to the replacement (healing.py).
 - `heal-short`: as `heal`, with `minReplicas` one less than the workers: the survivors train on while the
   replacement starts, and take it in at a step boundary.
+- `torchft`: torchft 0.2.0 from PyPI (bench/peer/torchft: its own venv, built by setup.sh on first use), each
+  worker a replica group of one process training the same example (model, data share, SGD settings) with
+  torchft's Manager, DDP and Optimizer, a lighthouse with min_replicas one less than the workers (as
+  `heal-short`): the survivors train on, and the restarted group heals from a live peer. Replica group 0 sleeps
+  as worker 0 does.
 
 The bench is the operator: a killed rank is started again at once as a plain new process (importing torch, as
 a new pod's container does: its start-up is part of every figure). Worker 0 sleeps 20 ms a step so that one
@@ -19,13 +24,15 @@ kill to full strength (to the replacement's first step) and the job's steps a se
 the steps the job kept over what it would have made at full strength in the same wall time. Medians with
 bootstrap intervals (bench/stats.py); nothing is asserted. Results: bench/results/goodput.json.
 
-torchft (0.2.0 on PyPI) is not among the subjects yet: docs/benchmarks.md says why.
+Subjects are chosen with `--subjects` (default all four; `torchft` needs PyPI on the first run, for its venv).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -33,10 +40,13 @@ from typing import Any
 
 from bench.record import write_result
 from bench.stats import Interval, ratio_interval, spread
-from tests.support.launch import LocalJob, job_spec, launch
+from tests.support.launch import LocalJob, Rank, job_spec, launch, start
+from tests.support.ranks import free_port
 
 SUBJECTS = {"checkpoint": ["--recover-from", "checkpoint"], "heal": ["--recover-from", "peer"],
-            "heal-short": ["--recover-from", "peer"]}  # fmt: skip
+            "heal-short": ["--recover-from", "peer"], "torchft": []}  # fmt: skip
+TORCHFT = Path(__file__).parent / "peer" / "torchft"
+STRAGGLE_SECONDS = 0.02  # worker 0 (replica group 0) sleeps this long a step
 WARM_UP_SECONDS = 10.0  # before the first kill: every rank has imported torch and trains
 INTERVAL = 100  # checkpoint interval, steps
 
@@ -47,9 +57,41 @@ def run(subject: str, args: argparse.Namespace, root: Path, seed: int) -> dict[s
     job = job_spec("g", "allreduce", args.workers, checkpoint={"directory": str(directory), "intervalSteps": INTERVAL})
     if subject == "heal-short":
         job.spec.workers.min_replicas = args.workers - 1
-    argv = ["--example", args.model, "--steps", "100000000", "--log-every", "1", "--straggler", "0:0.02",
-            "--timeout", "60", "--max-recoveries", "1000", *SUBJECTS[subject]]  # fmt: skip
-    local = launch(job, argv, root / "logs")
+    argv = ["--example", args.model, "--steps", "100000000", "--log-every", "1", "--straggler",
+            f"0:{STRAGGLE_SECONDS}", "--timeout", "60", "--max-recoveries", "1000", *SUBJECTS[subject]]  # fmt: skip
+    return drive(launch(job, argv, root / "logs"), args, seed)
+
+
+def run_torchft(args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:
+    """One run of torchft: a lighthouse and `args.workers` replica groups, driven as `run` drives our ranks."""
+    venv = Path(os.environ.get("RINGLEADER_CACHE", Path.home() / ".cache" / "ringleader")) / "torchft-venv"
+    port, least = free_port(), str(args.workers - 1)
+    logs = root / "logs"
+    logs.mkdir(parents=True)
+    with (logs / "lighthouse.err").open("wb") as err:
+        lighthouse = subprocess.Popen(
+            [str(venv / "bin" / "torchft_lighthouse"), "--bind", f"[::]:{port}", "--min_replicas", least,
+             "--quorum_tick_ms", "100", "--join_timeout_ms", "2000"], stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    trainer = Path(__file__).parents[1] / "trainer-image"
+    command = [str(venv / "bin" / "python"), str(TORCHFT / "train_torchft.py"), "--example", args.model,
+               "--min-replica-size", least, "--step-sleep", str(STRAGGLE_SECONDS)]  # fmt: skip
+    common = os.environ | {"PYTHONPATH": str(trainer), "NUM_REPLICA_GROUPS": str(args.workers),
+                           "TORCHFT_LIGHTHOUSE": f"http://localhost:{port}"}  # fmt: skip
+    ranks = []
+    for i in range(args.workers):
+        env, out, err_path = common | {"REPLICA_GROUP_ID": str(i)}, logs / f"worker-{i}.out", logs / f"worker-{i}.err"
+        ranks.append(Rank("worker", i, start(command, env, out, err_path), out, err_path, command, env))
+    try:
+        return drive(LocalJob(ranks), args, seed)
+    finally:
+        lighthouse.kill()
+        lighthouse.wait()
+
+
+def drive(local: LocalJob, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Kill a random worker of `local` every `args.every` seconds after the warm-up, starting it again at once,
+    for `args.seconds`; the run's figures (`measure`)."""
     rng = random.Random(seed)
     kills: list[tuple[int, float]] = []  # (worker, when)
     try:
@@ -119,16 +161,25 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--model", default="digits-mlp")
+    p.add_argument("--subjects", default=",".join(SUBJECTS), help="comma-separated, of " + ", ".join(SUBJECTS))
     args = p.parse_args()
+    subjects = [s for s in args.subjects.split(",") if s]
+    if unknown := set(subjects) - set(SUBJECTS):
+        raise SystemExit(f"--subjects: unknown {', '.join(sorted(unknown))}")
+    if "torchft" in subjects:  # its own venv, built once (about 10 s; then a check of a few seconds)
+        subprocess.run([str(TORCHFT / "setup.sh")], check=True)
     print(f"[bench] goodput: {args.workers} allreduce workers, {args.model}, a random worker killed every "
           f"{args.every:g} s for {args.seconds:g} s after {WARM_UP_SECONDS:g} s, checkpoints every {INTERVAL} steps, "
-          f"{args.reps} repetitions of {', '.join(SUBJECTS)}, interleaved", flush=True)  # fmt: skip
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SUBJECTS}
+          f"{args.reps} repetitions of {', '.join(subjects)}, interleaved", flush=True)  # fmt: skip
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in subjects}
     for rep in range(args.reps):
-        order = list(SUBJECTS) if rep % 2 == 0 else list(reversed(SUBJECTS))  # each subject first as often
+        order = subjects if rep % 2 == 0 else subjects[::-1]  # each subject first as often
         for subject in order:
             with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as root:
-                result = run(subject, args, Path(root), seed=rep)
+                if subject == "torchft":
+                    result = run_torchft(args, Path(root), rep)
+                else:
+                    result = run(subject, args, Path(root), rep)
             runs[subject].append(result)
             print(f"[bench] {subject} rep {rep + 1}: goodput {result['goodput']:.3f}, steps lost "
                   f"{result['steps_lost']}, kill to full strength {[round(x, 2) for x in result['kill_to_full_s']]} s",
@@ -136,22 +187,30 @@ def main() -> None:
     summary = {s: summarize(r) for s, r in runs.items()}
     for s, figures in summary.items():
         print(f"[bench] {s}: " + "; ".join(f"{k} {v.text('{:.3f}')}" for k, v in figures.items()), flush=True)
-    base = [r["goodput"] for r in runs["checkpoint"]]
-    ratios: dict[str, Any] = {}
-    for s in SUBJECTS:
-        if s == "checkpoint":
-            continue
-        ratio = ratio_interval([r["goodput"] for r in runs[s]], base)
-        verdict = "not distinguishable" if ratio is None or ratio.lo <= 1 <= ratio.hi else (
-            f"{s} keeps more" if ratio.lo > 1 else "checkpoint keeps more")  # fmt: skip
-        print(f"[bench] goodput {s} / checkpoint: {ratio.text() if ratio else 'n/a'}: {verdict}", flush=True)
-        ratios[s] = {"ratio": ratio.as_dict() if ratio else None, "verdict": verdict}
     write_result("goodput", {
         "settings": vars(args) | {"warm_up_s": WARM_UP_SECONDS, "checkpoint_interval": INTERVAL},
         "runs": runs,
         "summary": {s: {k: v.as_dict() for k, v in f.items()} for s, f in summary.items()},
-        "goodput_over_checkpoint": ratios,
+        "goodput_over_checkpoint": compare(runs, "checkpoint"),
+        "goodput_over_torchft": compare(runs, "torchft"),
     })  # fmt: skip
+
+
+def compare(runs: dict[str, list[dict[str, Any]]], base: str) -> dict[str, Any]:
+    """Each other subject's goodput over `base`'s (a ratio of medians with its interval) and the verdict, printed;
+    {} when `base` did not run."""
+    if base not in runs:
+        return {}
+    ratios: dict[str, Any] = {}
+    for s, results in runs.items():
+        if s == base:
+            continue
+        ratio = ratio_interval([r["goodput"] for r in results], [r["goodput"] for r in runs[base]])
+        verdict = "not distinguishable" if ratio is None or ratio.lo <= 1 <= ratio.hi else (
+            f"{s} keeps more" if ratio.lo > 1 else f"{base} keeps more")  # fmt: skip
+        print(f"[bench] goodput {s} / {base}: {ratio.text() if ratio else 'n/a'}: {verdict}", flush=True)
+        ratios[s] = {"ratio": ratio.as_dict() if ratio else None, "verdict": verdict}
+    return ratios
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Interval]:

@@ -178,6 +178,7 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
         ({}, "spec.checkpoint", {"keep": 1001}, "spec.checkpoint.keep in body should be less than or equal to 1000"),
     ],
     ids=["dns-1035", "name-length", "local-sgd-on-allreduce", "sharded-on-allreduce", "stage-bound", "stages-divide",
+         "replica-groups-divide", "replica-groups-need-fsdp",
          "procs-vs-gpus", "staleness-without-bounded", "empty-claim",
          "below-min", "above-max", "elastic-ps", "replicas-bound", "gpus-bound", "deadline-bound", "ttl-bound",
          "backoff-bound", "keep-bound"],

@@ -185,7 +185,7 @@ class Scenario:
         if self.case.heals:
             self.healed(seen, before)
             return
-        lost = wait_for(f"{self.name}: steps lost to the SIGKILL", lambda: self.steps_lost() or None, timeout=60)
+        lost = wait_for(f"{self.name}: steps lost to the SIGKILL", lambda: self.steps_lost() or None, timeout=120)
         reached = worker0_step_before_recovery(self.core, self.ns, self.name)
         period = int((self.case.spec.get("localSGD") or {}).get("period", 1))
         assert seen - saved <= lost <= reached + LOG_EVERY + period - saved, (self.name, seen, reached, saved, lost)
