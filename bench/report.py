@@ -186,10 +186,11 @@ def goodput(result: Result) -> list[str]:
     out += table(["subject", "goodput", "steps lost / kill", "kill to full strength (s)",
                   "steps/s while replaced", "steps/s at full strength"], rows)  # fmt: skip
     out.append("")
-    for name, r in result["goodput_over_checkpoint"].items():
-        ratio = r["ratio"]
-        said = f"{ratio['median']:.2f}x ({ratio['lo']:.2f}-{ratio['hi']:.2f}x)" if ratio else "n/a"
-        out.append(f"- goodput {name} / checkpoint: {said}: {r['verdict']}")
+    for base in ("checkpoint", "torchft"):
+        for name, r in result.get(f"goodput_over_{base}", {}).items():
+            ratio = r["ratio"]
+            said = f"{ratio['median']:.2f}x ({ratio['lo']:.2f}-{ratio['hi']:.2f}x)" if ratio else "n/a"
+            out.append(f"- goodput {name} / {base}: {said}: {r['verdict']}")
     return out
 
 
@@ -620,7 +621,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
     ("recovery", "Recovery: SIGKILL of a worker to the next step at full strength", "make bench-cluster", recovery),
     (
         "goodput",
-        "Goodput under repeated failures: checkpoint recovery, healing, healing short of a rank",
+        "Goodput under repeated failures: checkpoint recovery, healing, healing short of a rank, torchft",
         "python -m bench.goodput_bench",
         goodput,
     ),

@@ -26,23 +26,6 @@ TRAINER = ["-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "30
            "--straggler", "0:0.05", "--timeout", "60", "--rendezvous-timeout", "120"]  # fmt: skip
 
 
-# Run by a worker before the trainer: one bare connect to shard 0's port (retried while it is not listening
-# yet), closed at once.
-KNOCK = """
-import os, socket, time
-host, port = os.environ["RINGLEADER_PS_ADDRS"].split(",")[0].rsplit(":", 1)
-deadline = time.monotonic() + 120
-while True:
-    try:
-        socket.create_connection((host, int(port)), timeout=2).close()
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.5)
-"""
-
-
 def trainer_job(name: str, **spec: Any) -> dict[str, Any]:
     body = training_job(name, "", **spec)
     command = ["python", "-u", *TRAINER]
@@ -107,15 +90,10 @@ def test_a_parameter_server_job_succeeds_while_its_shard_ports_take_stray_connec
     connection that stays silent, every 0.3 s: what a port scan or a tcpSocket probe does. Before the job token
     a stray taking a worker's slot failed the shard and with it the job.
 
-    Once every worker's slot is claimed a shard accepts no more, so whether the test's strays meet the shard
-    while it admits is a matter of timing. Each worker therefore knocks first: a bare connect to shard 0's
-    port, closed at once, before the trainer starts. The knock is queued ahead of that worker's hello, and
-    connections are accepted in the order they arrived, so shard 0 drops (and logs) at least one stray
-    before the last worker's slot can be claimed, whatever the timing."""
-    body = trainer_job("strays", strategy="parameter-server")
-    worker = body["spec"]["workers"]["template"]["spec"]["containers"][0]
-    worker["command"] = ["sh", "-c", 'python -c "$0" && exec "$@"', KNOCK, *worker["command"]]
-    create(custom, namespace, body)
+    A shard listens only while it serves, and admits for as long as it serves (a lost worker's replacement takes
+    its slot back at any time), so the strays meet its gate throughout the run: it drops and logs them, and the
+    workers train to the end."""
+    create(custom, namespace, trainer_job("strays", strategy="parameter-server"))
     rejected = '"event": "connection-rejected"'
     shard = ""
 
