@@ -177,13 +177,18 @@ def goodput(result: Result) -> list[str]:
             return "-"
         return f"{fmt.format(fig['median'])} ({fmt.format(fig['lo'])}-{fmt.format(fig['hi'])})"
 
+    def kept(name: str) -> str:  # the steps the job kept a second, median over the runs: what users wait for
+        rates = sorted(r["steps_kept"] / s["seconds"] for r in result["runs"][name])
+        return f"{rates[len(rates) // 2]:.1f} ({rates[0]:.1f}-{rates[-1]:.1f})"
+
     rows = [
-        [name, mid(f["goodput"], "{:.3f}"), mid(f.get("steps_lost"), "{:.0f}"), mid(f.get("kill_to_full_s"), "{:.2f}"),
-         mid(f.get("steps_per_s_while_replaced"), "{:.1f}"), f"{f['rate']['median']:.1f}"]
+        [name, mid(f["goodput"], "{:.3f}"), kept(name), mid(f.get("steps_lost"), "{:.0f}"),
+         mid(f.get("kill_to_full_s"), "{:.2f}"), mid(f.get("steps_per_s_while_replaced"), "{:.1f}"),
+         f"{f['rate']['median']:.1f}"]
         for name, f in result["summary"].items()
     ]  # fmt: skip
     out = [provenance(result, reps), ""]
-    out += table(["subject", "goodput", "steps lost / kill", "kill to full strength (s)",
+    out += table(["subject", "goodput", "steps kept / s", "steps lost / kill", "kill to full strength (s)",
                   "steps/s while replaced", "steps/s at full strength"], rows)  # fmt: skip
     out.append("")
     for base in ("checkpoint", "torchft"):
