@@ -2,6 +2,7 @@
 seconds, the subjects in one invocation, interleaved (their order alternating from one repetition to the next).
 
     python -m bench.goodput_bench [--seconds 120] [--every 20] [--reps 3] [--workers 4] [--model digits-mlp]
+                                  [--subjects ...] [--no-lose-node] [--more]
 
 Subjects (the built-in trainer, allreduce, `--workers` ranks as processes on this machine, tests.support.launch):
 - `checkpoint`: `--recover-from checkpoint`, checkpoints every 100 steps: the survivors start a fresh process
@@ -16,13 +17,15 @@ Subjects (the built-in trainer, allreduce, `--workers` ranks as processes on thi
   as worker 0 does.
 
 The bench is the operator: a killed rank is started again at once as a plain new process (importing torch, as
-a new pod's container does: its start-up is part of every figure). Worker 0 sleeps 20 ms a step so that one
-step at a time can be logged and timed. Per run, after a warm-up: the full-strength rate (worker 0's steps a
-second before the first kill), and per kill the steps lost (the newest step any rank logged before the kill
-less the step the job continued from: the replacement's `healed` step, or the `resume` step), the time from the
-kill to full strength (to the replacement's first step) and the job's steps a second meanwhile. Goodput is
-the steps the job kept over what it would have made at full strength in the same wall time. Medians with
-bootstrap intervals (bench/stats.py); nothing is asserted. Results: bench/results/goodput.json.
+a new pod's container does: its start-up is part of every figure). With `--lose-node` (the default) the kill
+nearest the middle of a run is a node's loss instead (`drive`). Worker 0 sleeps 20 ms a step so that one step
+at a time can be logged and timed. Per run, after a warm-up: the full-strength rate (`measure`), and per kill
+the steps lost (the newest step any rank logged before the kill less the step the job continued from: the
+replacement's `healed` step, or the `resume` step), the time from the kill to full strength (to the
+replacement's first step) and the job's steps a second meanwhile. Goodput is the steps the job kept over what
+it would have made at full strength in the same wall time. Medians with bootstrap intervals (bench/stats.py);
+nothing is asserted. Results: bench/results/goodput.json (`goodput-<model>.json` for another model), written
+after every run; `--more` adds repetitions to those of the same settings.
 
 Subjects are chosen with `--subjects` (default all four; `torchft` needs PyPI on the first run, for its venv).
 """
@@ -30,6 +33,7 @@ Subjects are chosen with `--subjects` (default all four; `torchft` needs PyPI on
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -38,9 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.record import write_result
+from bench.record import RESULTS, commit_of, write_result
 from bench.stats import Interval, ratio_interval, spread
-from tests.support.launch import LocalJob, Rank, job_spec, launch, start
+from tests.support.launch import LocalJob, Process, Rank, job_spec, kill_tree, launch, start
 from tests.support.ranks import free_port
 
 SUBJECTS = {"checkpoint": ["--recover-from", "checkpoint"], "heal": ["--recover-from", "peer"],
@@ -49,6 +53,7 @@ TORCHFT = Path(__file__).parent / "peer" / "torchft"
 STRAGGLE_SECONDS = 0.02  # worker 0 (replica group 0) sleeps this long a step
 WARM_UP_SECONDS = 10.0  # before the first kill: every rank has imported torch and trains
 INTERVAL = 100  # checkpoint interval, steps
+SETTLE_SECONDS = 2.0  # after a replacement's first step, before the job's rate counts as full strength
 
 
 def run(subject: str, args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:
@@ -91,9 +96,14 @@ def run_torchft(args: argparse.Namespace, root: Path, seed: int) -> dict[str, An
 
 def drive(local: LocalJob, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Kill a random worker of `local` every `args.every` seconds after the warm-up, starting it again at once,
-    for `args.seconds`; the run's figures (`measure`)."""
+    for `args.seconds`; the run's figures (`measure`). With `args.lose_node`, the kill nearest the middle of the
+    run is a node's loss instead: the victim's processes are stopped, not killed (no connection is ever closed),
+    and its replacement starts at once. That victim is never worker 0: on one machine a replacement cannot take
+    the address (the rendezvous port) its stopped predecessor still holds."""
     rng = random.Random(seed)
-    kills: list[tuple[int, float]] = []  # (worker, when)
+    kills: list[tuple[int, float, str]] = []  # (worker, when, how)
+    node_at = round(args.seconds / args.every / 2) if args.lose_node else -1  # which kill loses a node
+    stopped: list[Process] = []
     try:
         started = time.time()
         while time.time() - started < WARM_UP_SECONDS:
@@ -103,16 +113,23 @@ def drive(local: LocalJob, args: argparse.Namespace, seed: int) -> dict[str, Any
         while time.time() - started < WARM_UP_SECONDS + args.seconds:
             _check(local)
             if time.time() >= next_kill:
-                victim = rng.randrange(args.workers)
-                rank = local.workers[victim]
-                rank.proc.kill()
-                kills.append((victim, time.time()))
-                rank.proc.wait()
-                rank.restart()  # the operator's part: a new pod for the same rank
+                if len(kills) == node_at:
+                    victim = rng.randrange(1, args.workers)
+                    stopped.append(local.workers[victim].lose())
+                    kills.append((victim, time.time(), "node"))
+                else:
+                    victim = rng.randrange(args.workers)
+                    rank = local.workers[victim]
+                    rank.proc.kill()
+                    kills.append((victim, time.time(), "kill"))
+                    rank.proc.wait()
+                    rank.restart()  # the operator's part: a new pod for the same rank
                 next_kill += args.every
             time.sleep(0.05)
         ended = time.time()
     finally:
+        for proc in stopped:
+            kill_tree(proc)
         local.kill()
     return measure(local, kills, started + WARM_UP_SECONDS, ended)
 
@@ -123,17 +140,20 @@ def _check(local: LocalJob) -> None:
         raise RuntimeError(f"a rank ended on its own: {local.ended()}")
 
 
-def measure(local: LocalJob, kills: list[tuple[int, float]], start: float, end: float) -> dict[str, Any]:
-    """The run's figures from the ranks' logs (their lines carry `ts`, every step logged)."""
-    steps = [(e["ts"], e["step"]) for r in local.ranks for e in r.events() if "step" in e and "event" not in e]
-    first_kill = kills[0][1] if kills else end
-    warm = sorted(s for s in steps if start - WARM_UP_SECONDS / 2 <= s[0] < first_kill)
-    rate = (warm[-1][1] - warm[0][1]) / (warm[-1][0] - warm[0][0]) if len(warm) > 1 else 0.0
-    at_start = max((s for t, s in steps if t < start), default=0)
-    at_end = max((s for t, s in steps if t < end), default=0)
-    lost, to_full, during = [], [], []
-    for victim, at in kills:
-        before = max((s for t, s in steps if t < at), default=0)
+def measure(local: LocalJob, kills: list[tuple[int, float, str]], start: float, end: float) -> dict[str, Any]:
+    """The run's figures from the ranks' logs (their lines carry `ts`, every step logged).
+
+    The full-strength rate is the job's steps a second over every stretch at full strength: the last half of
+    the warm-up, and from `SETTLE_SECONDS` after each replacement's first step to the next kill."""
+    steps = sorted((e["ts"], e["step"]) for r in local.ranks for e in r.events() if "step" in e and "event" not in e)
+
+    def step_at(t: float) -> int:  # the newest step any rank logged before t
+        return max((s for ts, s in steps if ts < t), default=0)
+
+    lost, to_full, during, node = [], [], [], {}
+    calm = [(start - WARM_UP_SECONDS / 2, kills[0][1] if kills else end)]
+    for i, (victim, at, how) in enumerate(kills):
+        before = step_at(at)
         rank = local.workers[victim]
         joined = [e for e in rank.events() if e.get("event") in ("healed", "resume") and e["ts"] > at]
         if not joined:
@@ -144,13 +164,19 @@ def measure(local: LocalJob, kills: list[tuple[int, float]], start: float, end: 
             continue
         lost.append(max(0, before - joined[0]["step"]))
         to_full.append(first["ts"] - at)
-        made = max((s for t, s in steps if at <= t < first["ts"]), default=before) - before
-        during.append(max(0, made) / max(first["ts"] - at, 1e-9))
-    kept = at_end - at_start
+        during.append(max(0, step_at(first["ts"]) - before) / max(first["ts"] - at, 1e-9))
+        if how == "node":
+            node = {"worker": victim, "steps_lost": lost[-1], "kill_to_full_s": to_full[-1]}
+        calm.append((first["ts"] + SETTLE_SECONDS, kills[i + 1][1] if i + 1 < len(kills) else end))
+    calm = [(a, b) for a, b in calm if b - a >= 1.0]
+    span = sum(b - a for a, b in calm)
+    rate = sum(step_at(b) - step_at(a) for a, b in calm) / span if span else 0.0
+    kept = step_at(end) - step_at(start)
     ideal = rate * (end - start)
     return {
-        "rate": rate, "steps_kept": kept, "goodput": kept / ideal if ideal else 0.0, "kills": len(kills),
-        "steps_lost": lost, "kill_to_full_s": to_full, "steps_per_s_while_replaced": during,
+        "rate": rate, "rate_over_s": span, "steps_kept": kept, "goodput": kept / ideal if ideal else 0.0,
+        "kills": len(kills), "steps_lost": lost, "kill_to_full_s": to_full, "steps_per_s_while_replaced": during,
+        "node_lost": node, "commit": commit_of(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }  # fmt: skip
 
 
@@ -162,17 +188,29 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--model", default="digits-mlp")
     p.add_argument("--subjects", default=",".join(SUBJECTS), help="comma-separated, of " + ", ".join(SUBJECTS))
+    p.add_argument("--lose-node", action=argparse.BooleanOptionalAction, default=True,
+                   help="the kill nearest the middle of each run is a node's loss (SIGSTOP)")  # fmt: skip
+    p.add_argument("--more", action="store_true",
+                   help="add the repetitions to the result file's, if it holds runs of the same settings")  # fmt: skip
     args = p.parse_args()
     subjects = [s for s in args.subjects.split(",") if s]
     if unknown := set(subjects) - set(SUBJECTS):
         raise SystemExit(f"--subjects: unknown {', '.join(sorted(unknown))}")
     if "torchft" in subjects:  # its own venv, built once (about 10 s; then a check of a few seconds)
         subprocess.run([str(TORCHFT / "setup.sh")], check=True)
-    print(f"[bench] goodput: {args.workers} allreduce workers, {args.model}, a random worker killed every "
-          f"{args.every:g} s for {args.seconds:g} s after {WARM_UP_SECONDS:g} s, checkpoints every {INTERVAL} steps, "
-          f"{args.reps} repetitions of {', '.join(subjects)}, interleaved", flush=True)  # fmt: skip
+    name = "goodput" if args.model == "digits-mlp" else f"goodput-{args.model}"
+    settings = {k: v for k, v in vars(args).items() if k not in ("reps", "more")}
+    settings |= {"warm_up_s": WARM_UP_SECONDS, "checkpoint_interval": INTERVAL, "settle_s": SETTLE_SECONDS}
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in subjects}
-    for rep in range(args.reps):
+    if args.more:
+        runs = earlier_runs(name, settings) or runs
+    done = min(len(r) for r in runs.values())
+    print(f"[bench] goodput: {args.workers} allreduce workers, {args.model}, a random worker killed every "
+          f"{args.every:g} s for {args.seconds:g} s after {WARM_UP_SECONDS:g} s"
+          f"{', the middle kill a node lost' if args.lose_node else ''}, checkpoints every {INTERVAL} steps, "
+          f"{args.reps} repetitions of {', '.join(subjects)}, interleaved"
+          f"{f' (after {done} earlier ones)' if done else ''}", flush=True)  # fmt: skip
+    for rep in range(done, done + args.reps):
         order = subjects if rep % 2 == 0 else subjects[::-1]  # each subject first as often
         for subject in order:
             with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as root:
@@ -182,13 +220,33 @@ def main() -> None:
                     result = run(subject, args, Path(root), rep)
             runs[subject].append(result)
             print(f"[bench] {subject} rep {rep + 1}: goodput {result['goodput']:.3f}, steps lost "
-                  f"{result['steps_lost']}, kill to full strength {[round(x, 2) for x in result['kill_to_full_s']]} s",
-                  flush=True)  # fmt: skip
-    summary = {s: summarize(r) for s, r in runs.items()}
+                  f"{result['steps_lost']}, kill to full strength {[round(x, 2) for x in result['kill_to_full_s']]} s, "
+                  f"node lost {result['node_lost'] or '-'}", flush=True)  # fmt: skip
+            save(name, settings | {"reps": rep + 1}, runs)  # every run kept: a long invocation may be cut
+
+
+def earlier_runs(name: str, settings: dict[str, Any]) -> dict[str, list[dict[str, Any]]] | None:
+    """The runs of bench/results/<name>.json if they were made with `settings` (else None, said)."""
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    earlier = json.loads(path.read_text())
+    same = {k: v for k, v in earlier.get("settings", {}).items() if k != "reps"} == settings
+    if not same or set(earlier["runs"]) != set(settings["subjects"].split(",")):
+        print(f"[bench] {path.name} holds runs of other settings: starting afresh", flush=True)
+        return None
+    runs: dict[str, list[dict[str, Any]]] = earlier["runs"]
+    fewest = min(len(r) for r in runs.values())
+    return {s: r[:fewest] for s, r in runs.items()}  # whole repetitions only
+
+
+def save(name: str, settings: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> None:
+    """The result file, from the runs so far (printing the summary and comparisons)."""
+    summary = {s: summarize(r) for s, r in runs.items() if r}
     for s, figures in summary.items():
         print(f"[bench] {s}: " + "; ".join(f"{k} {v.text('{:.3f}')}" for k, v in figures.items()), flush=True)
-    write_result("goodput", {
-        "settings": vars(args) | {"warm_up_s": WARM_UP_SECONDS, "checkpoint_interval": INTERVAL},
+    write_result(name, {
+        "settings": settings,
         "runs": runs,
         "summary": {s: {k: v.as_dict() for k, v in f.items()} for s, f in summary.items()},
         "goodput_over_checkpoint": compare(runs, "checkpoint"),
@@ -199,11 +257,11 @@ def main() -> None:
 def compare(runs: dict[str, list[dict[str, Any]]], base: str) -> dict[str, Any]:
     """Each other subject's goodput over `base`'s (a ratio of medians with its interval) and the verdict, printed;
     {} when `base` did not run."""
-    if base not in runs:
+    if not runs.get(base):
         return {}
     ratios: dict[str, Any] = {}
     for s, results in runs.items():
-        if s == base:
+        if s == base or not results:
             continue
         ratio = ratio_interval([r["goodput"] for r in results], [r["goodput"] for r in runs[base]])
         verdict = "not distinguishable" if ratio is None or ratio.lo <= 1 <= ratio.hi else (
@@ -220,6 +278,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Interval]:
         pooled = [x for r in runs for x in r[key]]
         if pooled:
             out[key] = spread(pooled)
+    for key in ("steps_lost", "kill_to_full_s"):
+        node = [r["node_lost"][key] for r in runs if r.get("node_lost")]
+        if node:
+            out[f"node_lost_{key}"] = spread(node)
     return out
 
 

@@ -170,6 +170,7 @@ def goodput(result: Result) -> list[str]:
     reps = (
         f"{s['reps']} runs per subject, interleaved: {s['workers']} allreduce workers ({s['model']}) as processes, a "
         f"random worker SIGKILLed every {s['every']:g} s for {s['seconds']:g} s and started again at once"
+        + (", the middle kill a node's loss (its processes stopped, nothing closed)" if s.get("lose_node") else "")
     )
 
     def mid(fig: dict[str, float] | None, fmt: str) -> str:
@@ -184,12 +185,13 @@ def goodput(result: Result) -> list[str]:
     rows = [
         [name, mid(f["goodput"], "{:.3f}"), kept(name), mid(f.get("steps_lost"), "{:.0f}"),
          mid(f.get("kill_to_full_s"), "{:.2f}"), mid(f.get("steps_per_s_while_replaced"), "{:.1f}"),
-         f"{f['rate']['median']:.1f}"]
+         f"{f['rate']['median']:.1f}", mid(f.get("node_lost_kill_to_full_s"), "{:.2f}")]
         for name, f in result["summary"].items()
     ]  # fmt: skip
     out = [provenance(result, reps), ""]
     out += table(["subject", "goodput", "steps kept / s", "steps lost / kill", "kill to full strength (s)",
-                  "steps/s while replaced", "steps/s at full strength"], rows)  # fmt: skip
+                  "steps/s while replaced", "steps/s at full strength", "node lost: to full strength (s)"],
+                 rows)  # fmt: skip
     out.append("")
     for base in ("checkpoint", "torchft"):
         for name, r in result.get(f"goodput_over_{base}", {}).items():
@@ -628,6 +630,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         "goodput",
         "Goodput under repeated failures: checkpoint recovery, healing, healing short of a rank, torchft",
         "python -m bench.goodput_bench",
+        goodput,
+    ),
+    (
+        "goodput-wide-mlp",
+        "Goodput under repeated failures, the ~25M-parameter wide MLP",
+        "python -m bench.goodput_bench --model wide-mlp",
         goodput,
     ),
     (

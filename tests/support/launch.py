@@ -8,6 +8,7 @@ The trainer's tests set `PREFORK`: their ranks are then forked from a server tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -48,6 +49,28 @@ def start(command: list[str], env: dict[str, str], out: Path, err: Path) -> Proc
         return subprocess.Popen(command, env=env, stdout=o, stderr=e)
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that still run (Linux's /proc)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:  # it has ended
+        return []
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, children first."""
+    out = children(pid)
+    return out + [d for c in out for d in descendants(c)]
+
+
+def kill_tree(proc: Process) -> None:
+    """SIGKILL `proc` and every process below it (stopped ones too), and reap it."""
+    for pid in [*descendants(proc.pid), proc.pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
 @dataclass
 class Rank:
     role: str
@@ -69,6 +92,16 @@ class Rank:
         if self.proc.poll() is None:
             raise RuntimeError(f"{self.role}-{self.index} is still running")
         self.proc = start(self.command, self.env, self.out, self.err)
+
+    def lose(self) -> Process:
+        """Stop this rank's processes (SIGSTOP) as a lost node leaves them, never closing a connection, and start
+        its replacement; the stopped process, for the caller to end (`kill_tree`) once the replacement took over."""
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            os.kill(pid, signal.SIGSTOP)
+        # A new pod has an address of its own; here, a metrics port of its own (the stopped rank holds its own).
+        self.env = self.env | {"RINGLEADER_METRICS_PORT": str(free_port())}
+        lost, self.proc = self.proc, start(self.command, self.env, self.out, self.err)
+        return lost
 
     @property
     def stdout(self) -> str:

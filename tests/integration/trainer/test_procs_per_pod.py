@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from ringleader_trainer import checkpoint as ckpt
 
-from tests.support.launch import LocalJob, job_spec, launch
+from tests.support.launch import LocalJob, children, job_spec, launch
 
 ARGS = ["--example", "digits-mlp", "--steps", "60", "--log-every", "10", "--timeout", "120"]
 
@@ -24,10 +24,6 @@ def start(tmp_path: Path, name: str, pods: int, procs: int, **spec: Any) -> tupl
     job = job_spec("multi", "allreduce", pods, **spec)
     job.spec.workers.procs_per_pod = procs
     return launch(job, [*ARGS, "--save-final", str(final)], tmp_path / name / "logs"), final
-
-
-def children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def test_two_pods_of_two_ranks_train_as_four_pods_of_one(tmp_path: Path) -> None:

@@ -1,0 +1,63 @@
+"""The goodput bench's figures from the ranks' logs (bench/goodput_bench.py `measure`): the full-strength rate
+is read only while every rank trains, so a run with failures is not judged by its own slow stretches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from bench.goodput_bench import SETTLE_SECONDS, measure
+
+
+@dataclass
+class Logged:
+    """A rank as `measure` reads it: its log lines."""
+
+    lines: list[dict[str, Any]]
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.lines
+
+
+@dataclass
+class Job:
+    workers: list[Logged]
+
+    @property
+    def ranks(self) -> list[Logged]:
+        return self.workers
+
+
+def steps(begin: float, end: float, first: int, rate: float) -> list[dict[str, Any]]:
+    """Step lines from `first` on, `rate` a second, over [begin, end)."""
+    n = int((end - begin) * rate)
+    return [{"ts": begin + i / rate, "step": first + i} for i in range(n)]
+
+
+def test_the_rate_at_full_strength_leaves_the_replacements_out() -> None:
+    # 10 steps a second; worker 1 killed at t=20 (step 300 logged just before), the survivors stand still
+    # until its replacement heals at t=23 from step 300 and logs its first step at t=24; the run ends at 60.
+    before = steps(0.0, 20.0, 100, 10.0)
+    after = steps(24.0, 60.0, 301, 10.0)
+    replacement = [{"ts": 23.0, "event": "healed", "step": 300}, *after]
+    job = Job([Logged(before + after), Logged(before + replacement)])
+    figures = measure(job, [(1, 20.0, "kill")], start=10.0, end=60.0)  # type: ignore[arg-type]
+    assert figures["rate"] == pytest.approx(10.0, rel=0.02)  # the stand-still is not in it
+    assert figures["rate_over_s"] == pytest.approx(20.0 - 5.0 + 60.0 - 24.0 - SETTLE_SECONDS)  # from half the warm-up
+    assert figures["steps_lost"] == [0]
+    assert figures["kill_to_full_s"] == [pytest.approx(4.0)]
+    assert figures["steps_per_s_while_replaced"] == [0.0]  # no step until the replacement's first
+    assert figures["goodput"] == pytest.approx((659 - 199) / (10.0 * 50.0), rel=0.02)
+    assert figures["node_lost"] == {}
+
+
+def test_a_node_lost_is_reported_apart() -> None:
+    before = steps(0.0, 20.0, 100, 10.0)
+    after = steps(22.0, 40.0, 291, 10.0)  # resumed from a checkpoint: ten steps done again
+    replacement = [{"ts": 21.5, "event": "resume", "step": 290}, *after]
+    job = Job([Logged(before + after), Logged(before + replacement)])
+    figures = measure(job, [(1, 20.0, "node")], start=10.0, end=40.0)  # type: ignore[arg-type]
+    assert figures["node_lost"] == {"worker": 1, "steps_lost": 9, "kill_to_full_s": pytest.approx(2.0)}
+    assert figures["steps_lost"] == [9]
