@@ -145,6 +145,13 @@ def move_to(model: nn.Module, old: DeviceMesh, new: DeviceMesh) -> None:
         state._state_ctx.post_backward_final_callback_queued = False
         state._modules_to_run_forward.clear()
         state._training_state = TrainingState.IDLE
+        # The order the broken step's forward ran its layers in, which backward prefetches by: left there, a
+        # rank whose forward had begun prefetches a layer the others do not, and the groups deadlock.
+        comm = state._comm_ctx
+        comm.post_forward_order.clear()
+        comm.reduce_scatter_states.clear()
+        comm._last_post_reduce_events.clear()
+        comm.all_gather_state = None
         for group in state._fsdp_param_groups:
             infos = [group.mesh_info, group.post_forward_mesh_info]
             infos += [i for p in group.fsdp_params for i in (p.mesh_info, p.post_forward_mesh_info)]
@@ -153,6 +160,9 @@ def move_to(model: nn.Module, old: DeviceMesh, new: DeviceMesh) -> None:
             group._training_state = TrainingState.IDLE
             group._all_gather_result = None
             group._post_backward_pending = False
+            group._post_forward_indices.clear()
+            group._partial_reduce_output = None
+            group._partial_reduce_output_layout.clear()
         module.reshard()  # a broken step may have left parameters gathered
 
 
