@@ -27,6 +27,7 @@ from tests.support import prefork
 from tests.support.ranks import free_port
 
 PREFORK = False  # set by the trainer tests' conftest
+LAUNCHED: list[LocalJob] = []  # every job `launch` started, for a test's teardown to end what still runs
 
 
 class Process(Protocol):
@@ -151,8 +152,11 @@ class LocalJob:
         return codes
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal every rank still running (SIGKILL: with the processes it started) and reap them."""
         for r in self.ranks:
-            if r.proc.poll() is None:
+            if r.proc.poll() is None and sig == signal.SIGKILL:
+                kill_tree(r.proc)
+            elif r.proc.poll() is None:
                 r.proc.send_signal(sig)
         for r in self.ranks:
             r.proc.wait()
@@ -197,6 +201,7 @@ def launch(
     master_port = free_port()
     ps_addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(ps))
     local = LocalJob()
+    LAUNCHED.append(local)
     logdir.mkdir(parents=True, exist_ok=True)
     token = logdir / "token"  # what the operator's Secret holds, one per job
     if not token.exists():
