@@ -261,7 +261,10 @@ class GroupWatch:
     SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
 
     def __init__(self, rendezvous: Rendezvous, incarnation: str, sockets: set[int]) -> None:
-        self.rendezvous, self.incarnation, self.sockets = rendezvous, incarnation, sockets
+        self.rendezvous, self.incarnation = rendezvous, incarnation
+        # Each descriptor with the socket it held when recorded: once gloo closes a connection (its peer was
+        # lost) the number may be reused by another of this rank's connections, which must not be shut down.
+        self.sockets = _identities(sockets)
         self.ended = threading.Event()
         self.joiner = threading.Event()  # a rank waits to join this group (of fewer than every rank)
         # Held while the connections are shut down, which happens once: after this rank leaves the group its
@@ -279,7 +282,7 @@ class GroupWatch:
     def add(self, sockets: set[int]) -> None:
         """Watch these connections too (a group built on this one); shut down at once if it is already broken."""
         with self.lock:
-            self.sockets |= sockets
+            self.sockets |= _identities(sockets)
             if self.down:
                 self._shut_down()
 
@@ -318,10 +321,13 @@ class GroupWatch:
                 self._shut_down()
 
     def _shut_down(self) -> None:
-        for fd in self.sockets:
-            with contextlib.suppress(OSError), _second_handle(fd) as s:
-                s.shutdown(socket.SHUT_RDWR)
-        self.sockets, self.down = set(), True
+        for fd, inode in self.sockets.items():
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_ino != inode:
+                    continue  # closed by gloo, and the number reused since
+                with _second_handle(fd) as s:
+                    s.shutdown(socket.SHUT_RDWR)
+        self.sockets, self.down = {}, True
 
 
 def _roster(store: Any, incarnation: str) -> list[int] | None:
@@ -367,6 +373,15 @@ def _sockets() -> set[int]:
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
                     found.add(int(name))
+    return found
+
+
+def _identities(fds: set[int]) -> dict[int, int]:
+    """Each still open descriptor of `fds` with its socket's inode (unique while the socket lives)."""
+    found = {}
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            found[fd] = os.fstat(fd).st_ino
     return found
 
 
