@@ -58,7 +58,8 @@ CONTRACT_ENV = frozenset(
         "RINGLEADER_JOB_NAME", "RINGLEADER_NAMESPACE", "RINGLEADER_ROLE", "RINGLEADER_INDEX", "RINGLEADER_STRATEGY",
         "RINGLEADER_NUM_WORKERS", "RINGLEADER_NUM_PS", "RINGLEADER_GLOBAL_RANK", "RINGLEADER_GLOBAL_WORLD_SIZE",
         "RINGLEADER_METRICS_PORT", "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT",
-        "RINGLEADER_PS_ADDRS", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE", "RINGLEADER_SHARDED_REPLICAS",
+        "RINGLEADER_PS_ADDRS", "RINGLEADER_PS_BACKUP", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE",
+        "RINGLEADER_SHARDED_REPLICAS",
         "RINGLEADER_PIPELINE_STAGES",
         "RINGLEADER_PIPELINE_MICRO_BATCHES", "RINGLEADER_MIN_WORKERS", "RINGLEADER_CHECKPOINT_DIR",
         "RINGLEADER_CHECKPOINT_INTERVAL", "RINGLEADER_CHECKPOINT_KEEP", "RINGLEADER_TOKEN_FILE", "RINGLEADER_ATTEMPT",
@@ -140,6 +141,14 @@ class ParameterServerSettings(Model):
         ge=1,
         le=MAX_STEPS,
         description="bounded-staleness only: how many steps a worker may run ahead of the slowest.",
+    )
+    backup: bool = Field(
+        False,
+        description="Keep each shard's state on the next shard (primary/backup; two or more parameter servers): "
+        "every update a shard applies is sent to its backup before any worker sees it, so a lost shard's "
+        "replacement serves on from the backup's copy and the workers take their places back there, with no "
+        "checkpoint read. Costs one copy of each shard's gradients a step between shards. Without it a lost "
+        "shard sends every rank back to the newest checkpoint.",
     )
 
 

@@ -269,6 +269,8 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
         env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"
         if settings and settings.max_staleness is not None:
             env["RINGLEADER_PS_MAX_STALENESS"] = str(settings.max_staleness)
+        if settings and settings.backup:
+            env["RINGLEADER_PS_BACKUP"] = "1"
         env["RINGLEADER_PS_PORT"] = str(PS_PORT)
         env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
     if role == Role.WORKER and (low := worker_counts(job).start) < spec.workers.replicas:

@@ -107,6 +107,14 @@ SPEC_RULES: list[dict[str, str]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "!has(self.parameterServer) || !has(self.parameterServer.backup) || !self.parameterServer.backup || "
+        "(has(self.parameterServers) && self.parameterServers.replicas >= 2)",
+        "message": "spec.parameterServer.backup needs two or more parameter servers (spec.parameterServers.replicas): "
+        "each shard's backup is kept on the next shard",
+        "fieldPath": ".parameterServer.backup",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "!has(self.checkpoint) || !has(self.checkpoint.claimName) || size(self.checkpoint.claimName) > 0",
         "message": "spec.checkpoint.claimName must not be empty",
         "fieldPath": ".checkpoint.claimName",

@@ -29,7 +29,7 @@ def job(**spec: Any) -> TrainingJob:
 
 PS = {
     "strategy": "parameter-server",
-    "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2},
+    "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 2, "backup": True},
     "parameterServers": {"replicas": 2, "template": TEMPLATE},
 }
 JOBS = {
@@ -120,6 +120,7 @@ GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
         ({"RINGLEADER_INDEX": "7"}, "RINGLEADER_INDEX=7 is out of range"),
         ({"MASTER_ADDR": ""}, "MASTER_ADDR is not set"),
         ({"RINGLEADER_PS_MAX_STALENESS": None}, "RINGLEADER_PS_MAX_STALENESS is not set"),
+        ({"RINGLEADER_PS_BACKUP": "yes"}, "RINGLEADER_PS_BACKUP='yes' must be 1 (with two or more shards) or unset"),
         ({"RINGLEADER_GLOBAL_WORLD_SIZE": "4"}, "RINGLEADER_GLOBAL_WORLD_SIZE=4 is not"),
         # what torchrun --standalone gives the trainer in worker 1's pod: a world of its own
         ({"WORLD_SIZE": "1", "RANK": "0"}, "WORLD_SIZE=1 is not the job's 3 worker ranks"),
@@ -149,8 +150,8 @@ GOOD = rank_env(JOBS["parameter-server"], Role.WORKER, 1)
         ({"RINGLEADER_SHARDED_REPLICAS": "5"}, "RINGLEADER_SHARDED_REPLICAS=5 does not divide the"),
     ],
     ids=str.split(
-        "rank-too-big rank-not-int ps-addrs strategy index master staleness world standalone-world renumbered "
-        "unlaunched local-rank sharded-replicas"
+        "rank-too-big rank-not-int ps-addrs strategy index master staleness ps-backup world standalone-world "
+        "renumbered unlaunched local-rank sharded-replicas"
     ),
 )
 def test_bad_environments_fail_with_one_line_naming_the_variable(change: dict[str, str | None], names: str) -> None:

@@ -60,6 +60,7 @@ READS = frozenset(
         "RINGLEADER_PS_MAX_STALENESS",
         "RINGLEADER_PS_PORT",
         "RINGLEADER_PS_ADDRS",
+        "RINGLEADER_PS_BACKUP",
         "RINGLEADER_LOCAL_SGD_PERIOD",
         "RINGLEADER_MIN_WORKERS",
         "RINGLEADER_SHARDED_STAGE",
@@ -107,6 +108,7 @@ class ParameterServers:
     mode: PSMode
     max_staleness: int | None  # required for bounded-staleness
     port: int  # the port every shard listens on
+    backup: bool = False  # each shard's state kept on the next shard (ps_backup); needs two or more shards
 
 
 @dataclass(frozen=True)
@@ -283,7 +285,12 @@ def _parameter_servers(env: Mapping[str, str], num_ps: int) -> ParameterServers:
     staleness = (
         _int(env, "RINGLEADER_PS_MAX_STALENESS", 1) if bounded or env.get("RINGLEADER_PS_MAX_STALENESS") else None
     )
-    return ParameterServers(addrs, mode, staleness, _int(env, "RINGLEADER_PS_PORT", 1))
+    backup = env.get("RINGLEADER_PS_BACKUP", "") not in ("", "0")
+    if backup and (env["RINGLEADER_PS_BACKUP"] != "1" or num_ps < 2):
+        raise EnvError(
+            f"RINGLEADER_PS_BACKUP={env['RINGLEADER_PS_BACKUP']!r} must be 1 (with two or more shards) or unset"
+        )
+    return ParameterServers(addrs, mode, staleness, _int(env, "RINGLEADER_PS_PORT", 1), backup)
 
 
 def _sharded_stage(env: Mapping[str, str]) -> int:

@@ -51,9 +51,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ringleader_trainer import auth, wire
+from ringleader_trainer import auth, ps_backup, wire
 from ringleader_trainer.gate import Answered, Gate, Refused
-from ringleader_trainer.wire import Flag, Op, PeerLost
+from ringleader_trainer.wire import Flag, Op, PeerLost, context
 
 SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
 
@@ -70,11 +70,6 @@ def assign_shards(sizes: Sequence[int], num_shards: int) -> list[int]:
     return out
 
 
-def context(shard: int) -> bytes:
-    """What a connection to shard `shard` is for, bound into its handshake's proofs."""
-    return f"parameter-server/shard/{shard}".encode()
-
-
 def shard_parameters(model: nn.Module, num_shards: int) -> list[list[nn.Parameter]]:
     """The model's parameters grouped by shard, each group in model order."""
     params = list(model.parameters())
@@ -89,6 +84,32 @@ def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
         out.append(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
     return out
+
+
+def shard_buffers(
+    model_params: Sequence[nn.Parameter], optimizer: torch.optim.Optimizer
+) -> tuple[torch.Tensor, torch.Tensor, torch.optim.Optimizer]:
+    """A shard's values in one flat buffer (a copy of `model_params`'), its gradient buffer, and the user's
+    optimizer over parameters that are views into them."""
+    dtype = model_params[0].dtype if model_params else torch.float32
+    flat = torch.cat([p.detach().reshape(-1) for p in model_params]) if model_params else torch.empty(0)
+    flat = flat.to(dtype).contiguous()
+    grad = torch.zeros(flat.numel(), dtype=dtype)
+    params = [nn.Parameter(v) for v in flat_views(flat, model_params)]
+    for p, g in zip(params, flat_views(grad, model_params), strict=True):
+        p.grad = g
+    return flat, grad, shard_optimizer(optimizer, model_params, params)
+
+
+@dataclass(frozen=True)
+class Backups:
+    """Primary/backup (ps_backup): where this shard's backup lives (shard `to` at `addr`), and the parameters of
+    the shard whose backup this one keeps (the shard before it)."""
+
+    to: int
+    addr: tuple[str, int]
+    of: int
+    of_params: Sequence[nn.Parameter]
 
 
 def shard_optimizer(
@@ -138,24 +159,18 @@ class ShardServer:
         token: bytes,
         start_step: int = 0,
         rejoin: bool = False,
+        backups: Backups | None = None,
     ) -> None:
         """`rejoin`: a lost worker's slot is given back and its replacement takes it (the others go on); else a
-        lost worker ends the shard."""
+        lost worker ends the shard. `backups` (with `rejoin`): this shard's state is kept on the next shard and
+        it keeps the previous shard's (ps_backup)."""
         if mode not in (SYNCHRONOUS, ASYNCHRONOUS, BOUNDED):
             raise ValueError(f"unknown parameter-server mode {mode!r}")
         if mode == BOUNDED and not max_staleness:
             raise ValueError("bounded-staleness needs max_staleness >= 1")
         self.shard, self.mode, self.max_staleness = shard, mode, max_staleness or 0
         self.num_workers, self.timeout, self.token = num_workers, timeout, token
-        dtype = model_params[0].dtype if model_params else torch.float32
-        numel = sum(p.numel() for p in model_params)
-        self.flat = torch.cat([p.detach().reshape(-1) for p in model_params]) if model_params else torch.empty(0)
-        self.flat = self.flat.to(dtype).contiguous()
-        self.grad = torch.zeros(numel, dtype=dtype)
-        self.params = [nn.Parameter(v) for v in flat_views(self.flat, model_params)]
-        for p, g in zip(self.params, flat_views(self.grad, model_params), strict=True):
-            p.grad = g
-        self.optimizer = shard_optimizer(optimizer, model_params, self.params)
+        self.flat, self.grad, self.optimizer = shard_buffers(model_params, optimizer)
         self.cond = threading.Condition()
         self.clock = [start_step] * num_workers
         self.done: set[int] = set()
@@ -179,10 +194,36 @@ class ShardServer:
         self.on_rejoined: Callable[[int, int], None] = lambda worker, clock: None
         self._gate: Gate | None = None
         self._by_worker: dict[int, socket.socket] = {}  # each admitted worker's connection
+        self.returning: set[int] = set()  # workers to take back after this shard was restored from its backup
+        self.on_backup: Callable[[str, str], None] = lambda event, detail: None  # its link linked or lost
+        self.replica: ps_backup.Replica | None = None
+        self.link: ps_backup.BackupLink | None = None
+        if backups is not None and rejoin:
+            self.replica = ps_backup.Replica(backups.of, lambda: shard_buffers(backups.of_params, optimizer))
+            self.link = ps_backup.BackupLink(
+                shard, backups.to, backups.addr, token, timeout, self.flat.numel(), self.whole_state, self.cond,
+                self._backup_event,
+            )  # fmt: skip
 
     # ---- state the strategy checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"flat": self.flat.clone(), "optimizer": self.optimizer.state_dict()}
+
+    def whole_state(self) -> dict[str, Any]:
+        """What the backup keeps (under the lock): the checkpoint's state and every worker's clock."""
+        return self.state_dict() | {"clock": list(self.clock), "done": sorted(self.done)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Serve on from the state this shard's backup kept (`ps_backup.restore`): every unfinished worker's
+        place is open for it to take back, at its clock there."""
+        clock, done = state.get("clock"), state.get("done")
+        if not (isinstance(clock, list) and len(clock) == self.num_workers and isinstance(done, list)):
+            raise PeerLost(f"shard {self.shard}: its backup's state does not hold {self.num_workers} workers' clocks")
+        ps_backup.load(state, self.flat, self.optimizer)
+        self.clock, self.done = [int(c) for c in clock], {int(w) for w in done}
+        now = time.monotonic()
+        self.returning = {w for w in range(self.num_workers) if w not in self.done}
+        self.lost = dict.fromkeys(self.returning, now)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["flat"].shape != self.flat.shape:
@@ -207,12 +248,17 @@ class ShardServer:
         not every worker connected within `accept_timeout` or a worker's connection fails (after closing the
         others so their workers fail fast too)."""
         gate = self._gate = Gate(listener, self._handshake, self.on_reject)
+        if self.link is not None:
+            self.link.start()
+        slots = self.num_workers + (self.replica is not None)  # the last: the previous shard's backup link
         try:
             try:
-                gate.run(self.num_workers, time.monotonic() + accept_timeout, self._connection,
+                gate.run(slots, time.monotonic() + accept_timeout, self._connection,
                          stop=self._ended, keep_open=self.rejoin)  # fmt: skip
             except TimeoutError as e:
                 self._fail(f"shard {self.shard}: not every worker connected within {accept_timeout:g} s: {e}")
+            if self.link is not None:  # before waiting for the backup link this shard serves (no cycle of waits)
+                self.link.end()
             for t in list(gate.admitted):
                 t.join()
         finally:
@@ -272,6 +318,8 @@ class ShardServer:
         info = wire.recv_json(conn, header)
         worker = header.worker
         problem = None
+        if self.replica is not None and ("backup_of" in info or "restore" in info):
+            return self._backup_hello(conn, info)
         if worker >= self.num_workers:
             problem = f"worker index {worker} is out of range for {self.num_workers} workers"
         elif info.get("shard") != self.shard:
@@ -279,10 +327,7 @@ class ShardServer:
         elif info.get("probe") is True:  # a replacement asks where its worker was: answer, then hang up
             with self.cond:
                 state = {"clock": self.clock[worker], "lost": worker in self.lost, "rejoin": self.rejoin}
-                stale = self._by_worker.get(worker) if self.rejoin else None
-            if stale is not None:  # its predecessor is gone (a node lost sends no FIN): end its connection now
-                with contextlib.suppress(OSError):
-                    stale.shutdown(socket.SHUT_RDWR)
+                self._end_stale(worker)  # its predecessor is gone (a node lost sends no FIN)
             wire.send_json(conn, Op.STATE, worker, self.clock[worker], state)
             raise Answered()
         elif info.get("numel") != self.flat.numel() or info.get("dtype") != str(self.flat.dtype):
@@ -300,8 +345,48 @@ class ShardServer:
             raise Refused(problem)
         return worker
 
+    def _backup_event(self, event: str, detail: str) -> None:
+        self.on_backup(event, detail)  # looked up now: the strategy sets it after construction
+
+    def _end_stale(self, worker: int) -> None:
+        """End `worker`'s connection here (rejoin): its process is gone, which a node lost never says."""
+        with self.cond:
+            stale = self._by_worker.get(worker) if self.rejoin else None
+        if stale is not None:
+            with contextlib.suppress(OSError):
+                stale.shutdown(socket.SHUT_RDWR)
+
+    def _backup_hello(self, conn: socket.socket, info: dict[str, Any]) -> int:
+        """The previous shard links its backup here (its slot, after the workers'), or its replacement asks for
+        the copy (answered, no slot)."""
+        assert self.replica is not None
+        if info.get("restore") == self.replica.of:
+            probe = info.get("probe") is True
+            try:
+                self.replica.hand_over(conn, probe)
+            except PeerLost as e:
+                wire.send_error(conn, str(e))
+                raise Refused(str(e)) from e
+            if not probe:
+                self.on_backup("backup-handed-over", f"to shard {self.replica.of}'s replacement")
+            raise Answered()
+        if info.get("backup_of") != self.replica.of or info.get("numel") != self.replica.flat.numel():
+            problem = (
+                f"shard {self.shard} keeps the backup of shard {self.replica.of} ({self.replica.flat.numel()} values)"
+            )
+            wire.send_error(conn, problem)
+            raise Refused(problem)
+        return self.num_workers
+
     def _connection(self, conn: socket.socket, worker: int) -> None:
-        """Serve one admitted worker (on its connection's thread) until it says DONE."""
+        """Serve one admitted worker (on its connection's thread) until it says DONE; or the previous shard's
+        backup link (the slot after the workers')."""
+        if worker == self.num_workers and self.replica is not None:
+            self._serve_replica(conn)
+        else:
+            self._serve_worker(conn, worker)
+
+    def _serve_worker(self, conn: socket.socket, worker: int) -> None:
         with self.cond:
             self._conns.append(conn)
             if self.failure is not None:
@@ -309,7 +394,9 @@ class ShardServer:
                 return
             snapshot = self.flat.clone()
             self._by_worker[worker] = conn
-            rejoined = self.lost.pop(worker, None) is not None
+            returned = worker in self.returning  # after this shard's restore: not a replacement
+            self.returning.discard(worker)
+            rejoined = self.lost.pop(worker, None) is not None and not returned
             self.rejoins += rejoined
             heard = self.rejoins  # the replacements this worker knows of
         if rejoined:
@@ -350,6 +437,24 @@ class ShardServer:
                 self._fail(f"shard {self.shard}: {e}")
         except ValueError as e:
             self._fail(f"shard {self.shard}: {e}")
+
+    def _serve_replica(self, conn: socket.socket) -> None:
+        """Keep the previous shard's backup over its link until it says DONE or is lost (its slot given back for
+        its replacement's link)."""
+        assert self.replica is not None
+        try:
+            self.replica.serve(conn)
+        except PeerLost as e:
+            self.on_backup("primary-lost", f"shard {self.replica.of}: {e}")
+        finally:
+            conn.close()
+            if self._gate is not None:
+                self._gate.release(self.num_workers)
+
+    def _forward(self, grad: torch.Tensor, worker: int, clock: int, round_: bool = False) -> None:
+        """Under the lock, after an update: the backup has it before any worker is answered."""
+        if self.link is not None:
+            self.link.forward(grad, worker, clock, round_)
 
     def _wait(self, predicate: Callable[[], bool], what: str) -> None:
         if not self.cond.wait_for(lambda: self.failure is not None or predicate(), timeout=self.timeout):
@@ -392,6 +497,7 @@ class ShardServer:
                     self._decide_stop(step + 1)  # the round every worker has reached
                     for w in range(self.num_workers):
                         self._advance(w, step + 1)
+                    self._forward(total, 0, step + 1, round_=True)
                     self.cond.notify_all()
                 else:
                     self._wait(lambda: self.clock[worker] > step, f"not every worker pushed step {step}")
@@ -401,6 +507,7 @@ class ShardServer:
                 self._decide_stop(max(self.clock) + 1)
             self._apply(grad.div_(self.num_workers))
             self._advance(worker, step + 1)
+            self._forward(grad, worker, step + 1)
             self.cond.notify_all()
             if self.mode == BOUNDED and self.clock[worker] - self.slowest > self.max_staleness:
                 self.stats.waits += 1
@@ -436,10 +543,14 @@ class ShardClient:
         timeout: float,
         token: bytes,
         resume: bool = False,
+        backups: bool = False,
     ) -> None:
         """`resume`: take back this worker's place, which the shards gave up when it was lost, at `step` (the
-        clock `probe` found on every shard)."""
-        self.worker, self.shards = worker, shards
+        clock `probe` found on every shard). `backups`: a lost shard is waited for, up to `timeout`, and this
+        worker's place taken back at its replacement (ps_backup), instead of giving up."""
+        self.worker, self.shards, self.token = worker, shards, token
+        self.addrs, self.timeout, self.backups = list(addrs), timeout, backups
+        self.healed: list[int] = []  # shards lost and taken back at their replacements, since last looked at
         self.socks: list[socket.socket] = []
         self.flats = [torch.empty(sum(p.numel() for p in s), dtype=s[0].dtype if s else torch.float32) for s in shards]
         self.wait_seconds = 0.0  # time spent waiting for the shards' replies (includes staleness waits)
@@ -447,34 +558,83 @@ class ShardClient:
         self.stop_at: int | None = None  # the step shard 0 named (STOP_AT)
         self.rejoined = False  # shard 0 said a lost worker's replacement took its place (Flag.REJOINED)
         try:
-            for i, (host, port) in enumerate(addrs):
-                sock = wire.connect(host, port, connect_timeout, timeout)
-                self.socks.append(sock)
-                try:
-                    auth.initiate(sock, token, context(i))
-                except auth.AuthError as e:
-                    raise PeerLost(f"shard {i} at {host}:{port}: {e}") from e
-                flat = self.flats[i]
-                hello = {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}
-                wire.send_json(sock, Op.HELLO, worker, step, hello | ({"resume": True} if resume else {}))
-            self._receive_params(step)
+            for i in range(len(addrs)):
+                self.socks.append(self._open(i, step, resume, connect_timeout))
+            for i in range(len(addrs)):
+                self._receive(i, step)
         except BaseException:
             self.close()
             raise
 
-    def _receive_params(self, step: int) -> None:
-        for i, sock in enumerate(self.socks):
+    def _open(self, i: int, step: int, resume: bool, connect_timeout: float) -> socket.socket:
+        """A proven connection to shard `i`, its HELLO sent (taking this worker's place back with `resume`)."""
+        host, port = self.addrs[i]
+        sock = wire.connect(host, port, connect_timeout, self.timeout)
+        try:
+            auth.initiate(sock, self.token, context(i))
+            flat = self.flats[i]
+            hello = {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}
+            wire.send_json(sock, Op.HELLO, self.worker, step, hello | ({"resume": True} if resume else {}))
+        except auth.AuthError as e:
+            sock.close()
+            raise PeerLost(f"shard {i} at {host}:{port}: {e}") from e
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _receive(self, i: int, step: int) -> int:
+        """Shard `i`'s parameters into the model; the clock it sent them at (`step` unless taking a place back)."""
+        sock = self.socks[i]
+        header = wire.recv_header(sock)
+        if header.op == Op.STOP_AT and i == 0 and self.stop_at is None:
+            self.stop_at = header.step
             header = wire.recv_header(sock)
-            if header.op == Op.STOP_AT and i == 0 and self.stop_at is None:
-                self.stop_at = header.step
-                header = wire.recv_header(sock)
-            wire.expect(sock, header, Op.PARAMS)
-            self.stop_heard |= bool(header.flags & Flag.STOP)
-            self.rejoined |= bool(header.flags & Flag.REJOINED)
-            wire.recv_tensor_into(sock, header, self.flats[i])
-            with torch.no_grad():
-                for p, v in zip(self.shards[i], flat_views(self.flats[i], self.shards[i]), strict=True):
-                    p.copy_(v)
+        wire.expect(sock, header, Op.PARAMS)
+        self.stop_heard |= bool(header.flags & Flag.STOP)
+        self.rejoined |= bool(header.flags & Flag.REJOINED)
+        wire.recv_tensor_into(sock, header, self.flats[i])
+        with torch.no_grad():
+            for p, v in zip(self.shards[i], flat_views(self.flats[i], self.shards[i]), strict=True):
+                p.copy_(v)
+        return header.step
+
+    def _push(self, i: int, step: int, flags: Flag) -> None:
+        """This step's gradients of shard `i`'s parameters, sent."""
+        # The wire carries host memory: .cpu() is free on CPU and one copy on GPU.
+        grads = [
+            p.grad.reshape(-1).cpu() if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
+            for p in self.shards[i]
+        ]
+        if grads:
+            torch.cat(grads, out=self.flats[i])
+        wire.send(self.socks[i], Op.PUSH, self.worker, step, wire.tensor_bytes(self.flats[i]), flags)
+
+    def _take_back(self, i: int, step: int, flags: Flag, lost: PeerLost) -> None:
+        """Shard `i` was lost during `step` (`lost`): take this worker's place back at its replacement, which
+        serves from the backup, pushing the step again if the lost shard had not applied it. PeerLost (`lost`'s
+        text) without backups, or when no replacement answers within the timeout."""
+        if not self.backups:
+            raise lost
+        self.socks[i].close()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                self.socks[i] = self._open(i, step, True, min(2.0, max(0.1, deadline - time.monotonic())))
+                clock = self._receive(i, step)
+                if clock == step:  # the update had not been applied: push it again
+                    self._push(i, step, flags)
+                    clock = self._receive(i, step + 1)
+                if clock != step + 1:
+                    raise PeerLost(f"shard {i} took worker {self.worker} back at step {clock}, not {step}")
+                self.healed.append(i)
+                return
+            except (PeerLost, TimeoutError, OSError) as e:
+                self.socks[i].close()
+                if time.monotonic() >= deadline:
+                    raise PeerLost(f"{lost}; and shard {i} did not take worker {self.worker} back within "
+                                   f"{self.timeout:g} s: {e}") from e  # fmt: skip
+                time.sleep(0.2)
 
     def push_pull(self, step: int, stop: bool = False) -> None:
         """Push this step's gradients (with Flag.STOP when this worker was asked to stop, or a shard's reply
@@ -490,18 +650,21 @@ class ShardClient:
 
     def _push_pull(self, step: int, stop: bool) -> None:
         flags = Flag.STOP if stop or self.stop_heard else Flag.NONE
-        for i, sock in enumerate(self.socks):
-            params = self.shards[i]
-            # The wire carries host memory: .cpu() is free on CPU and one copy on GPU.
-            grads = [
-                p.grad.reshape(-1).cpu() if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
-                for p in params
-            ]
-            if grads:
-                torch.cat(grads, out=self.flats[i])
-            wire.send(sock, Op.PUSH, self.worker, step, wire.tensor_bytes(self.flats[i]), flags)
+        lost: dict[int, PeerLost] = {}
+        for i in range(len(self.socks)):
+            try:
+                self._push(i, step, flags)
+            except PeerLost as e:
+                lost[i] = e
         t0 = time.perf_counter()
-        self._receive_params(step + 1)
+        for i in range(len(self.socks)):
+            if i not in lost:
+                try:
+                    self._receive(i, step + 1)
+                    continue
+                except PeerLost as e:
+                    lost[i] = e
+            self._take_back(i, step, flags, lost[i])
         self.wait_seconds += time.perf_counter() - t0
 
     def done(self, stop: bool = False) -> None:
@@ -523,19 +686,9 @@ def probe(addrs: Sequence[tuple[str, int]], worker: int, token: bytes, timeout: 
     gives a lost worker's place back) when every shard is serving; None when one is not (nothing listens: the
     job is starting, or every rank is starting again). One attempt per shard, each bounded by `timeout`."""
     answers = []
-    for i, (host, port) in enumerate(addrs):
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError:
+    for i, addr in enumerate(addrs):
+        answer = ps_backup.ask(addr, i, token, timeout, {"shard": i, "probe": True}, Op.STATE, worker=worker)
+        if answer is None:
             return None
-        with sock:
-            try:
-                sock.settimeout(timeout)
-                auth.initiate(sock, token, context(i))
-                wire.send_json(sock, Op.HELLO, worker, 0, {"shard": i, "probe": True})
-                header = wire.recv_header(sock)
-                wire.expect(sock, header, Op.STATE)
-                answers.append(wire.recv_json(sock, header))
-            except (OSError, auth.AuthError, PeerLost):
-                return None
+        answers.append(answer)
     return answers

@@ -1,17 +1,18 @@
 """The parameter server's wire format: a fixed 28-byte header, then raw bytes. Never pickle.
 
     magic  b"RLPS"   4 bytes
-    version          u8    (2)
+    version          u8    (3)
     op               u8    (Op)
-    flags            u16   (Flag: STOP, REJOINED)
+    flags            u16   (Flag: STOP, REJOINED, ROUND)
     worker           u32   the sending worker's index (servers echo it)
     step             i64   the worker's step (push) or the server's clock for that worker (reply)
     length           u64   payload bytes
 
 Tensor payloads are the flat tensor's bytes in the sender's native order; both sides know the dtype and the
 element count from the HELLO handshake, so a payload of any other length is a protocol error. HELLO and STATE
-carry a small JSON object and ERROR a UTF-8 message. Every socket operation runs under the socket's timeout, so a
-dead or wedged peer raises `PeerLost` instead of hanging.
+carry a small JSON object, ERROR a UTF-8 message, and MIRROR a shard's whole state in the checkpoint's format
+(read with weights_only, its size bounded first: ps_backup). Every socket operation runs under the socket's
+timeout, so a dead or wedged peer raises `PeerLost` instead of hanging.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 from ringleader_trainer.exitcodes import ExitCode, TrainerError
 
 MAGIC = b"RLPS"
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct("<4sBBHIqQ")
 MAX_JSON_BYTES = 1 << 16
 
@@ -43,12 +44,16 @@ class Op(IntEnum):
     ERROR = 5  # either way: UTF-8 message, then the connection closes
     STOP_AT = 6  # shard 0 -> worker, before a PARAMS: stop at `step` (no payload); sent once
     STATE = 7  # server -> worker, answering a probe's HELLO: JSON {"clock", "lost"}; the connection then closes
+    MIRROR = 8  # shard -> its backup, or backup -> the shard's replacement: the shard's whole state (ps_backup)
+    UPDATE = 9  # shard -> its backup: the gradient it applied (worker, new clock); answered by ACK
+    ACK = 10  # backup -> shard: MIRROR or UPDATE applied
 
 
 class Flag(IntFlag):
     NONE = 0
     STOP = 1  # PUSH/DONE: this worker stops (stopping.py); PARAMS: a stop was asked for, agree on a step
     REJOINED = 2  # PARAMS from shard 0: a lost worker's replacement took its place since the last reply
+    ROUND = 4  # UPDATE: a synchronous round, every worker's clock moved
 
 
 class PeerLost(TrainerError, ConnectionError):
@@ -124,7 +129,7 @@ def recv_header(sock: socket.socket) -> Header:
     magic, version, op, flags, worker, step, length = HEADER.unpack(raw)
     if magic != MAGIC or version != VERSION:
         raise PeerLost(f"{_peer(sock)} does not speak the parameter-server protocol v{VERSION}")
-    if flags & ~int(Flag.STOP | Flag.REJOINED):
+    if flags & ~int(Flag.STOP | Flag.REJOINED | Flag.ROUND):
         raise PeerLost(f"{_peer(sock)} sent unknown flags {flags:#x}")
     try:
         return Header(Op(op), worker, step, length, Flag(flags))
@@ -166,6 +171,11 @@ def expect(sock: socket.socket, header: Header, *ops: Op) -> None:
     if header.op == Op.ERROR:
         raise PeerLost(f"{_peer(sock)}: {recv_small(sock, header).decode(errors='replace')}")
     raise PeerLost(f"{_peer(sock)} sent {header.op.name} where {'/'.join(o.name for o in ops)} was expected")
+
+
+def context(shard: int) -> bytes:
+    """What a connection to shard `shard` is for, bound into its handshake's proofs."""
+    return f"parameter-server/shard/{shard}".encode()
 
 
 def connect(host: str, port: int, timeout: float, io_timeout: float) -> socket.socket:

@@ -150,6 +150,7 @@ def _changed(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}
+PS_BACKUP = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous", "backup": True}}
 
 
 @pytest.mark.parametrize(
@@ -166,6 +167,7 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
         ({}, "spec.workers", {"replicas": 2, "gpus": 1, "procsPerPod": 2},
          "spec.workers.procsPerPod must equal spec.workers.gpus when"),
         (PS, "spec.parameterServer.maxStaleness", 2, "spec.parameterServer.maxStaleness is only allowed when"),
+        (PS_BACKUP, "spec.parameterServers.replicas", 1, "spec.parameterServer.backup needs two or more parameter"),
         ({}, "spec.checkpoint", {"claimName": ""}, "spec.checkpoint.claimName must not be empty"),
         ({}, "spec.workers.minReplicas", 3, "spec.workers.replicas must be at least spec.workers.minReplicas"),
         ({}, "spec.workers.maxReplicas", 1, "spec.workers.replicas must be at most spec.workers.maxReplicas"),
@@ -179,7 +181,7 @@ PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}
     ],
     ids=["dns-1035", "name-length", "local-sgd-on-allreduce", "sharded-on-allreduce", "stage-bound", "stages-divide",
          "replica-groups-divide", "replica-groups-need-fsdp",
-         "procs-vs-gpus", "staleness-without-bounded", "empty-claim",
+         "procs-vs-gpus", "staleness-without-bounded", "backup-on-one-shard", "empty-claim",
          "below-min", "above-max", "elastic-ps", "replicas-bound", "gpus-bound", "deadline-bound", "ttl-bound",
          "backoff-bound", "keep-bound"],
 )  # fmt: skip

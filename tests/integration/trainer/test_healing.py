@@ -50,7 +50,8 @@ def kill_and_replace(job: LocalJob, directory: Path, target: Rank) -> tuple[set[
     start it again (the operator's part: a new pod for the same rank). The other ranks' pids, and the newest step
     a worker had logged when it died."""
     deadline, files = time.monotonic() + 300, ckpt.expected_files(len(job.workers), len(job.servers))
-    while SAVED not in ckpt.complete_steps(directory, files) or target.last_step() < KILLED_AFTER:
+    logging = target if target.role == "worker" else job.workers[0]  # a shard logs no step
+    while SAVED not in ckpt.complete_steps(directory, files) or logging.last_step() < KILLED_AFTER:
         assert time.monotonic() < deadline and all(r.proc.poll() is None for r in job.ranks), job.logs()
         time.sleep(0.01)
     pids = {r.proc.pid for r in job.ranks if r is not target}
@@ -85,10 +86,17 @@ def test_a_killed_rank_heals_from_a_live_peer_and_the_run_ends_bit_identical(
     healed = target.events("healed")
     assert len(healed) == 1 and KILLED_AFTER - back <= healed[0]["step"] <= killed_at, job.logs()
     assert not target.events("resume"), job.logs()
+    assert_read_nothing_and_ended_alike(job, whole_final, final)
+
+
+def assert_read_nothing_and_ended_alike(job: LocalJob, whole_final: Path, final: Path, exact: bool = True) -> None:
+    """No rank opened a checkpoint file to read it (the audited trainer says so on stderr), and the run's final
+    parameters are those of the uninterrupted run's (bit for bit if `exact`, else the same names)."""
     reads = [line for r in job.ranks for line in r.stderr.splitlines() if line.startswith("audit: read")]
-    assert not reads, reads  # no rank opened a checkpoint file to read it
+    assert not reads, reads
     a, b = torch.load(whole_final, weights_only=True), torch.load(final, weights_only=True)
-    for name in a:
+    assert set(a) == set(b)
+    for name in a if exact else ():
         assert torch.equal(a[name], b[name]), f"{name} differs after healing"
 
 
@@ -154,14 +162,7 @@ def test_a_killed_worker_takes_its_place_back_at_the_shards_and_no_one_else_stop
     checkpoint; the synchronous run ends with exactly the parameters of an uninterrupted one. (Worker 1 is held
     within 4 steps of worker 0, which sleeps each step, so both are mid-run when it is killed.)"""
     spec = {"parameterServer": {"mode": mode} | ({"maxStaleness": 4} if mode == "bounded-staleness" else {})}
-    whole, _, whole_final = start(tmp_path, "whole", "parameter-server", 2, 2, **spec)
-    assert whole.wait(600) == [0] * 4, whole.logs()
-    job, directory, final = start(tmp_path, "healed", "parameter-server", 2, 2, **spec)
-    target = job.workers[victim]
-    pids, killed_at = kill_and_replace(job, directory, target)
-    assert job.wait(600) == [0] * 4, job.logs()
-
-    assert {r.proc.pid for r in job.ranks if r is not target} == pids, job.logs()  # nobody else exited
+    job, target, killed_at, finals = run_ps_killing(tmp_path, spec, "worker", victim)
     healed = target.events("healed")
     assert len(healed) == 1 and healed[0]["source"] == "shards", job.logs()
     assert KILLED_AFTER <= healed[0]["step"] <= killed_at + 1, (healed, killed_at)
@@ -171,10 +172,38 @@ def test_a_killed_worker_takes_its_place_back_at_the_shards_and_no_one_else_stop
     survivor = job.workers[1 - victim]
     assert survivor.events("heal"), job.logs()  # shard 0 told it the job went on (worker 0's page says so)
     assert not any(r.events("recover") or r.events("resume") for r in job.ranks), job.logs()
-    reads = [line for r in job.ranks for line in r.stderr.splitlines() if line.startswith("audit: read")]
-    assert not reads, reads
-    a, b = torch.load(whole_final, weights_only=True), torch.load(final, weights_only=True)
-    if mode == "synchronous":
-        for name in a:
-            assert torch.equal(a[name], b[name]), f"{name} differs after healing"
-    assert set(a) == set(b)
+    assert_read_nothing_and_ended_alike(job, *finals, exact=mode == "synchronous")
+
+
+def run_ps_killing(
+    tmp_path: Path, spec: dict[str, Any], role: str, victim: int
+) -> tuple[LocalJob, Rank, int, tuple[Path, Path]]:
+    """2 workers and 2 shards with `spec` run whole, then again with rank `role` `victim` killed mid-run and
+    replaced (`kill_and_replace`): the second job (every rank ended 0, none but the victim started again), the
+    victim, the newest step logged at the kill, and both runs' final parameters."""
+    whole, _, whole_final = start(tmp_path, "whole", "parameter-server", 2, 2, **spec)
+    assert whole.wait(600) == [0] * 4, whole.logs()
+    job, directory, final = start(tmp_path, "healed", "parameter-server", 2, 2, **spec)
+    target = (job.workers if role == "worker" else job.servers)[victim]
+    pids, killed_at = kill_and_replace(job, directory, target)
+    assert job.wait(600) == [0] * 4, job.logs()
+    assert {r.proc.pid for r in job.ranks if r is not target} == pids, job.logs()  # nobody else exited
+    return job, target, killed_at, (whole_final, final)
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["shard-1", "shard-0-that-names-the-stop"])
+def test_a_killed_shard_heals_from_its_backup_and_the_run_ends_bit_identical(tmp_path: Path, victim: int) -> None:
+    """2 workers, 2 synchronous shards, each keeping the other's backup: a shard SIGKILLed after step 30 and
+    started again. Its replacement serves from the copy the other shard kept, each worker takes its place back
+    there (pushing the interrupted step again if the lost shard had not applied it), nobody else exits and no
+    one reads a checkpoint, and the run ends with exactly the parameters of an uninterrupted one."""
+    spec = {"parameterServer": {"mode": "synchronous", "backup": True}}
+    job, target, killed_at, finals = run_ps_killing(tmp_path, spec, "ps", victim)
+    healed = target.events("healed")
+    assert [e["source"] for e in healed] == [f"shard {1 - victim}'s backup"], job.logs()
+    assert KILLED_AFTER <= healed[0]["step"] <= killed_at + 1, (healed, killed_at)
+    for worker in job.workers:
+        assert [e["source"] for e in worker.events("heal")] == [f"shard {victim}'s backup"], job.logs()
+    assert job.servers[1 - victim].events("backup-handed-over"), job.logs()
+    assert not any(r.events("recover") or r.events("resume") for r in job.ranks), job.logs()
+    assert_read_nothing_and_ended_alike(job, *finals)

@@ -8,13 +8,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
-from ringleader_trainer import wire
+from ringleader_trainer import ps_backup, wire
 from ringleader_trainer.ps import (
     ASYNCHRONOUS,
     SYNCHRONOUS,
+    Backups,
     ShardClient,
     ShardServer,
     assign_shards,
@@ -217,3 +219,69 @@ def test_a_worker_with_another_model_is_told_why_and_the_shard_serves_the_right_
     thread.join(10)
     assert not thread.is_alive() and server.failure is None
     assert server.stats.rejected == 1 and "do all ranks build the same model" in server.rejections[0]  # type: ignore[attr-defined]
+
+
+def test_a_state_over_its_bound_is_refused_before_it_is_read(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    ps_backup.send_state(a, Op.MIRROR, 1, {"flat": torch.zeros(1000)})
+    header = wire.recv_header(b)
+    with pytest.raises(PeerLost, match=r"shard 1 would send a state of \d+ bytes \(at most 100\)"):
+        ps_backup.recv_state(b, header, 100, "shard 1")
+
+
+def test_a_lost_shard_serves_on_from_its_backup_and_its_workers_push_the_round_again() -> None:
+    """Two synchronous shards backing each other up, two workers. Worker 0 pushes step 0 and waits (worker 1 has
+    not pushed); shard 1 is lost. Its replacement, on the same address, finds its copy on shard 0 (`held`) and
+    serves from it at clock 0; worker 0 takes its place back there and pushes step 0 again, worker 1 (whose
+    connection died too) likewise, and the round completes once on each shard, with both gradients."""
+    models = [nn.Sequential(nn.Linear(4, 4, bias=False), nn.Linear(4, 4, bias=False)) for _ in range(3)]
+    for m in models:  # the shards', worker 0's, worker 1's
+        for p in m.parameters():
+            nn.init.zeros_(p)
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    addrs = [("127.0.0.1", s.getsockname()[1]) for s in listeners]
+    params = shard_parameters(models[0], 2)  # one layer's weight each
+    optimizer = torch.optim.SGD(models[0].parameters(), lr=0.5)
+
+    def start_shard(i: int, listener: socket.socket, restored: dict[str, Any] | None = None) -> ShardServer:
+        other = (i + 1) % 2
+        server = ShardServer(i, params[i], optimizer, 2, SYNCHRONOUS, None, 5, TOKEN, rejoin=True,
+                             backups=Backups(other, addrs[other], other, params[other]))  # fmt: skip
+        if restored is not None:
+            server.restore(restored)
+
+        def run() -> None:
+            with contextlib.suppress(PeerLost):
+                server.serve(listener, 5)
+
+        threading.Thread(target=run, daemon=True).start()
+        return server
+
+    servers = [start_shard(i, listeners[i]) for i in range(2)]
+    clients = [ShardClient(addrs, w, shard_parameters(models[w + 1], 2), 0, 5, 5, TOKEN, backups=True)
+               for w in range(2)]  # fmt: skip
+    deadline = time.monotonic() + 5
+    while not (servers[0].replica and servers[0].replica.held):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    for w, m in enumerate(models[1:]):
+        for p in m.parameters():
+            p.grad = torch.full_like(p, 1.0 + 2 * w)  # 1 and 3
+    waiting = threading.Thread(target=clients[0].push_pull, args=(0,))
+    waiting.start()
+    time.sleep(0.3)  # worker 0's pushes are in
+    servers[1]._fail("lost")  # its connections end, as a killed process's do
+    listeners[1].close()
+    assert ps_backup.held(addrs[0], 1, 0, TOKEN, 2)
+    state = ps_backup.restore(addrs[0], 1, 0, TOKEN, 2, ps_backup.state_bound(servers[1].flat))
+    assert state["clock"] == [0, 0]  # the round had not been applied anywhere
+    servers[1] = start_shard(1, socket.create_server(addrs[1]), state)
+    clients[1].push_pull(0)
+    waiting.join(10)
+    assert clients[0].healed == [1] and clients[1].healed == [1]
+    for m in models[1:]:
+        for p in m.parameters():
+            assert torch.equal(p, torch.full((4, 4), -1.0))  # 0 - 0.5 * mean(1, 3), applied once
+    assert [s.stats.updates for s in servers] == [1, 1]
+    for c in clients:
+        c.done()

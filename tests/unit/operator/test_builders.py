@@ -155,6 +155,7 @@ PS_JOB = {
     "parameterServer": {"mode": "bounded-staleness", "maxStaleness": 4},
     "parameterServers": {"replicas": 2, "template": template()},
 }
+PS_BACKUP_JOB = PS_JOB | {"parameterServer": {"mode": "synchronous", "backup": True}}
 
 
 @pytest.mark.parametrize(
@@ -186,7 +187,14 @@ PS_JOB = {
                 "RINGLEADER_GLOBAL_RANK": "1",
                 "RINGLEADER_GLOBAL_WORLD_SIZE": "4",
             },
-            [],
+            ["RINGLEADER_PS_BACKUP"],
+        ),
+        (
+            PS_BACKUP_JOB,
+            Role.PS,
+            0,
+            {"RINGLEADER_PS_MODE": "synchronous", "RINGLEADER_PS_BACKUP": "1"},
+            ["RINGLEADER_PS_MAX_STALENESS"],
         ),
         (
             PS_JOB,
@@ -260,6 +268,7 @@ PS_JOB = {
     ids=[
         "allreduce",
         "ps-worker",
+        "ps-backup",
         "ps-shard",
         "local-sgd",
         "local-sgd-default",

@@ -3,6 +3,8 @@
 A lost worker stops no shard (ps.py; not with --recover-from checkpoint): the shards hold the whole training
 state but the worker's step, so its replacement asks them where it was (`ps.probe`) and takes its place back
 there without joining a process group, the others training on meanwhile (a synchronous round waits for it).
+With backups (`spec.parameterServer.backup`) a lost shard heals too: its replacement serves from the copy the
+next shard kept (ps_backup), and the workers wait for it instead of starting again from a checkpoint.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import time
 import torch
 from torch import nn
 
-from ringleader_trainer import auth
+from ringleader_trainer import auth, ps_backup
 from ringleader_trainer.checkpointing import TrainingCheckpointer
 from ringleader_trainer.env import PSMode, RankEnv
 from ringleader_trainer.healing import HealError
 from ringleader_trainer.logs import log_json
-from ringleader_trainer.ps import ServerStats, ShardClient, ShardServer, probe, shard_parameters
+from ringleader_trainer.ps import Backups, ServerStats, ShardClient, ShardServer, probe, shard_parameters
 from ringleader_trainer.stopping import Stopped
 from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
 
@@ -38,6 +40,12 @@ class ParameterServerStrategy(Strategy):
         self.shards = env.ps
         self.token = auth.load_token(env.token_file)  # before anything is opened: without it, exit 2 at once
         self.rejoined = False  # this worker took a lost worker's place back at the shards (no process group)
+        self.restoring = False  # this shard replaces a lost one: it serves from the copy its backup kept
+
+    @property
+    def backups(self) -> bool:
+        """Each shard's state is kept on the next shard (healing only: a lost shard's replacement serves from it)."""
+        return self.shards.backup and self.options.heal
 
     @property
     def addrs(self) -> list[tuple[str, int]]:
@@ -52,7 +60,19 @@ class ParameterServerStrategy(Strategy):
             self.metrics.resumed(step)
             log_json(role=self.env.role, index=self.env.index, event="healed", step=step, source="shards")
             return
+        if self.is_server and self.backups:
+            # A shard started while the next shard serves and holds its copy replaces a lost shard: it serves
+            # from that copy (`serve`), joining nothing. Else (the job is starting, or its backup holds no copy)
+            # it joins everyone, who then start again from the checkpoint.
+            self.restoring = ps_backup.held(self.addrs[self._backup_index], self.env.index, self._backup_index,
+                                            self.token, PROBE_SECONDS)  # fmt: skip
+            if self.restoring:
+                return
         super().join()
+
+    @property
+    def _backup_index(self) -> int:
+        return (self.env.index + 1) % self.env.num_ps
 
     def _lost_place(self) -> int | None:
         """This worker's clock on every shard once every shard has given its place up; None when the shards
@@ -86,7 +106,7 @@ class ParameterServerStrategy(Strategy):
         self.client = ShardClient(
             self.addrs, self.rank, shard_parameters(model, self.env.num_ps), self.steps_done,
             connect_timeout=self.options.rendezvous_timeout, timeout=self.options.timeout, token=self.token,
-            resume=self.rejoined,
+            resume=self.rejoined, backups=self.backups,
         )  # fmt: skip
 
         def exchange() -> None:
@@ -103,6 +123,11 @@ class ParameterServerStrategy(Strategy):
                 self.metrics.resumed(self.steps_done)
                 log_json(role=self.env.role, index=self.env.index, event="heal", step=self.steps_done,
                          source="shards")  # fmt: skip
+            while self.client is not None and self.client.healed:  # a lost shard served on from its backup
+                shard = self.client.healed.pop()
+                self.metrics.resumed(self.steps_done)
+                log_json(role=self.env.role, index=self.env.index, event="heal", step=self.steps_done,
+                         source=f"shard {shard}'s backup")  # fmt: skip
 
         return patch_step(optimizer, exchange, local=False, after=after)
 
@@ -110,11 +135,14 @@ class ParameterServerStrategy(Strategy):
         """Serve this rank's shard until every worker is done; checkpoint it alongside the workers."""
         if not self.is_server:
             raise StrategyUsageError("serve() is for parameter-server ranks")
-        index = self.env.index
+        index, shards = self.env.index, shard_parameters(model, self.env.num_ps)
+        backups = None
+        if self.backups:
+            before = (index - 1) % self.env.num_ps
+            backups = Backups(self._backup_index, self.addrs[self._backup_index], before, shards[before])
         server = ShardServer(
-            index, shard_parameters(model, self.env.num_ps)[index], optimizer, self.env.num_workers,
-            self.shards.mode, self.shards.max_staleness, self.options.timeout, self.token,
-            start_step=self.steps_done, rejoin=self.options.heal,
+            index, shards[index], optimizer, self.env.num_workers, self.shards.mode, self.shards.max_staleness,
+            self.options.timeout, self.token, start_step=self.steps_done, rejoin=self.options.heal, backups=backups,
         )  # fmt: skip
         server.on_reject = lambda peer, reason: log_json(
             role="ps", index=index, event="connection-rejected", peer=peer, reason=reason
@@ -123,8 +151,11 @@ class ParameterServerStrategy(Strategy):
                                                       reason=why)  # fmt: skip
         server.on_rejoined = lambda worker, step: log_json(role="ps", index=index, event="worker-rejoined",
                                                            worker=worker, step=step)  # fmt: skip
+        server.on_backup = lambda event, detail: log_json(role="ps", index=index, event=event, detail=detail)
         if self.resumed is not None:
             server.load_state_dict(self.resumed["shard"])
+        if self.restoring:
+            self._restore(server)
         checkpoints, saved = self.checkpoints, {self.steps_done}
 
         def on_progress(slowest: int) -> None:
@@ -150,6 +181,16 @@ class ParameterServerStrategy(Strategy):
         log_json(role="ps", index=index, event="done", updates=stats.updates, waits=stats.waits,
                  max_lead_on_release=stats.max_lead_on_release, rejected=stats.rejected)  # fmt: skip
         return stats
+
+    def _restore(self, server: ShardServer) -> None:
+        """Serve from the copy this shard's backup kept (this shard replaces a lost one: `join`)."""
+        state = ps_backup.restore(self.addrs[self._backup_index], self.env.index, self._backup_index, self.token,
+                                  self.options.timeout, ps_backup.state_bound(server.flat))  # fmt: skip
+        server.restore(state)
+        self.steps_done = server.slowest
+        self.metrics.resumed(self.steps_done)
+        log_json(role="ps", index=self.env.index, event="healed", step=self.steps_done,
+                 source=f"shard {self._backup_index}'s backup")  # fmt: skip
 
     # ---- lossless stop: the request travels with the exchange, shard 0 names the step (ps.py) ----------
     def enable_stop(self) -> None:
