@@ -327,7 +327,7 @@ class ShardServer:
         elif info.get("probe") is True:  # a replacement asks where its worker was: answer, then hang up
             with self.cond:
                 state = {"clock": self.clock[worker], "lost": worker in self.lost, "rejoin": self.rejoin}
-                self._end_stale(worker)  # its predecessor is gone (a node lost sends no FIN)
+            self._end_stale(worker)  # its predecessor is gone (a node lost sends no FIN)
             wire.send_json(conn, Op.STATE, worker, self.clock[worker], state)
             raise Answered()
         elif info.get("numel") != self.flat.numel() or info.get("dtype") != str(self.flat.dtype):
