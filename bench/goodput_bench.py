@@ -53,6 +53,7 @@ TORCHFT = Path(__file__).parent / "peer" / "torchft"
 STRAGGLE_SECONDS = 0.02  # worker 0 (replica group 0) sleeps this long a step
 WARM_UP_SECONDS = 10.0  # before the first kill: every rank has imported torch and trains
 INTERVAL = 100  # checkpoint interval, steps
+MIN_RUNS = 3  # of each subject, for a verdict on their goodput
 SETTLE_SECONDS = 2.0  # after a replacement's first step, before the job's rate counts as full strength
 
 
@@ -264,8 +265,13 @@ def compare(runs: dict[str, list[dict[str, Any]]], base: str) -> dict[str, Any]:
         if s == base or not results:
             continue
         ratio = ratio_interval([r["goodput"] for r in results], [r["goodput"] for r in runs[base]])
-        verdict = "not distinguishable" if ratio is None or ratio.lo <= 1 <= ratio.hi else (
-            f"{s} keeps more" if ratio.lo > 1 else f"{base} keeps more")  # fmt: skip
+        fewest = min(len(results), len(runs[base]))
+        if fewest < MIN_RUNS:  # a bootstrap over one or two runs is a point, not an interval
+            verdict = f"no verdict: {fewest} run(s) each, {MIN_RUNS} needed"
+        elif ratio is None or ratio.lo <= 1 <= ratio.hi:
+            verdict = "not distinguishable"
+        else:
+            verdict = f"{s} keeps more" if ratio.lo > 1 else f"{base} keeps more"
         print(f"[bench] goodput {s} / {base}: {ratio.text() if ratio else 'n/a'}: {verdict}", flush=True)
         ratios[s] = {"ratio": ratio.as_dict() if ratio else None, "verdict": verdict}
     return ratios

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.goodput_bench import SETTLE_SECONDS, measure
+from bench.goodput_bench import SETTLE_SECONDS, compare, measure
 
 
 @dataclass
@@ -61,3 +61,10 @@ def test_a_node_lost_is_reported_apart() -> None:
     figures = measure(job, [(1, 20.0, "node")], start=10.0, end=40.0)  # type: ignore[arg-type]
     assert figures["node_lost"] == {"worker": 1, "steps_lost": 9, "kill_to_full_s": pytest.approx(2.0)}
     assert figures["steps_lost"] == [9]
+
+
+def test_no_verdict_from_fewer_than_three_runs_each() -> None:
+    one = {"a": [{"goodput": 0.98}], "b": [{"goodput": 0.96}]}
+    assert compare(one, "b")["a"]["verdict"] == "no verdict: 1 run(s) each, 3 needed"
+    three = {"a": [{"goodput": g} for g in (0.98, 0.97, 0.99)], "b": [{"goodput": g} for g in (0.90, 0.91, 0.92)]}
+    assert compare(three, "b")["a"]["verdict"] == "a keeps more"
