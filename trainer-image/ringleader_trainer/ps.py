@@ -211,7 +211,7 @@ class ShardServer:
 
     def whole_state(self) -> dict[str, Any]:
         """What the backup keeps (under the lock): the checkpoint's state and every worker's clock."""
-        return self.state_dict() | {"clock": list(self.clock), "done": sorted(self.done)}
+        return ps_backup.whole_state(self.flat, self.optimizer, self.clock, self.done)
 
     def restore(self, state: dict[str, Any]) -> None:
         """Serve on from the state this shard's backup kept (`ps_backup.restore`): every unfinished worker's

@@ -23,11 +23,10 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch import nn
 
 from ringleader_trainer import auth, healing, wire
 from ringleader_trainer.wire import Flag, Op, PeerLost, context
@@ -40,6 +39,14 @@ def state_bound(flat: torch.Tensor) -> int:
     """The most bytes a shard's whole state may take on the wire: its values, up to seven optimizer slots of the
     same size, and slack (a peer cannot make this rank allocate more)."""
     return 8 * flat.numel() * flat.element_size() + SLACK_BYTES
+
+
+def whole_state(
+    flat: torch.Tensor, optimizer: torch.optim.Optimizer, clock: Iterable[int], done: Iterable[int]
+) -> dict[str, Any]:
+    """A shard's whole state as a backup keeps and sends it: values, optimizer state, every worker's clock and
+    the workers done."""
+    return {"flat": flat.clone(), "optimizer": optimizer.state_dict(), "clock": list(clock), "done": sorted(done)}
 
 
 def send_state(sock: socket.socket, op: Op, shard: int, state: dict[str, Any]) -> None:
@@ -75,8 +82,7 @@ class Replica:
 
     def state(self) -> dict[str, Any]:
         with self.lock:
-            return {"flat": self.flat.clone(), "optimizer": self.optimizer.state_dict(), "clock": list(self.clock),
-                    "done": list(self.done)}  # fmt: skip
+            return whole_state(self.flat, self.optimizer, self.clock, self.done)
 
     def serve(self, conn: socket.socket) -> None:
         """Take the primary's whole state, then its updates, until it says DONE (PeerLost when it is lost)."""
@@ -178,9 +184,7 @@ class BackupLink:
         while not self.ended.is_set():
             sock = None
             try:
-                sock = socket.create_connection(self.addr, timeout=min(2.0, self.timeout))
-                sock.settimeout(self.timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock = wire.connect(*self.addr, timeout=min(2.0, self.timeout), io_timeout=self.timeout)
                 auth.initiate(sock, self.token, context(self.backup))
                 wire.send_json(sock, Op.HELLO, 0, 0, {"shard": self.backup, "backup_of": self.shard,
                                                       "numel": self.numel})  # fmt: skip
@@ -239,8 +243,3 @@ def ask(
             return recv_state(sock, header, bound, f"shard {shard}")
         except (OSError, auth.AuthError, PeerLost):
             return None
-
-
-def replica_params(shards: Sequence[Sequence[nn.Parameter]], shard: int) -> Sequence[nn.Parameter]:
-    """The parameters of the shard whose backup shard `shard` keeps: the one before it."""
-    return shards[(shard - 1) % len(shards)]
