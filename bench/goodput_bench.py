@@ -141,6 +141,22 @@ def _check(local: LocalJob) -> None:
         raise RuntimeError(f"a rank ended on its own: {local.ended()}")
 
 
+def rejoined(events: list[dict[str, Any]], at: float, until: float, before: int) -> tuple[int, dict[str, Any]] | None:
+    """The step the job continued from after the kill at `at` (step `before` logged last), and the victim's first
+    step line since, both before `until` (the next kill); None if it logged none. The replacement says where it
+    continued (`healed`, `resume`), except where there was no checkpoint yet to resume from: then the job began
+    again, its first step from 1."""
+    since = [e for e in events if at < e["ts"] < until]
+    stepped = [e for e in since if "step" in e and "event" not in e]
+    said = next((e for e in since if e.get("event") in ("healed", "resume")), None)
+    if said is not None:
+        # Its first step after it joined (the killed process's child may log a last step as it dies).
+        first = next((e for e in stepped if e["ts"] > said["ts"]), None)
+        return None if first is None else (said["step"], first)
+    again = next((e for e in stepped if e["step"] <= before), None)  # began again: the first step that went back
+    return None if again is None else (again["step"] - 1, again)
+
+
 def measure(local: LocalJob, kills: list[tuple[int, float, str]], start: float, end: float) -> dict[str, Any]:
     """The run's figures from the ranks' logs (their lines carry `ts`, every step logged).
 
@@ -148,27 +164,27 @@ def measure(local: LocalJob, kills: list[tuple[int, float, str]], start: float, 
     the warm-up, and from `SETTLE_SECONDS` after each replacement's first step to the next kill."""
     steps = sorted((e["ts"], e["step"]) for r in local.ranks for e in r.events() if "step" in e and "event" not in e)
 
-    def step_at(t: float) -> int:  # the newest step any rank logged before t
+    def step_at(t: float) -> int:  # the furthest step any rank logged before t: the job's progress by then
         return max((s for ts, s in steps if ts < t), default=0)
+
+    def latest(t: float) -> int:  # the step logged last before t: where the job was (it may have gone back)
+        return next((s for ts, s in reversed(steps) if ts < t), 0)
 
     lost, to_full, during, node = [], [], [], {}
     calm = [(start - WARM_UP_SECONDS / 2, kills[0][1] if kills else end)]
     for i, (victim, at, how) in enumerate(kills):
-        before = step_at(at)
-        rank = local.workers[victim]
-        joined = [e for e in rank.events() if e.get("event") in ("healed", "resume") and e["ts"] > at]
-        if not joined:
+        before = latest(at)
+        until = kills[i + 1][1] if i + 1 < len(kills) else end
+        joined = rejoined(local.workers[victim].events(), at, until, before)
+        if joined is None:
             continue  # the run ended before the replacement joined
-        # Its first step after it joined (the killed process's child may log a last step as it dies).
-        first = next((e for e in rank.events() if "step" in e and "event" not in e and e["ts"] > joined[0]["ts"]), None)
-        if first is None:
-            continue
-        lost.append(max(0, before - joined[0]["step"]))
+        continued, first = joined
+        lost.append(max(0, before - continued))
         to_full.append(first["ts"] - at)
-        during.append(max(0, step_at(first["ts"]) - before) / max(first["ts"] - at, 1e-9))
+        during.append(max(0, latest(first["ts"]) - before) / max(first["ts"] - at, 1e-9))
         if how == "node":
             node = {"worker": victim, "steps_lost": lost[-1], "kill_to_full_s": to_full[-1]}
-        calm.append((first["ts"] + SETTLE_SECONDS, kills[i + 1][1] if i + 1 < len(kills) else end))
+        calm.append((first["ts"] + SETTLE_SECONDS, until))
     calm = [(a, b) for a, b in calm if b - a >= 1.0]
     span = sum(b - a for a, b in calm)
     rate = sum(step_at(b) - step_at(a) for a, b in calm) / span if span else 0.0

@@ -63,6 +63,20 @@ def test_a_node_lost_is_reported_apart() -> None:
     assert figures["steps_lost"] == [9]
 
 
+def test_a_kill_before_the_first_checkpoint_sends_the_job_back_to_its_start() -> None:
+    # Killed at t=20 (step 299) before any checkpoint: the replacement logs no `resume`, and the job begins
+    # again from step 1 at t=22. Killed again at t=40 (step 180): it resumes from the checkpoint of step 100.
+    first_run, again = steps(0.0, 20.0, 100, 10.0), steps(22.0, 40.0, 1, 10.0)
+    resumed = steps(42.0, 60.0, 101, 10.0)
+    replacement = [*first_run, *again, {"ts": 41.0, "event": "resume", "step": 100}, *resumed]
+    job = Job([Logged(first_run + again + resumed), Logged(replacement)])
+    figures = measure(job, [(1, 20.0, "kill"), (1, 40.0, "kill")], start=10.0, end=60.0)  # type: ignore[arg-type]
+    # The first kill's figures are not the second's resume: all 299 steps lost, full strength 2 s after it; the
+    # second kill loses the steps since that checkpoint, not since the furthest step ever logged.
+    assert figures["steps_lost"] == [299, 180 - 100]
+    assert figures["kill_to_full_s"] == [pytest.approx(2.0), pytest.approx(2.0)]
+
+
 def test_no_verdict_from_fewer_than_three_runs_each() -> None:
     one = {"a": [{"goodput": 0.98}], "b": [{"goodput": 0.96}]}
     assert compare(one, "b")["a"]["verdict"] == "no verdict: 1 run(s) each, 3 needed"
