@@ -20,9 +20,9 @@ The bench is the operator: a killed rank is started again at once as a plain new
 a new pod's container does: its start-up is part of every figure). With `--lose-node` (the default) the kill
 nearest the middle of a run is a node's loss instead (`drive`). Worker 0 sleeps 20 ms a step so that one step
 at a time can be logged and timed. Per run, after a warm-up: the full-strength rate (`measure`), and per kill
-the steps lost (the newest step any rank logged before the kill less the step the job continued from: the
-replacement's `healed` step, or the `resume` step), the time from the kill to full strength (to the
-replacement's first step) and the job's steps a second meanwhile. Goodput is the steps the job kept over what
+the steps lost (the step logged last before the kill less the step the job continued from: the replacement's
+`healed` step, the `resume` step, or 0 before the first checkpoint), the time from the kill to full strength
+(to the replacement's first step), the job's steps a second meanwhile, and whom it hit (`victims`). Goodput is the steps the job kept over what
 it would have made at full strength in the same wall time. Medians with bootstrap intervals (bench/stats.py);
 nothing is asserted. Results: bench/results/goodput.json (`goodput-<model>.json` for another model), written
 after every run; `--more` adds repetitions to those of the same settings.
@@ -170,7 +170,7 @@ def measure(local: LocalJob, kills: list[tuple[int, float, str]], start: float, 
     def latest(t: float) -> int:  # the step logged last before t: where the job was (it may have gone back)
         return next((s for ts, s in reversed(steps) if ts < t), 0)
 
-    lost, to_full, during, node = [], [], [], {}
+    lost, to_full, during, node, victims = [], [], [], {}, []
     calm = [(start - WARM_UP_SECONDS / 2, kills[0][1] if kills else end)]
     for i, (victim, at, how) in enumerate(kills):
         before = latest(at)
@@ -180,6 +180,7 @@ def measure(local: LocalJob, kills: list[tuple[int, float, str]], start: float, 
             continue  # the run ended before the replacement joined
         continued, first = joined
         lost.append(max(0, before - continued))
+        victims.append(f"{'node of ' if how == 'node' else ''}worker {victim}")
         to_full.append(first["ts"] - at)
         during.append(max(0, latest(first["ts"]) - before) / max(first["ts"] - at, 1e-9))
         if how == "node":
@@ -193,6 +194,7 @@ def measure(local: LocalJob, kills: list[tuple[int, float, str]], start: float, 
     return {
         "rate": rate, "rate_over_s": span, "steps_kept": kept, "goodput": kept / ideal if ideal else 0.0,
         "kills": len(kills), "steps_lost": lost, "kill_to_full_s": to_full, "steps_per_s_while_replaced": during,
+        "victims": victims,
         "node_lost": node, "commit": commit_of(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }  # fmt: skip
 

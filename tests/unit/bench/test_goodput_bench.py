@@ -60,6 +60,7 @@ def test_a_node_lost_is_reported_apart() -> None:
     job = Job([Logged(before + after), Logged(before + replacement)])
     figures = measure(job, [(1, 20.0, "node")], start=10.0, end=40.0)  # type: ignore[arg-type]
     assert figures["node_lost"] == {"worker": 1, "steps_lost": 9, "kill_to_full_s": pytest.approx(2.0)}
+    assert figures["victims"] == ["node of worker 1"]
     assert figures["steps_lost"] == [9]
 
 
@@ -74,6 +75,7 @@ def test_a_kill_before_the_first_checkpoint_sends_the_job_back_to_its_start() ->
     # The first kill's figures are not the second's resume: all 299 steps lost, full strength 2 s after it; the
     # second kill loses the steps since that checkpoint, not since the furthest step ever logged.
     assert figures["steps_lost"] == [299, 180 - 100]
+    assert figures["victims"] == ["worker 1", "worker 1"]
     assert figures["kill_to_full_s"] == [pytest.approx(2.0), pytest.approx(2.0)]
 
 
