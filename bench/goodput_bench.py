@@ -22,10 +22,11 @@ nearest the middle of a run is a node's loss instead (`drive`). Worker 0 sleeps 
 at a time can be logged and timed. Per run, after a warm-up: the full-strength rate (`measure`), and per kill
 the steps lost (the step logged last before the kill less the step the job continued from: the replacement's
 `healed` step, the `resume` step, or 0 before the first checkpoint), the time from the kill to full strength
-(to the replacement's first step), the job's steps a second meanwhile, and whom it hit (`victims`). Goodput is the steps the job kept over what
-it would have made at full strength in the same wall time. Medians with bootstrap intervals (bench/stats.py);
-nothing is asserted. Results: bench/results/goodput.json (`goodput-<model>.json` for another model), written
-after every run; `--more` adds repetitions to those of the same settings.
+(to the replacement's first step), the job's steps a second meanwhile, and whom it hit (`victims`). Goodput is
+the steps the job kept over what it would have made at full strength in the same wall time. Medians with
+bootstrap intervals (bench/stats.py); nothing is asserted. Results: bench/results/goodput.json
+(`goodput-<model>.json` for another model), written after every run; `--more` adds repetitions to those of
+the same settings.
 
 Subjects are chosen with `--subjects` (default all four; `torchft` needs PyPI on the first run, for its venv).
 """
