@@ -1,9 +1,11 @@
 """Rank-level recovery on the dev cluster: SIGKILL one rank's trainer process; the operator replaces that pod
 only, the survivors re-join in place (under allreduce they heal the replacement from their live state; around a
-parameter-server shard they resume from the newest checkpoint), and the job finishes with one restart counted.
-Two victims, the hardest of each kind of job: the worker that hosts the rendezvous store, and a parameter-server
-shard. (Every victim recovers in place in the trainer's own tests, tests/integration/trainer/test_recovery.py and
-test_healing.py; the chaos run kills random workers and shards through the operator.)"""
+parameter-server shard they resume from the newest checkpoint, unless the shards keep backups: then the lost
+shard's replacement serves from the copy the next shard kept and no step is lost), and the job finishes with one
+restart counted. The victims, the hardest of each kind of job: the worker that hosts the rendezvous store, and a
+parameter-server shard, with and without backups. (Every victim recovers in place in the trainer's own tests,
+tests/integration/trainer/test_recovery.py and test_healing.py; the chaos run kills random workers and shards
+through the operator.)"""
 
 from __future__ import annotations
 
@@ -26,16 +28,17 @@ def kill_trainer(pod: Any) -> None:
 
 
 PS = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous"}}
+PS_BACKUP = {"strategy": "parameter-server", "parameterServer": {"mode": "synchronous", "backup": True}}
 
 
 @pytest.mark.parametrize(
-    ("spec", "victim"),
-    [({}, "rec-worker-0"), (PS, "rec-ps-0")],
-    ids=["allreduce-store-host", "ps-shard"],
+    ("spec", "victim", "event"),
+    [({}, "rec-worker-0", "heal"), (PS, "rec-ps-0", "recover"), (PS_BACKUP, "rec-ps-0", "heal")],
+    ids=["allreduce-store-host", "ps-shard", "ps-shard-with-backup"],
 )
 def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path,
-    spec: dict[str, Any], victim: str,
+    spec: dict[str, Any], victim: str, event: str,
 ) -> None:  # fmt: skip
     directory = tmp_path / "ckpt"
     command = ["python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", "200",
@@ -92,5 +95,9 @@ def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
     # The others kept their pods (finished workers stay; cleanPodPolicy Running may have removed shards).
     assert all(after[n] == uid for n, uid in before.items() if n != victim and n in after)
     survivor = next(n for n in before if n != victim and "worker" in n)
-    event = "recover" if spec else "heal"  # allreduce heals from a live peer
+    # allreduce heals from a live peer, a shard from its backup; without one, a shard's loss sends all back
     assert f'"event": "{event}"' in logs(core, namespace, survivor, container="trainer")
+    if spec is PS_BACKUP:  # served on from the copy: nothing redone
+        goodput = job["status"].get("goodput") or {}
+        assert goodput.get("stepsLost", 0) == 0 and "pendingLoss" not in goodput, (goodput, diagnosis())
+        assert "shard 0's backup" in logs(core, namespace, survivor, container="trainer")
