@@ -92,6 +92,19 @@ class Scenario:
     def steps_lost(self) -> int:
         return int((self.status().get("goodput") or {}).get("stepsLost", 0))
 
+    def logs_tail(self) -> str:
+        """The last lines each worker's trainer logged (no stack frames), for a failure's message."""
+        tails = []
+        for i in range(self.workers):
+            pod = f"{self.name}-worker-{i}"
+            try:
+                lines = [x for x in logs(self.core, self.ns, pod, container="trainer").splitlines()
+                         if not x.startswith("frame #")]  # fmt: skip
+            except client.ApiException as e:  # gone meanwhile
+                lines = [f"(no logs: {e.reason})"]
+            tails.append(f"--- {pod}\n" + "\n".join(lines[-25:]))
+        return "\n".join(tails)
+
     def patch(self, spec: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name, {"spec": spec})
 
@@ -207,7 +220,9 @@ class Scenario:
             return status.get("phase") == "Running" or None
 
         wait_for(f"{self.name}: the heal counted", counted, timeout=120)
-        assert min(shown) >= seen and shown == sorted(shown), (self.name, seen, shown)  # the step never went back
+        if not (min(shown) >= seen and shown == sorted(shown)):  # the step went back: the workers' logs say why
+            back = next(b for a, b in zip([seen, *shown], shown, strict=False) if b < a)
+            raise AssertionError(f"{self.name}: the step shown went back from {seen} to {back}\n{self.logs_tail()}")
         assert self.steps_lost() == 0, (self.name, self.status().get("goodput"))
         pod = f"{self.name}-worker-0"
         events = trainer_events(self.core, self.ns, pod, "heal")
@@ -242,4 +257,4 @@ def test_every_strategy_says_the_step_each_stop_saved_and_counts_lost_steps_from
     with ThreadPoolExecutor(JOBS_AT_ONCE) as pool:
         futures = {s.name: pool.submit(s.run) for s in scenarios}
     failed = {name: f"{type(e).__name__}: {e}" for name, f in futures.items() if (e := f.exception()) is not None}
-    assert not failed, failed
+    assert not failed, "\n".join(f"{name}: {why}" for name, why in failed.items())  # whole: the logs are at its end
