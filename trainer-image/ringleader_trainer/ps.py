@@ -328,7 +328,7 @@ class ShardServer:
             with self.cond:
                 state = {"clock": self.clock[worker], "lost": worker in self.lost, "rejoin": self.rejoin}
             self._end_stale(worker)  # its predecessor is gone (a node lost sends no FIN)
-            wire.send_json(conn, Op.STATE, worker, self.clock[worker], state)
+            wire.send_json(conn, Op.STATE, worker, state["clock"], state)  # the clock read under the lock
             raise Answered()
         elif info.get("numel") != self.flat.numel() or info.get("dtype") != str(self.flat.dtype):
             problem = (
