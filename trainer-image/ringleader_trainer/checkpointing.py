@@ -72,7 +72,7 @@ class TrainingCheckpointer:
         if state is None:
             return None
         if HEALED_FROM not in state:  # a peer's state was loaded when the strategy had model and optimizer
-            load_state(state, self.model if self.saves_model else None, self.optimizer)
+            load_state(state, self.model if self.saves_model else None, self.optimizer, self.strategy.device)
         saved = state.get(LAST_CHECKPOINT, state["step"])  # a checkpoint's own step, or the peer's last save
         self.last_step = self.strategy.last_checkpoint = saved
         if saved is not None:
@@ -126,21 +126,40 @@ def worker_state(
     state: dict[str, Any] = {
         "progress": dict(progress),
         "rounds": strategy.communication_rounds,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+        "rng": rng_states(strategy.device),
     }
     if model is not None:
         state |= {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     return state
 
 
-def load_state(state: Mapping[str, Any], model: nn.Module | None, optimizer: torch.optim.Optimizer) -> None:
+def load_state(
+    state: Mapping[str, Any], model: nn.Module | None, optimizer: torch.optim.Optimizer, device: torch.device
+) -> None:
     """Take a worker's state (`worker_state`) into `model` and `optimizer` (unless `model` is None) and this
-    process's RNGs."""
+    process's RNGs (`device`'s, where it is a GPU)."""
     if model is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["torch"])
-    random.setstate(_python_rng(state["rng"]["python"]))
+    set_rng_states(state["rng"], device)
+
+
+def rng_states(device: torch.device) -> dict[str, Any]:
+    """This process's RNG states: torch's CPU generator, Python's, and `device`'s where it is a GPU (dropout on a
+    GPU draws from it: a replacement healed without it would draw other masks than the rank it replaces)."""
+    states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states: Mapping[str, Any], device: torch.device) -> None:
+    """Take `rng_states` back. A GPU's state is taken into `device` where it is a GPU and ignored where it is the
+    CPU (a checkpoint written on a GPU resumed on a CPU-only rank); one written on the CPU leaves the GPU's as is."""
+    torch.set_rng_state(states["torch"])
+    random.setstate(_python_rng(states["python"]))
+    if "cuda" in states and device.type == "cuda":
+        torch.cuda.set_rng_state(states["cuda"], device)
 
 
 def _python_rng(saved: Any) -> tuple[Any, ...]:

@@ -432,7 +432,7 @@ class Strategy:
         """Load a live peer's state (`live_state`) into the model and optimizer held, and this process's RNGs."""
         if self._held is None:
             raise StrategyUsageError("no model to load a peer's state into before distributed_optimizer()")
-        load_state(state, *self._held)
+        load_state(state, *self._held, self.device)
 
     def _regroup(self) -> None:
         """Move what this strategy built on the broken group (DDP, the stop vote, a pipeline's groups) to the new

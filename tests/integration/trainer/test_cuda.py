@@ -14,8 +14,11 @@ import torch
 import torch.distributed as dist
 from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT
+from ringleader_trainer import healing
+from ringleader_trainer.checkpointing import rng_states, set_rng_states
 from ringleader_trainer.ring import ring_allreduce
 
+from tests.integration.trainer.test_healing import heals_and_ends_bit_identical
 from tests.support.launch import LocalJob, job_spec, launch
 from tests.support.ranks import free_port, run_ranks
 
@@ -171,3 +174,29 @@ def test_the_gpu_examples_trainer_under_torchrun_ends_where_python_m_does(tmp_pa
     assert on_device(launched) == {"cuda:0"}, launched.logs()
     _, plain = run(tmp_path, "plain", "allreduce", 1, args)
     assert_same_model(dict(torch.load(final, weights_only=True)), plain, f"torchrun ({rendezvous}) vs python -m")
+
+
+def test_a_workers_state_carries_its_gpus_rng_and_a_cpu_rank_leaves_it_alone() -> None:
+    """What a checkpoint holds and a live peer sends (`rng_states`) includes the GPU's generator: dropout on the
+    GPU draws from it, so a replacement without it would draw other masks than the rank it replaces. It crosses
+    the heal's encoding (read with weights_only) intact; a CPU rank given it ignores it."""
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    torch.cuda.manual_seed(5)
+    saved = healing.decode(healing.encode({"rng": rng_states(gpu)}), 1)["rng"]
+    drawn = torch.rand(8, device=gpu)
+    torch.cuda.manual_seed(6)
+    set_rng_states(saved, gpu)
+    assert torch.equal(torch.rand(8, device=gpu), drawn)
+    torch.cuda.manual_seed(6)
+    untouched = torch.cuda.get_rng_state(gpu)
+    set_rng_states(saved, cpu)
+    assert torch.equal(torch.cuda.get_rng_state(gpu), untouched)
+    assert "cuda" not in rng_states(cpu)
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["worker-1", "worker-0-hosting-the-store"])
+def test_a_killed_local_sgd_worker_heals_on_the_gpu_and_the_run_ends_bit_identical(tmp_path: Path, victim: int) -> None:
+    """test_healing's case on CUDA tensors: 3 local-SGD workers on the GPU, averaging over our ring (NCCL
+    refuses several ranks on one device). The killed worker's replacement receives its state as of the last sync
+    from its successor (moved through host memory over gloo) and ends bit-identical to an uninterrupted run."""
+    heals_and_ends_bit_identical(tmp_path, "local-sgd", victim, extra=["--allreduce", "ring"])

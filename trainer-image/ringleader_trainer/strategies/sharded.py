@@ -249,7 +249,7 @@ class ShardedStrategy(Strategy):
         if self._held is None:
             raise StrategyUsageError("no model to load a peer's state into before distributed_optimizer()")
         model, optimizer = self._held
-        load_state(state, None, optimizer)
+        load_state(state, None, optimizer, self.device)
         mine = shard_state(model, optimizer)
         fill(mine, state.get("shards"), f"rank {state.get(HEALED_FROM)}")
         set_shard_state(model, optimizer, mine)
