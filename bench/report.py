@@ -371,6 +371,23 @@ def gpu(result: Result) -> list[str]:
     return out
 
 
+def gpu_tier(result: Result) -> list[str]:
+    """The last run of tests/gpu_tier.sh on a lent GPU: what ran there and how each test ended (a test record,
+    not a timing: CI has no GPU, so this is the only place its outcome is kept)."""
+    m = result["machine"]
+    counts: dict[str, int] = {}
+    for t in result["tests"]:
+        counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
+    summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    head = (
+        f"_Ran {m['date']} at commit `{m['commit']}` on {result['gpu']} ({result['gpu_memory_mib']} MiB, driver "
+        f"{result['driver']}), torch {result['torch']}, CUDA {result['cuda']}, NCCL {result['nccl']}; "
+        f"`{result['command']}`, {result['pytest_workers']} tests at a time: {summary} in {result['seconds']:.0f} s._"
+    )
+    rows = [[f"`{t['test'].removeprefix('tests/integration/trainer/')}`", t["outcome"]] for t in result["tests"]]
+    return [head, "", *table(["test", "outcome"], rows)]
+
+
 def omp_threads(result: Result) -> list[str]:
     settings = result["settings"]
     rows = [
@@ -679,6 +696,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         image_rebuild,
     ),
     ("gpu", "One GPU: step time per strategy, and our ring on CUDA tensors", "python -m bench.gpu_bench", gpu),
+    ("gpu_tier", "One GPU: the GPU tier's last run", "tests/gpu_tier.sh on a lent GPU", gpu_tier),
     (
         "sharded",
         "Sharding: memory per worker and step time, ZeRO stages 1-3 vs allreduce",

@@ -146,6 +146,19 @@ def test_gpu_section_reports_each_strategy_against_nccl_and_the_rings_staging_co
     assert "| 16 MB | 6.32 | 10.30 | 1.63x | cpu is faster |" in text
 
 
+def test_the_gpu_tier_section_says_where_it_ran_and_how_each_test_ended() -> None:
+    result = {"machine": MACHINE, "command": "tests/gpu_tier.sh", "gpu": "NVIDIA H200", "gpu_memory_mib": 143771,
+              "driver": "580.1", "torch": "2.11", "cuda": "13.0", "nccl": "2.28.9", "pytest_workers": 6,
+              "seconds": 121.6, "tests": [{"test": "tests/integration/trainer/test_cuda.py::test_a[1]",
+                                           "outcome": "passed"},
+                                          {"test": "tests/integration/trainer/test_cuda.py::test_b",
+                                           "outcome": "failed"}]}  # fmt: skip
+    text = "\n".join(report.gpu_tier(result))
+    assert "NVIDIA H200 (143771 MiB, driver 580.1), torch 2.11, CUDA 13.0, NCCL 2.28.9" in text
+    assert "1 failed, 1 passed in 122 s" in text
+    assert "| `test_cuda.py::test_a[1]` | passed |" in text and "| `test_cuda.py::test_b` | failed |" in text
+
+
 def test_recovery_and_checkpoint_verdicts() -> None:
     recovery = {"machine": MACHINE, "goal_s": 15.0, "kills": 5, "rows": [
         {"case": "allreduce", "victim": "worker-1", "recovery_s": [5, 6, 7, 8, 9], "median_s": 7.0, "max_s": 9.0},
