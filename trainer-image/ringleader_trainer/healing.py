@@ -74,22 +74,26 @@ def peer_lost(exc: BaseException) -> bool:
 @dataclass(frozen=True)
 class Report:
     """What a rank says of its state when a group forms: the step it is at (NO_STATE, UNSERVABLE), whether
-    it holds a copy of its predecessor's state there (local SGD's backups; unused where every rank serves), and
+    it holds a copy of its predecessor's state there (local SGD's backups; unused where every rank serves),
     whether a peer at the same step may hold a newer state (`behind`: local SGD training short, a rank whose
-    sync's average failed where a peer's may have completed)."""
+    sync's average failed where a peer's may have completed), and whether it holds the next step's gradients,
+    averaged, ready to apply (`pending`: a rank lost its peer in the commit that ends a step of a state held in
+    parts, after its own part's averaging completed; a peer that completed the commit stepped)."""
 
     step: int
     holds_predecessor: bool = False
     behind: bool = False
+    pending: bool = False
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Who continues from where: the group continues from `step`; each rank in `sources` first receives the
-    state from the rank it names."""
+    """Who continues from where: the group continues from `step`; each rank in `advance` first applies the step
+    it holds pending (reaching `step`); each rank in `sources` then receives the state from the rank it names."""
 
     step: int
     sources: Mapping[int, int]
+    advance: frozenset[int] = frozenset()
 
 
 def newest_serves(reports: Sequence[Report], parts: int = 1) -> Plan | None:
@@ -97,21 +101,26 @@ def newest_serves(reports: Sequence[Report], parts: int = 1) -> Plan | None:
     same as every other rank of that part (allreduce: one part, the whole model; pipeline: a stage, its
     data-parallel replicas alike). The group continues from the newest step; every rank short of it receives its
     part from a rank of the same part at it, those taking the receivers in turn; where some ranks at it are
-    `behind` and some not, those behind receive too. None when no rank holds live state; Unhealable when no live
-    rank of a part is at the newest step."""
+    `behind` and some not, those behind receive too. A rank one step short with that step `pending` applies it
+    and serves: a peer at the newest step completed the commit the pending rank's failed in, so every part's
+    averaging had completed. None when no rank holds live state; Unhealable when no live rank of a part is at (or
+    can reach) the newest step."""
     newest = max((r.step for r in reports), default=NO_STATE)
     if newest < 0:
         return None
     current = any(r.step == newest and not r.behind for r in reports)
+    advance = frozenset(i for i, r in enumerate(reports) if r.pending and r.step + 1 == newest)
     sources: dict[int, int] = {}
     for part in range(parts):
         ranks = range(part, len(reports), parts)
-        holders = [i for i in ranks if reports[i].step == newest and not (current and reports[i].behind)]
+        holders = [
+            i for i in ranks if i in advance or (reports[i].step == newest and not (current and reports[i].behind))
+        ]
         receivers = [i for i in ranks if i not in holders]
         if receivers and not holders:
             raise Unhealable(f"no live rank holds part {part} of the state (of {parts}) as of step {newest}")
         sources |= {r: holders[k % len(holders)] for k, r in enumerate(receivers)}
-    return Plan(newest, sources)
+    return Plan(newest, sources, advance)
 
 
 def live_serves(reports: Sequence[Report]) -> Plan | None:
@@ -151,10 +160,10 @@ def successor_serves(reports: Sequence[Report]) -> Plan | None:
 def gather(mine: Report) -> list[Report]:
     """Every rank's report, in rank order, over the default group: a collective every rank of the group calls
     at the same point (right after joining it)."""
-    own = torch.tensor([mine.step, int(mine.holds_predecessor), int(mine.behind)], dtype=torch.int64)
-    reports = [torch.zeros(3, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    own = torch.tensor([mine.step, mine.holds_predecessor, mine.behind, mine.pending], dtype=torch.int64)
+    reports = [torch.zeros(4, dtype=torch.int64) for _ in range(dist.get_world_size())]
     dist.all_gather(reports, own)
-    return [Report(int(r[0]), bool(r[1]), bool(r[2])) for r in reports]
+    return [Report(int(r[0]), bool(r[1]), bool(r[2]), bool(r[3])) for r in reports]
 
 
 def encode(state: Mapping[str, Any]) -> torch.Tensor:

@@ -123,6 +123,7 @@ class Strategy:
         # the script has handed both over (distributed_optimizer).
         self._held: tuple[nn.Module, torch.optim.Optimizer] | None = None
         self._skip_step = False  # a heal moved this rank past the step it was in: its optimizer step is void
+        self._pending = False  # in `commit_step`: this rank's part of the step is averaged, not yet applied
         # The first step after whose boundary the workers vote on stopping: after a heal, the step after the one
         # the group continues from. The ranks reach the new group at different points of a step (in its
         # exchange, at its boundary, or new); from there they make the same collectives in the same order.
@@ -272,6 +273,18 @@ class Strategy:
             for t, mean in zip(tensors, flat_views(flat, tensors), strict=True):
                 t.copy_(mean)
 
+    def commit_step(self) -> None:
+        """End the exchange of a step whose state is held in parts (a pipeline's stages, HSDP's shards), each
+        part's gradients averaged over its own replicas: one small allreduce over every worker, so that no rank
+        steps unless every part's averaging completed (else a peer lost there could leave one part stepped and
+        another not, with no live rank holding the latter at the newest step). A rank that loses a peer here
+        holds its step pending (`healing.Report.pending`) and applies it if a peer completed the commit."""
+        self._pending = True
+        self.metrics.entered_exchange()
+        dist.all_reduce(torch.zeros(1), group=self.workers_group)
+        self.metrics.left_exchange()
+        self._pending = False
+
     def allreduce_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over the workers in place, with the configured implementation."""
         if self.options.allreduce == "ring":
@@ -371,6 +384,9 @@ class Strategy:
         rank, roster = dist.get_rank(), self.rendezvous.roster
         agreed = self.heal_plan(healing.gather(self.heal_report()))
         assert agreed is not None  # this rank holds live state
+        self._pending = False
+        if rank in agreed.advance:  # a peer completed the commit this rank's failed in: apply the step it holds
+            self._held[1].step()
         source = agreed.sources.get(rank)
         self.caught_up = source is not None
         if source is not None:
@@ -395,8 +411,9 @@ class Strategy:
     # The healing protocol (healing.py) a strategy that heals implements; these serve where every worker holds
     # the whole model and optimizer (allreduce).
     def heal_report(self) -> healing.Report:
-        """What this rank holds to serve a replacement: the step of its live state."""
-        return healing.Report(self.steps_done)
+        """What this rank holds to serve a replacement: the step of its live state, and whether it holds the
+        next one pending (`commit_step`)."""
+        return healing.Report(self.steps_done, pending=self._pending)
 
     def heal_plan(self, reports: Sequence[healing.Report]) -> healing.Plan | None:
         """Who serves whom, from every rank's report; None when no rank holds live state."""

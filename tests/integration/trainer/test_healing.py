@@ -215,3 +215,55 @@ def test_a_killed_shard_heals_from_its_backup_and_the_run_ends_bit_identical(tmp
     assert job.servers[1 - victim].events("backup-handed-over"), job.logs()
     assert not any(r.events("recover") or r.events("resume") for r in job.ranks), job.logs()
     assert_read_nothing_and_ended_alike(job, *finals)
+
+
+FAULTY = Path(__file__).parents[2] / "support" / "faulty_trainer.py"
+
+
+@pytest.mark.parametrize("strategy", ["pipeline", "sharded"])
+def test_a_rank_lost_as_its_replicas_average_heals_though_the_other_parts_stepped(
+    tmp_path: Path, strategy: str
+) -> None:
+    """Worker 1 dies as it enters its replica group's gradient averaging at step KILLED_AFTER (the faulty
+    trainer), a moment a kill from outside hits by chance: its own part's replica cannot complete that averaging,
+    while the other part's replicas (another stage, another shard) can complete theirs and step. Its replacement
+    still heals from a live peer: nobody else exits or reads a checkpoint, and the run ends bit-identical."""
+    job, target, finals = die_and_replace(tmp_path, strategy, {"RINGLEADER_TEST_DIE": f"1:{KILLED_AFTER}"})
+    assert [e["step"] for e in target.events("healed")] == [KILLED_AFTER - 1], job.logs()  # that step done again
+    assert_read_nothing_and_ended_alike(job, *finals)
+
+
+def test_a_rank_whose_commit_failed_where_its_peers_stepped_applies_the_step_and_serves(tmp_path: Path) -> None:
+    """Pipeline: worker 1 dies once its commit of step KILLED_AFTER completed, and worker 3's commit is made to
+    fail there as a lost peer's would (the faulty trainer): workers 0 and 2 stepped, worker 3 holds the step
+    pending. Worker 3 applies it while healing and serves stage 1 to worker 1's replacement at that step."""
+    env = {"RINGLEADER_TEST_DIE": f"1:{KILLED_AFTER}:after-commit", "RINGLEADER_TEST_COMMIT_LOST": "3"}
+    job, target, finals = die_and_replace(tmp_path, "pipeline", env)
+    assert [(e["step"], e["source"]) for e in target.events("healed")] == [(KILLED_AFTER, 3)], job.logs()
+    assert [e["step"] for e in job.workers[3].events("heal")] == [KILLED_AFTER], job.logs()
+    assert_read_nothing_and_ended_alike(job, *finals)
+
+
+def die_and_replace(tmp_path: Path, strategy: str, env: dict[str, str]) -> tuple[LocalJob, Rank, tuple[Path, Path]]:
+    """SHAPES[strategy] run whole, then under the faulty trainer with `env` (RINGLEADER_TEST_DIE's INDEX:STEP,
+    the marker added): worker 1 dies where it says and is started again once gone. Nobody else exits, recovers
+    or resumes from a checkpoint. The healed job, worker 1, and both runs' final parameters."""
+    workers, spec = SHAPES[strategy]
+    whole, _, whole_final = start(tmp_path, "whole", strategy, workers, **spec)
+    assert whole.wait(600) == [0] * workers, whole.logs()
+
+    directory, final = tmp_path / "healed" / "ckpt", tmp_path / "healed" / "final.pt"
+    job_ = job_spec("h", strategy, workers, checkpoint={"directory": str(directory), "intervalSteps": SAVED}, **spec)
+    index, step, *where = env["RINGLEADER_TEST_DIE"].split(":")
+    env = env | {"RINGLEADER_TEST_DIE": ":".join([index, step, str(tmp_path / "died"), *where])}
+    job = launch(job_, [*ARGS, "--save-final", str(final)], tmp_path / "healed" / "logs", env_overrides=env,
+                 script=FAULTY)  # fmt: skip
+    target = job.workers[int(index)]
+    target.proc.wait(300)
+    pids = {r.proc.pid for r in job.ranks if r is not target}
+    target.restart()
+    assert job.wait(600) == [0] * workers, job.logs()
+    assert {r.proc.pid for r in job.ranks if r is not target} == pids, job.logs()
+    for r in job.ranks:
+        assert not r.events("recover") and not r.events("resume"), job.logs()
+    return job, target, (whole_final, final)

@@ -52,11 +52,31 @@ def test_a_pipeline_stage_is_served_by_a_replica_of_the_same_stage(steps: tuple[
     assert newest_serves(reports(*steps), parts=2) == plan
 
 
+P = True  # the step after a report's is pending: averaged, not applied (Strategy.commit_step)
+
+
+# The commit over every worker that ends a pipeline's step: a peer at the newest step completed it, so every
+# stage's averaging had completed and a rank one step short with that step pending applies it and serves.
+@pytest.mark.parametrize(
+    ("given", "plan"),
+    [
+        ([Report(31), Report(N), Report(30, pending=P), Report(30, pending=P)], Plan(31, {1: 3}, frozenset({2, 3}))),
+        ([Report(N), Report(31), Report(31), Report(30, pending=P)], Plan(31, {0: 2}, frozenset({3}))),
+        # nobody completed the commit: the pending step is done again by everyone (its gradients dropped)
+        ([Report(30, pending=P), Report(N), Report(30, pending=P), Report(30)], Plan(30, {1: 3})),
+    ],
+)
+def test_a_rank_whose_commit_failed_where_a_peer_stepped_applies_its_pending_step(
+    given: list[Report], plan: Plan
+) -> None:
+    assert newest_serves(given, parts=2) == plan
+
+
 @pytest.mark.parametrize(
     "steps",
     [
         (30, N, 30, N),  # both replicas of stage 1 lost
-        (31, 30, N, 30),  # stage 0 completed a step no survivor of stage 1 did: stage 1 cannot catch up
+        (31, 30, N, 30),  # stage 0 completed a step no survivor of stage 1 holds, even pending (no commit)
     ],
 )
 def test_a_stage_with_no_replica_at_the_newest_step_is_refused(steps: tuple[int, ...]) -> None:

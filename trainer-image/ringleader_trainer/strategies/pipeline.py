@@ -16,6 +16,11 @@ Healing: the replicas of a stage hold the same parameters and optimizer state (t
 gradients), so with two or more pipelines a lost worker's replacement receives its stage's state from a live
 replica of that stage (`healing.newest_serves` by stage) and the interrupted step is done again; the gradients
 are averaged over the replicas inside `forward_backward`, so a replica lost there is healed from there too.
+The stages average over separate groups, so one stage's replicas could complete their averaging and step while
+another's could not (a worker lost between the two), leaving no live rank with the latter stage at the newest
+step; a commit over every worker after the averaging (`Strategy.commit_step`) keeps every rank from stepping
+until every stage's averaging completed, and a rank whose commit failed where a peer's completed applies its
+averaged gradients while healing.
 With one pipeline nobody holds a lost stage but the checkpoint: every worker resumes from the newest complete
 one.
 """
@@ -164,6 +169,8 @@ class PipelineStrategy(Strategy):
         if self.replicas > 1:
             grads = [p.grad for p in self._pipe.submod.parameters() if p.grad is not None]
             self.average_(grads, self.replica_group, self.replicas)
+            if self.options.heal:  # a stage's replicas may complete their averaging where another stage's fail
+                self.commit_step()
         else:
             self.metrics.left_exchange()
         return float(loss.item())

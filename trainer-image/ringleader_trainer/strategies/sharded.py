@@ -29,8 +29,10 @@ mesh of `replicas` groups x `world / replicas` shards; rank i holds shard i % (w
 rank of that shard in every other group. Gradients are reduce-scattered within a group and averaged across the
 groups, so the groups hold the same shards at every step. A lost rank's replacement heals from the rank of
 its shard in another group (`healing.newest_serves` by shard: the local pieces of the model's and optimizer's
-DTensors, no checkpoint read), and the survivors move their FSDP modules to the new group's mesh. With one
-group nobody holds a lost shard but the checkpoint.
+DTensors, no checkpoint read), and the survivors move their FSDP modules to the new group's mesh. Each shard's
+replicas average over a group of their own, so a commit over every worker ends backward (as under pipeline,
+`Strategy.commit_step`): one shard cannot step where another could not. With one group nobody holds a lost
+shard but the checkpoint.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from ringleader_trainer import healing, sharded_checkpoint
 from ringleader_trainer.checkpointing import HEALED_FROM, TrainingCheckpointer, load_state, worker_state
 from ringleader_trainer.strategies.allreduce import stamp_exchange
 from ringleader_trainer.strategy import (
+    LossFn,
     Strategy,
     StrategyUsageError,
     materialize,
@@ -234,6 +237,14 @@ class ShardedStrategy(Strategy):
         if self.heals:
             self.hold(model, patched)
         return patched
+
+    def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
+        """Under HSDP each shard's gradients are all-reduced over its own replicate group inside backward: a
+        commit over every worker follows (`Strategy.commit_step`), so no rank steps unless every shard's did."""
+        loss = super()._forward_backward(model, x, y, loss_fn)
+        if self.heals and self.options.heal:
+            self.commit_step()
+        return loss
 
     # ---- healing (healing.py): a replica group's rank of the same shard serves ------------------------------
     def heal_plan(self, reports: Any) -> healing.Plan | None:
