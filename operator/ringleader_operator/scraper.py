@@ -88,10 +88,15 @@ def scrape_backoff(failures: int, running_for: float | None = None, patient: boo
     """Seconds until the next try after `failures` failed reads in a row of a worker 0 that has run for
     `running_for` seconds (None: not known): none after the first (the next tick) or while it has run less than
     SCRAPE_GRACE_SECONDS, then doubling from 10 s up to SCRAPE_BACKOFF_MAX_SECONDS, or up to
-    SCRAPE_UNSERVED_MAX_SECONDS if `patient` (a page never served, no policy that needs timely reads)."""
+    SCRAPE_UNSERVED_MAX_SECONDS if `patient` (a page never served, no policy that needs timely reads). Where its
+    age is known the doubling starts when the grace ends, as long a wait as the time since (the failures of the
+    grace, one a tick, do not count: a trainer that took just over the grace to serve its page on a busy node
+    waited the ten-minute cap at once, and showed no progress for that long)."""
     if failures <= 1 or (running_for is not None and running_for < SCRAPE_GRACE_SECONDS):
         return 0.0
     cap = SCRAPE_UNSERVED_MAX_SECONDS if patient else SCRAPE_BACKOFF_MAX_SECONDS
+    if running_for is not None:
+        return min(cap, max(10.0, running_for - SCRAPE_GRACE_SECONDS))
     return min(cap, 5.0 * 2.0 ** min(failures - 1, 16))
 
 

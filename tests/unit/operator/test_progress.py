@@ -658,15 +658,17 @@ def test_a_scrape_reads_worker_0_from_its_index_and_lists_no_pods(monkeypatch: p
 @pytest.mark.parametrize(
     ("failures", "running_for", "patient", "seconds"),
     [(1, None, False, 0), (2, None, False, 10), (3, None, False, 20), (4, None, False, 40), (5, None, False, 60),
-     (30, None, False, 60), (30, 600, False, 60), (5, 59, False, 0), (5, 61, False, 60),
+     (30, None, False, 60), (30, 600, False, 60), (5, 59, False, 0), (5, 61, False, 10), (12, 90, False, 30),
      # a page never served, no policy that needs timely reads: on doubling to ten minutes
-     (1, None, True, 0), (5, 59, True, 0), (5, 61, True, 80), (7, None, True, 320), (8, None, True, 600),
-     (10_000, 3600, True, 600)],
+     (1, None, True, 0), (5, 59, True, 0), (7, None, True, 320), (8, None, True, 600), (10_000, 3600, True, 600),
+     # the grace's failures (one a tick) do not count: the doubling starts from 10 s when it ends
+     (12, 61, True, 10), (13, 71, True, 11), (14, 82, True, 22), (16, 300, True, 240)],
 )  # fmt: skip
 def test_failed_reads_back_off_once_worker_0_has_run_a_minute_to_ten_if_its_page_never_came(
     failures: int, running_for: float | None, patient: bool, seconds: float
 ) -> None:
-    """A trainer still importing torch serves no page yet: while worker 0 is young every tick tries again."""
+    """A trainer still importing torch serves no page yet: while worker 0 is young every tick tries again; once it
+    has run past the grace, the wait doubles from 10 s with its age, whatever failed during the grace."""
     from ringleader_operator.scraper import scrape_backoff
 
     assert scrape_backoff(failures, running_for, patient) == seconds
