@@ -163,9 +163,17 @@ class Scenario:
         stopped = (rank["restarts"], rank["stops"], rank["lastReason"], rank["lastExitCode"])
         assert stopped == (0, 1, "RankStopped", 202), (self.name, rank)  # a clean stop: no restart counted
         # Worker 0 was not told to stop: it recovers in place and resumes at that save with worker 1's replacement.
-        wait_for(f"{self.name}: worker 0 resumed at the eviction's save",
-                 lambda: [e["step"] for e in trainer_events(self.core, self.ns, f"{self.name}-worker-0", "resume")]
-                 == [saved], timeout=60)  # fmt: skip
+        seen: list[int] = []
+
+        def resumed() -> bool:
+            seen[:] = [e["step"] for e in trainer_events(self.core, self.ns, f"{self.name}-worker-0", "resume")]
+            return seen == [saved]
+
+        try:
+            wait_for(f"{self.name}: worker 0 resumed at the eviction's save", resumed, timeout=60)
+        except AssertionError as e:  # a late replacement, or a resume at another step: say which
+            replacement = [(p.metadata.name, p.status.phase) for p in pods_of(self.core, self.ns, self.name)]
+            raise AssertionError(f"{e}; worker 0 resumed at {seen} (the save: {saved}); pods: {replacement}") from None
         return saved
 
     def resize(self, after: int) -> int:
