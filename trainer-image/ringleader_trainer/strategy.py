@@ -278,7 +278,10 @@ class Strategy:
         part's gradients averaged over its own replicas: one small allreduce over every worker, so that no rank
         steps unless every part's averaging completed (else a peer lost there could leave one part stepped and
         another not, with no live rank holding the latter at the newest step). A rank that loses a peer here
-        holds its step pending (`healing.Report.pending`) and applies it if a peer completed the commit."""
+        holds its step pending (`healing.Report.pending`) and applies it if a peer completed the commit. Nothing
+        where the strategy does not heal (one replica: nobody serves a part) or healing is off."""
+        if not (self.heals and self.options.heal):
+            return
         self._pending = True
         self.metrics.entered_exchange()
         dist.all_reduce(torch.zeros(1), group=self.workers_group)

@@ -39,12 +39,20 @@ SHAPES: dict[str, tuple[int, dict[str, Any]]] = {
 
 
 def start(
-    tmp_path: Path, name: str, strategy: str, workers: int, ps: int = 0, extra: Sequence[str] = (), **spec: Any
+    tmp_path: Path,
+    name: str,
+    strategy: str,
+    workers: int,
+    ps: int = 0,
+    extra: Sequence[str] = (),
+    script: Path = AUDITED,
+    env: dict[str, str] | None = None,
+    **spec: Any,
 ) -> tuple[LocalJob, Path, Path]:
     directory, final = tmp_path / name / "ckpt", tmp_path / name / "final.pt"
     job = job_spec("h", strategy, workers, ps, checkpoint={"directory": str(directory), "intervalSteps": SAVED}, **spec)
     args = [*ARGS, *extra, "--save-final", str(final)]
-    return launch(job, args, tmp_path / name / "logs", script=AUDITED), directory, final
+    return launch(job, args, tmp_path / name / "logs", env_overrides=env, script=script), directory, final
 
 
 def kill_and_replace(job: LocalJob, directory: Path, target: Rank) -> tuple[set[int], int]:
@@ -252,12 +260,9 @@ def die_and_replace(tmp_path: Path, strategy: str, env: dict[str, str]) -> tuple
     whole, _, whole_final = start(tmp_path, "whole", strategy, workers, **spec)
     assert whole.wait(600) == [0] * workers, whole.logs()
 
-    directory, final = tmp_path / "healed" / "ckpt", tmp_path / "healed" / "final.pt"
-    job_ = job_spec("h", strategy, workers, checkpoint={"directory": str(directory), "intervalSteps": SAVED}, **spec)
     index, step, *where = env["RINGLEADER_TEST_DIE"].split(":")
     env = env | {"RINGLEADER_TEST_DIE": ":".join([index, step, str(tmp_path / "died"), *where])}
-    job = launch(job_, [*ARGS, "--save-final", str(final)], tmp_path / "healed" / "logs", env_overrides=env,
-                 script=FAULTY)  # fmt: skip
+    job, _, final = start(tmp_path, "healed", strategy, workers, script=FAULTY, env=env, **spec)
     target = job.workers[int(index)]
     target.proc.wait(300)
     pids = {r.proc.pid for r in job.ranks if r is not target}

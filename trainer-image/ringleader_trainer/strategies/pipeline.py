@@ -169,8 +169,7 @@ class PipelineStrategy(Strategy):
         if self.replicas > 1:
             grads = [p.grad for p in self._pipe.submod.parameters() if p.grad is not None]
             self.average_(grads, self.replica_group, self.replicas)
-            if self.options.heal:  # a stage's replicas may complete their averaging where another stage's fail
-                self.commit_step()
+            self.commit_step()  # a stage's replicas may complete their averaging where another stage's fail
         else:
             self.metrics.left_exchange()
         return float(loss.item())

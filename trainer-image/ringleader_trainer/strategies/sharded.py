@@ -242,8 +242,7 @@ class ShardedStrategy(Strategy):
         """Under HSDP each shard's gradients are all-reduced over its own replicate group inside backward: a
         commit over every worker follows (`Strategy.commit_step`), so no rank steps unless every shard's did."""
         loss = super()._forward_backward(model, x, y, loss_fn)
-        if self.heals and self.options.heal:
-            self.commit_step()
+        self.commit_step()
         return loss
 
     # ---- healing (healing.py): a replica group's rank of the same shard serves ------------------------------
