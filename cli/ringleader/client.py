@@ -316,8 +316,7 @@ class Client:
         streams = []
         for r in ranks:
             now = current[r][0].attempt if current[r] else None
-            earlier = [lines for attempt, lines in sorted(state.last_lines(r).items()) if now is None or attempt < now]
-            streams.append(logmerge.rank_stream([*earlier, current[r]], state.markers(r)))
+            streams.append(logmerge.rank_stream([*_kept_lines(state, r, now), current[r]], state.markers(r)))
         yield from logmerge.merge(streams)
 
     def _pod_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None, **options: Any) -> Any:
@@ -381,6 +380,10 @@ class Client:
                     if seen:  # a restart while following: the marker, with the operator's event when it has one
                         why = state.markers(rank).get(attempt)
                         out.put(why or logmerge.marker(rank, attempt, datetime.now(UTC), ""))
+                    else:  # attempts that ended before following began, as `logs` without --follow shows them
+                        markers = {k: m for k, m in state.markers(rank).items() if k <= attempt}
+                        for line in logmerge.rank_stream(_kept_lines(state, rank, attempt), markers):
+                            out.put(line)
                     seen.add(pod["metadata"]["uid"])
                     self._stream(pod, rank, attempt, out, stop, since_seconds if len(seen) == 1 else None, tail)
                     tail = None
@@ -510,6 +513,11 @@ def _trainer_container(pod: dict[str, Any]) -> str:
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     names = [c.get("name") for c in containers]
     return "trainer" if "trainer" in names else str(names[0])
+
+
+def _kept_lines(state: JobState, rank: str, before: int | None) -> list[list[logmerge.LogLine]]:
+    """The last lines the operator kept of `rank`'s attempts numbered below `before` (all when None), oldest first."""
+    return [lines for attempt, lines in sorted(state.last_lines(rank).items()) if before is None or attempt < before]
 
 
 def _started(pod: dict[str, Any]) -> bool:
