@@ -36,16 +36,17 @@ def training_job(name: str, script: str, workers: int = 2, **spec: Any) -> dict[
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": body}
 
 
-def digits_job(name: str, workers: int, steps: int, directory: Path, **spec: Any) -> dict[str, Any]:
+def digits_job(name: str, workers: int, steps: int, directory: Path, pace: float = 0.05, **spec: Any) -> dict[str, Any]:
     """A TrainingJob training the digits MLP for `steps` steps with checkpoints in `directory` every 20 steps;
-    worker 0 is slowed by 50 ms a step, so a test can act while it runs."""
+    worker 0 is slowed by `pace` seconds a step, so a test can act while it runs (and, under a synchronous
+    strategy, every rank waits for it instead of using the CPU)."""
     body = training_job(name, "", workers=workers, **spec)
     body["spec"]["checkpoint"] = {"directory": str(directory), "intervalSteps": 20}
     for role in ("workers", "parameterServers"):
         if role in body["spec"]:
             body["spec"][role]["template"]["spec"]["containers"][0]["command"] = [
                 "python", "-u", "-m", "ringleader_trainer", "--example", "digits-mlp", "--steps", str(steps),
-                "--log-every", "10", "--straggler", "0:0.05",
+                "--log-every", "10", "--straggler", f"0:{pace}",
             ]  # fmt: skip
     return body
 
