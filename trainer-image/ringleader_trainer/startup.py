@@ -16,7 +16,7 @@ from ringleader_trainer import checkpoint as ckpt
 from ringleader_trainer.env import StrategyName
 from ringleader_trainer.env import from_env as read_env
 from ringleader_trainer.logs import emit
-from ringleader_trainer.strategies import STRATEGIES
+from ringleader_trainer.strategies import strategy_class
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Options, Strategy
 
 
@@ -32,7 +32,7 @@ def from_env(environ: Mapping[str, str] | None = None, options: Options | None =
     env = read_env(os.environ if environ is None else environ)
     if options.allreduce == "ring":
         auth.load_token(env.token_file)  # the ring's links need it: fail now, not at the first allreduce
-    strategy = STRATEGIES[env.strategy](env, options)
+    strategy = strategy_class(env.strategy)(env, options)
     if (saved := env.checkpoints) is not None:
         strategy.checkpoints = ckpt.Checkpointer(
             Path(saved.directory), env.role, env.index, env.num_workers, env.num_ps, saved.interval, saved.keep,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import emit, log_json
 from ringleader_trainer.startup import from_env
 from ringleader_trainer.stopping import Stopped
+from ringleader_trainer.strategies import strategy_class
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Strategy
 
 
@@ -222,8 +224,12 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 def preload() -> None:
     """What every training process of the built-in examples imports, imported once by the supervisor
     (`recovery.supervise`) before it forks them: torch.optim loads torch._dynamo when the first optimizer
-    is built (about 2.7 s of CPU), which a recovered process would otherwise pay again."""
+    is built (about 2.7 s of CPU), which a recovered process would otherwise pay again; and the module of the
+    strategy RINGLEADER_STRATEGY names (a name no strategy has is left for the child to report)."""
     import torch._dynamo  # noqa: F401
+
+    with contextlib.suppress(KeyError):
+        strategy_class(os.environ.get("RINGLEADER_STRATEGY", ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

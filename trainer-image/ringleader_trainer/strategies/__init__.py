@@ -1,23 +1,31 @@
-"""The strategies, by the name the TrainingJob's spec.strategy gives them (RINGLEADER_STRATEGY)."""
+"""The strategies, by the name the TrainingJob's spec.strategy gives them (RINGLEADER_STRATEGY).
+
+A strategy's module is imported when a rank first asks for its class: the pipeline's and the sharded strategy's pull
+in torch.distributed.pipelining, FSDP and DTensor (over a second of CPU), which every other rank's start, and every
+replacement's, would otherwise pay."""
 
 from __future__ import annotations
 
-from ringleader_trainer.strategies.allreduce import AllreduceStrategy
-from ringleader_trainer.strategies.local_sgd import LocalSGDStrategy
-from ringleader_trainer.strategies.parameter_server import ParameterServerStrategy
-from ringleader_trainer.strategies.pipeline import PipelineStrategy
-from ringleader_trainer.strategies.sharded import ShardedStrategy
-from ringleader_trainer.strategy import Strategy
+import importlib
+from typing import TYPE_CHECKING
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    s.name: s for s in (AllreduceStrategy, ParameterServerStrategy, LocalSGDStrategy, ShardedStrategy, PipelineStrategy)
+from ringleader_trainer.env import StrategyName
+
+if TYPE_CHECKING:
+    from ringleader_trainer.strategy import Strategy
+
+_CLASSES: dict[str, tuple[str, str]] = {  # name -> (module, class)
+    StrategyName.ALLREDUCE: ("allreduce", "AllreduceStrategy"),
+    StrategyName.PARAMETER_SERVER: ("parameter_server", "ParameterServerStrategy"),
+    StrategyName.LOCAL_SGD: ("local_sgd", "LocalSGDStrategy"),
+    StrategyName.SHARDED: ("sharded", "ShardedStrategy"),
+    StrategyName.PIPELINE: ("pipeline", "PipelineStrategy"),
 }
 
-__all__ = [
-    "STRATEGIES",
-    "AllreduceStrategy",
-    "LocalSGDStrategy",
-    "ParameterServerStrategy",
-    "PipelineStrategy",
-    "ShardedStrategy",
-]
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The class of the strategy named `name` (a StrategyName value), its module imported now if not before;
+    KeyError for a name no strategy has."""
+    module, cls = _CLASSES[name]
+    strategy: type[Strategy] = getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+    return strategy
