@@ -241,12 +241,16 @@ def test_a_rank_lost_as_its_replicas_average_heals_though_the_other_parts_steppe
     assert_read_nothing_and_ended_alike(job, *finals)
 
 
-def test_a_rank_whose_commit_failed_where_its_peers_stepped_applies_the_step_and_serves(tmp_path: Path) -> None:
-    """Pipeline: worker 1 dies once its commit of step KILLED_AFTER completed, and worker 3's commit is made to
-    fail there as a lost peer's would (the faulty trainer): workers 0 and 2 stepped, worker 3 holds the step
-    pending. Worker 3 applies it while healing and serves stage 1 to worker 1's replacement at that step."""
+@pytest.mark.parametrize("strategy", ["pipeline", "sharded"])
+def test_a_rank_whose_commit_failed_where_its_peers_stepped_applies_the_step_and_serves(
+    tmp_path: Path, strategy: str
+) -> None:
+    """Pipeline and HSDP: worker 1 dies once its commit of step KILLED_AFTER completed, and worker 3's commit is
+    made to fail there as a lost peer's would (the faulty trainer): workers 0 and 2 stepped, worker 3 holds the
+    step pending. Worker 3 (worker 1's replica: stage 1, or shard 1) applies it while healing and serves its part
+    to worker 1's replacement at that step."""
     env = {"RINGLEADER_TEST_DIE": f"1:{KILLED_AFTER}:after-commit", "RINGLEADER_TEST_COMMIT_LOST": "3"}
-    job, target, finals = die_and_replace(tmp_path, "pipeline", env)
+    job, target, finals = die_and_replace(tmp_path, strategy, env)
     assert [(e["step"], e["source"]) for e in target.events("healed")] == [(KILLED_AFTER, 3)], job.logs()
     assert [e["step"] for e in job.workers[3].events("heal")] == [KILLED_AFTER], job.logs()
     assert_read_nothing_and_ended_alike(job, *finals)
