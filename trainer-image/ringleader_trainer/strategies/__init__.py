@@ -1,8 +1,8 @@
 """The strategies, by the name the TrainingJob's spec.strategy gives them (RINGLEADER_STRATEGY).
 
 A strategy's module is imported when a rank first asks for its class: the pipeline's and the sharded strategy's pull
-in torch.distributed.pipelining, FSDP and DTensor (over a second of CPU), which every other rank's start, and every
-replacement's, would otherwise pay."""
+in torch.distributed.pipelining, FSDP and DTensor, which every other rank's start, and every replacement's, would
+otherwise pay (about 0.6 s of CPU of an allreduce rank's 8, measured with torch._dynamo preloaded)."""
 
 from __future__ import annotations
 
