@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -94,11 +95,25 @@ class Rank:
             raise RuntimeError(f"{self.role}-{self.index} is still running")
         self.proc = start(self.command, self.env, self.out, self.err)
 
+    def signal_tree(self, sig: signal.Signals) -> None:
+        """Send `sig` to this rank's process and every process below it."""
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            os.kill(pid, sig)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """This rank's processes stopped (SIGSTOP) for the block, and continued after it: a peer waiting on it
+        waits (within its exchange timeout), as behind a slow rank."""
+        self.signal_tree(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.signal_tree(signal.SIGCONT)
+
     def lose(self) -> Process:
         """Stop this rank's processes (SIGSTOP) as a lost node leaves them, never closing a connection, and start
         its replacement; the stopped process, for the caller to end (`kill_tree`) once the replacement took over."""
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            os.kill(pid, signal.SIGSTOP)
+        self.signal_tree(signal.SIGSTOP)
         # A new pod has an address of its own; here, a metrics port of its own (the stopped rank holds its own).
         self.env = self.env | {"RINGLEADER_METRICS_PORT": str(free_port())}
         lost, self.proc = self.proc, start(self.command, self.env, self.out, self.err)

@@ -116,9 +116,10 @@ def assert_read_nothing_and_ended_alike(job: LocalJob, whole_final: Path, final:
         assert torch.equal(a[name], b[name]), f"{name} differs after healing"
 
 
-QUORUM_ARGS = ["--example", "digits-mlp", "--steps", "160", "--log-every", "1", "--straggler", "0:0.04",
-               "--timeout", "120"]  # fmt: skip
+# Worker 0 waits on a held worker 1 for up to --timeout (the default 300 s) while the replacement starts.
+QUORUM_ARGS = ["--example", "digits-mlp", "--steps", "160", "--log-every", "1", "--straggler", "0:0.04"]
 DOWN_SECONDS = 3.0  # the replacement's "pod" comes this long after the kill
+REPLACEMENT_START = 240.0  # seconds the replacement may take to reach the store (a torch import on a busy machine)
 
 
 @pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
@@ -147,7 +148,16 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
     target.proc.wait()
     killed, at = max(r.last_step() for r in local.ranks), time.time()
     time.sleep(DOWN_SECONDS)
+    waits = len(target.events("rendezvous-wait"))
     target.restart()
+    # Worker 1 is held until the replacement waits at the store (worker 0 keeps serving it), as in a run long
+    # enough to outlast a pod's start: on a loaded machine the survivors' last steps took less time than the
+    # replacement's start, and they ended without it.
+    with local.workers[1].paused():
+        deadline = time.monotonic() + REPLACEMENT_START
+        while len(target.events("rendezvous-wait")) == waits:
+            assert time.monotonic() < deadline and target.proc.poll() is None, local.logs()
+            time.sleep(0.05)
     assert local.wait(600) == [0, 0, 0], local.logs()
 
     survivors = local.workers[:2]
