@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.record import RESULTS, commit_of, write_result
+from bench.record import RESULTS, commit_of, import_seconds, write_result
 from bench.stats import Interval, ratio_interval, spread
 from tests.support.launch import LocalJob, Process, Rank, job_spec, kill_tree, launch, start
 from tests.support.ranks import free_port
@@ -233,15 +233,17 @@ def main() -> None:
     for rep in range(done, done + args.reps):
         order = subjects if rep % 2 == 0 else subjects[::-1]  # each subject first as often
         for subject in order:
+            probe = import_seconds()  # the machine's speed now: every kill's replacement imports torch
             with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as root:
                 if subject == "torchft":
                     result = run_torchft(args, Path(root), rep)
                 else:
                     result = run(subject, args, Path(root), rep)
-            runs[subject].append(result)
-            print(f"[bench] {subject} rep {rep + 1}: goodput {result['goodput']:.3f}, steps lost "
-                  f"{result['steps_lost']}, kill to full strength {[round(x, 2) for x in result['kill_to_full_s']]} s, "
-                  f"node lost {result['node_lost'] or '-'}", flush=True)  # fmt: skip
+            runs[subject].append(result | {"torch_import_s": round(probe, 2)})
+            print(f"[bench] {subject} rep {rep + 1} (import torch {probe:.1f} s): goodput {result['goodput']:.3f}, "
+                  f"steps lost {result['steps_lost']}, kill to full strength "
+                  f"{[round(x, 2) for x in result['kill_to_full_s']]} s, node lost {result['node_lost'] or '-'}",
+                  flush=True)  # fmt: skip
             save(name, settings | {"reps": rep + 1}, runs)  # every run kept: a long invocation may be cut
 
 

@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -102,6 +103,15 @@ def machine() -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "versions": versions(),
     }
+
+
+def import_seconds(module: str = "torch", timeout: float = 300.0) -> float:
+    """Wall seconds a fresh interpreter takes to import `module`: how fast this machine is right now (a shared
+    host's speed varies by the hour), recorded beside figures that include a process's start, so runs made on
+    different days can be told apart."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=timeout)
+    return time.perf_counter() - started
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:

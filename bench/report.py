@@ -193,6 +193,12 @@ def goodput(result: Result) -> list[str]:
                   "steps/s while replaced", "steps/s at full strength", "node lost: to full strength (s)"],
                  rows)  # fmt: skip
     out.append("")
+    probes = {name: [r.get("torch_import_s") for r in runs] for name, runs in result["runs"].items()}
+    if any(p is not None for runs in probes.values() for p in runs):  # a shared host's speed varies by the day
+        said = "; ".join(f"{name} " + ", ".join("-" if p is None else f"{p:.1f}" for p in runs)
+                         for name, runs in probes.items())  # fmt: skip
+        out.append(f"- the machine's speed before each run, in run order (seconds of a fresh `import torch`; - not "
+                   f"measured): {said}")  # fmt: skip
     for base in ("checkpoint", "torchft"):
         for name, r in result.get(f"goodput_over_{base}", {}).items():
             ratio = r["ratio"]

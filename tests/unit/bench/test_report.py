@@ -414,3 +414,19 @@ def test_the_gate_backends_runs_have_their_own_section_judged_as_ringleaders() -
     section = text.split("## Scale: one job of thousands of ranks", 1)[1].split("\n## ", 1)[0]
     assert "| 1 x 2000 | ringleader/gates |" in section
     assert "Goals of issue 29 at one job of 2000 workers" in section and "**met**" in section
+
+
+def test_the_goodput_section_says_the_machines_speed_before_each_run_where_it_was_measured() -> None:
+    """Runs of other days (a shared host's speed varies) are told apart by the probe each run recorded; runs
+    from before the probe show a dash."""
+    figure = {"median": 0.95, "lo": 0.9, "hi": 0.97}
+    summary = {name: {"goodput": figure, "rate": {"median": 30.0}} for name in ("checkpoint", "heal")}
+    runs = {"checkpoint": [{"steps_kept": 900}, {"steps_kept": 900, "torch_import_s": 6.04}],
+            "heal": [{"steps_kept": 950}, {"steps_kept": 950, "torch_import_s": 5.1}]}  # fmt: skip
+    settings = {"reps": 2, "workers": 4, "model": "digits-mlp", "every": 60, "seconds": 900, "lose_node": True}
+    lines = report.goodput({"machine": MACHINE, "settings": settings, "summary": summary, "runs": runs})
+    speed = next(line for line in lines if "machine's speed" in line)
+    assert speed.endswith("checkpoint -, 6.0; heal -, 5.1")
+    probeless = {name: [{"steps_kept": 900}] for name in runs}
+    assert not any("machine's speed" in line for line in report.goodput(
+        {"machine": MACHINE, "settings": settings, "summary": summary, "runs": probeless}))  # fmt: skip
