@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .podcache import Key, key, resource_version
+from . import admission
+from .podcache import Key, digest, key, resource_version
+from .round_state import Plan
 
 CLAIM_SECONDS = 60.0
 Pod = dict[str, Any]
@@ -62,3 +64,17 @@ class Claims:
             elif c.job != exclude:
                 out[k] = c.pod
         return out
+
+
+def released(p: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods a round's plan hands to the scheduler, as they will look: those it creates without the gang gate,
+    and those it lifts the gate from (digests)."""
+    out = [digest(x) for x in p.create_pods if not admission.gated(x)]
+    for pod in pods:
+        if (name := (pod.get("metadata") or {}).get("name")) in p.ungate_pods:
+            ungated = {**pod, "spec": dict(pod.get("spec") or {})}
+            admission.lift_gate(ungated)
+            if name in p.pin_pods:
+                ungated["spec"]["nodeSelector"] = {**(ungated["spec"].get("nodeSelector") or {}), **p.pin_pods[name]}
+            out.append(ungated)
+    return out

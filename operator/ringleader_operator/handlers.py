@@ -9,6 +9,7 @@ server runs again in reconciler.RETRY_SECONDS."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -73,9 +74,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.error_backoffs = API_RETRY_BACKOFFS
     settings.peering.lifetime = PEERING_LIFETIME
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
-    cache = PodCache(LABEL_JOB)
+    ledger = Ledger()
+    indexes = PodIndexes(LABEL_JOB, LABEL_ROLE, LABEL_INDEX, also=ledger)
+    cache = PodCache(LABEL_JOB, indexes)
     namespaces = list(memo.get("namespaces") or [])
     api = await load_config(watches=max(1, len(namespaces)))
+    listed = asyncio.Event()  # the pod watch has listed the pods
     reconciler = memo.reconciler = Reconciler(
         Kube(api, wrote=lambda pod: cache.wrote(pod, time.monotonic()), budget=_budget(memo)),
         _emit,
@@ -83,18 +87,18 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         clusterwide=not namespaces,
         max_ranks=int(memo.get("max_ranks", DEFAULT_MAX_RANKS)),
         operator_pods=memo.get("operator_pods"),
+        ledger=ledger,
+        pods_listed=listed,
     )
-    ledger = Ledger()
-    indexes = PodIndexes(LABEL_JOB, LABEL_ROLE, LABEL_INDEX, also=ledger)
 
-    def listed() -> None:  # from now on rounds read pods from the indexes, not the API server
-        cache.index, reconciler.first_workers = indexes.by_job, indexes.first_workers
-        reconciler.ledger = ledger
+    def on_listed() -> None:  # from now on rounds read pods from the indexes, not the API server
+        cache.listed()
         logging.getLogger("ringleader").info("pod watch: %d pods listed", indexes.by_job.pods())
 
     # started by the first job event (_start_pod_watch)
-    memo.pods = PodWatch(client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=listed)
-    reconciler.pods_listed = memo.pods.ready
+    memo.pods = PodWatch(
+        client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=on_listed, ready=listed
+    )
     try:
         chosen = await memo.reconciler.use_backend(str(memo.get("gang_backend", "auto")))
     except ValueError as e:  # the operator stops, saying why
@@ -102,27 +106,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     logging.getLogger("ringleader").info("gangs are admitted by %s", GANG_BACKENDS[chosen])
 
 
-@kopf.index("", "v1", "nodes")
-async def nodes_by_name(name: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """Every Node, as the digest gang admission reads: each admission weighs all of them, and listing them
-    from the API server in every decision (under the admission lock) was a request and a deserialization of
-    every Node per job in a burst of new jobs."""
-    return {name: node_digest(body)}
-
-
 @kopf.on.event("", "v1", "nodes")
-async def node_event(type: str | None, name: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    """A node that offers room it did not (it appeared, turned Ready or schedulable, grew): jobs waiting for room
-    (gangs, elastic jobs running smaller than they ask) look again at once rather than at their next retry."""
-    _attach(memo, kwargs)
+async def node_event(type: str | None, name: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Every Node's digest is kept for gang admission (listing them from the API server in every decision, under
+    the admission lock, was a request and a deserialization of every Node per job in a burst of new jobs). A node
+    that offers room it did not (it appeared, turned Ready or schedulable, grew): jobs waiting for room (gangs,
+    elastic jobs running smaller than they ask) look again at once rather than at their next retry."""
     reconciler: Reconciler = memo.reconciler
     if name and reconciler.node_seen(name, None if type == "DELETED" else node_digest(body)):
         reconciler.room_freed()
-
-
-def _attach(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
-    """Hand the node index (kopf passes it to every handler, by the index function's name) to the reconciler."""
-    memo.reconciler.nodes = kwargs["nodes_by_name"]
 
 
 def _start_pod_watch(memo: kopf.Memo) -> None:
@@ -150,12 +142,9 @@ def _budget(memo: kopf.Memo) -> ClientBudget:
     return budget
 
 
-async def _reconcile(
-    memo: kopf.Memo, kwargs: Mapping[str, Any], namespace: str | None, name: str | None, fresh: bool = False
-) -> None:
+async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str | None, fresh: bool = False) -> None:
     if not namespace or not name:
         return
-    _attach(memo, kwargs)
     reconciler: Reconciler = memo.reconciler
     try:
         await reconciler.trigger(namespace, name, fresh)
@@ -165,25 +154,24 @@ async def _reconcile(
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def job_event(
-    type: str | None, body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any
+    type: str | None, body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     """Every watch event of a TrainingJob (type None: listed at start). The reconciler keeps the job as the
     event shows it; a round runs when the job is new to this process or its spec changed."""
     if not namespace or not name:
         return
-    _attach(memo, kwargs)
     _start_pod_watch(memo)
     reconciler: Reconciler = memo.reconciler
     if type == "DELETED":
         reconciler.job_gone(namespace, name)
     elif reconciler.job_seen(dict(body)):
-        await _reconcile(memo, kwargs, namespace, name)
+        await _reconcile(memo, namespace, name)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
+async def resync(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
     fresh = bool(namespace and name and memo.reconciler.fresh_due(namespace, name))
-    await _reconcile(memo, kwargs, namespace, name, fresh=fresh)
+    await _reconcile(memo, namespace, name, fresh=fresh)
 
 
 @kopf.on.cleanup()
@@ -196,20 +184,20 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels={LABEL_JOB: kopf.PRESENT})
 async def workload_event(
-    type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any
+    type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
     """A Kueue Workload of a job changed (Kueue admitted or evicted it, or the operator's own write): the job
     keeps it and gets a round. kopf watches Workloads only where Kueue's CRD is installed."""
-    await _job_object_event(Reconciler.workload_seen, type, labels, namespace, body, memo, kw)
+    await _job_object_event(Reconciler.workload_seen, type, labels, namespace, body, memo)
 
 
 @kopf.on.event(workload_api.GROUP, workload_api.VERSION, "podgroups", labels={LABEL_JOB: kopf.PRESENT})
 async def pod_group_event(
-    type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any
+    type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
     """A job's PodGroup (the Workload API's gang) changed: when kube-scheduler said something new of it, the job
     gets a round, whose Admitted condition repeats it. kopf watches PodGroups only where the cluster serves them."""
-    await _job_object_event(Reconciler.pod_group_seen, type, labels, namespace, body, memo, kw)
+    await _job_object_event(Reconciler.pod_group_seen, type, labels, namespace, body, memo)
 
 
 async def _job_object_event(
@@ -219,13 +207,11 @@ async def _job_object_event(
     namespace: str | None,
     body: kopf.Body,
     memo: kopf.Memo,
-    kwargs: Mapping[str, Any],
 ) -> None:
     """An object of a job's (labelled with it) changed: the reconciler keeps it (`seen`), and the job gets a round
     when `seen` says one is due."""
     job = labels.get(LABEL_JOB)
     if not namespace or not job:
         return
-    _attach(memo, kwargs)
     if seen(memo.reconciler, namespace, job, None if type == "DELETED" else dict(body)):
-        await _reconcile(memo, kwargs, namespace, job)
+        await _reconcile(memo, namespace, job)

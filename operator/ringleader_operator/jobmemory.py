@@ -16,6 +16,18 @@ from .stalls import Clock, Stall, Unavailable
 from .stragglers import Slow, Stragglers, Watch
 
 Key = tuple[str, str]  # (namespace, name)
+POD_EVENTS_SECONDS = 0.5  # a job's pod events within this window share one round (at least; see below)
+# A round reads and plans over a job's pods, so a large job's round costs more (a 10,000-rank job's about 0.03 s
+# here, and more to encode a changed status): its pod events share a window of PLAN_SHARE times its last round's
+# reading, plan and status encoding (at most MAX_EVENTS_SECONDS; the encoding counts too: about a fifth of a round's
+# time in a 5,000-rank start), so the rounds that bound and started pods bring cost the operator at most about
+# 1/PLAN_SHARE of a core per job, whatever its size, and each round takes in more events the larger the job: per
+# event, a start costs about the same at 1,000 ranks as at 10,000. At 10 (a tenth of a core), a 10,000-rank start's
+# rounds ran at the 0.5 s floor for as long as the cluster took to run its pods, and the operator's CPU per pod grew
+# with the job; at 40 its counts in status lag by about 1.2 to 2 s at 10,000 ranks, and the window stays at
+# POD_EVENTS_SECONDS below about 2,000 (rounds under 12.5 ms). A pod that ends or goes gets a round at once.
+PLAN_SHARE = 40.0
+MAX_EVENTS_SECONDS = 5.0
 
 
 @dataclass
@@ -83,6 +95,19 @@ class JobMemory:
             yield
         finally:
             self.round_seconds += time.perf_counter() - started
+
+    def events_window(self) -> float:
+        """How long the job's pod events (bound, started) wait to share one round: POD_EVENTS_SECONDS, longer for
+        a job whose rounds take long (PLAN_SHARE times its last round's synchronous work)."""
+        return min(MAX_EVENTS_SECONDS, max(POD_EVENTS_SECONDS, PLAN_SHARE * self.round_seconds))
+
+    def handled(self, stalled: Stall | Unavailable | None, slow: Stragglers | None) -> None:
+        """A round that carried out its plan has acted on the stall and the stragglers it was given (or dropped
+        them as old): a newer finding the scraper left meanwhile stays for the next round."""
+        if stalled is not None and self.stall is stalled:
+            self.stall = None
+        if slow is not None and self.stragglers is slow:
+            self.stragglers = None
 
     def saw_workload(self, obj: Mapping[str, Any] | None) -> None:
         """Keep the job's Workload (None: deleted) unless the one kept is a newer version of the same one."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+
 from prometheus_client import Counter, Gauge, Histogram
 from ringleader_api import JobPhase
 
@@ -36,3 +38,20 @@ LOST_SECONDS = Gauge(
 )
 LOST_CAUSES = ("queued", "restarting", "recomputing", "stalled", "suspended")
 KNOWN_PHASES = tuple(p.value for p in JobPhase)
+
+
+class PhaseGauge:
+    """JOBS kept in step with the phases jobs' last rounds planned: it moves by one job's change, so a round costs
+    the same with ten jobs or ten thousand."""
+
+    def __init__(self) -> None:
+        self.counts: Tally[str] = Tally()
+        for name in KNOWN_PHASES:
+            JOBS.labels(phase=name).set(0)
+
+    def move(self, before: str | None, after: str | None) -> None:
+        """A job went from phase `before` to `after` (None: not counted, a job new or gone)."""
+        for name, change in ((before, -1), (after, 1)):
+            if name is not None:
+                self.counts[name] += change
+                JOBS.labels(phase=name).set(self.counts[name])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ringleader_api import ANNOTATION_ATTEMPT, KIND, Role, TrainingJob
+from ringleader_api import ANNOTATION_ATTEMPT, KIND, MANAGED_BY_RINGLEADER, Role, TrainingJob
 
 from . import evidence
 from .admission import gated
@@ -221,3 +221,10 @@ def earlier_job_leftovers(job_uid: str, objects: list[dict[str, Any]]) -> list[s
         if owners and all(o.get("uid") != job_uid for o in owners):
             out.append(str(meta.get("name", "")))
     return out
+
+
+def managed_elsewhere(obj: Mapping[str, Any]) -> bool:
+    """Whether the job's spec.managedBy names another controller (read from the raw object: such a job's spec is
+    that controller's to check)."""
+    managed_by = (obj.get("spec") or {}).get("managedBy")
+    return managed_by not in (None, "", MANAGED_BY_RINGLEADER)

@@ -164,9 +164,10 @@ class PodCache:
     """The pod watch's index (key: (namespace, job label or None)) plus the operator's own recent writes, kept under
     the same keys so that reading one job's pods looks only at that job's writes."""
 
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.index: Grouped | None = None  # attached once the pod watch has listed the pods
+    def __init__(self, label: str, indexes: PodIndexes | None = None) -> None:
+        """`indexes`: the pod watch's, read once it has listed the pods (`listed`)."""
+        self.label, self.indexes = label, indexes
+        self.index: Grouped | None = None  # the pods by job: attached once the pod watch has listed the pods
         self.written: dict[tuple[str, str | None], Written] = {}
         # (namespace, job) -> pod name -> its last state, and the order they came in (to expire them)
         self.gone: dict[tuple[str, str], dict[str, Pod]] = {}
@@ -175,6 +176,11 @@ class PodCache:
     @property
     def ready(self) -> bool:
         return self.index is not None
+
+    def listed(self) -> None:
+        """The pod watch has listed every pod: rounds read the job's pods from its index from now on."""
+        assert self.indexes is not None
+        self.index = self.indexes.by_job
 
     def wrote(self, pod: Mapping[str, Any], now: float) -> None:
         """Remember a pod as a write returned it (create, patch)."""

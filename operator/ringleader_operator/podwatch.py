@@ -83,12 +83,13 @@ class PodWatch:
         seen: PodSeen,
         sleep: Callable[[float], Any] = asyncio.sleep,
         listed: Callable[[], None] = lambda: None,
+        ready: asyncio.Event | None = None,
     ) -> None:
         self.core = core
         self.budget, self.indexes, self.seen, self.sleep, self.listed_all = budget, indexes, seen, sleep, listed
         self.scopes: list[str | None] = list(namespaces) or [None]
         self.listed: set[str | None] = set()
-        self.ready = asyncio.Event()
+        self.ready = ready if ready is not None else asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from ringleader_api import Role, TrainingJob
 from ringleader_operator.admission import GATE
 from ringleader_operator.builders import desired_ranks, rank_labels
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import Round
 
@@ -117,7 +118,7 @@ def names(pods: list[dict[str, Any]]) -> list[str]:
 
 def again(p: Any, pods: list[dict[str, Any]], *, now: str = NOW, **spec: Any) -> Any:
     """The next round: the job as the last plan left its status."""
-    return plan(job(status=p.status.model_dump(by_alias=True), **spec), pods, True, now)
+    return plan(Reading(job(status=p.status.model_dump(by_alias=True), **spec), pods, True), now)
 
 
 def conds(p: Any) -> dict[str, str]:

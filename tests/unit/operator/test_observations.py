@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringleader_api import Role
 from ringleader_operator.observed import Observations, own_ranks
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from .builders import NOW, TEMPLATE, job, pod
@@ -44,7 +45,7 @@ def test_a_plan_with_earlier_observations_is_the_plan_without(rounds: list[list[
             phase, code = state
             pods.append(versioned(i, phase, code if phase == "Failed" else None, last[i][1]))
         j = job(status=status, workers={"replicas": 3, "template": TEMPLATE})
-        with_seen, without = plan(j, pods, True, NOW, seen=seen), plan(j, pods, True, NOW)
+        with_seen, without = plan(Reading(j, pods, True, seen=seen), NOW), plan(Reading(j, pods, True), NOW)
         assert with_seen == without
         status = without.status.model_dump(by_alias=True)
 

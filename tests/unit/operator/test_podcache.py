@@ -20,6 +20,7 @@ from ringleader_operator.podcache import (
     digest,
     overlay,
 )
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from .builders import training_job
@@ -189,7 +190,7 @@ NODES = [{"metadata": {"name": "n1", "labels": {}}, "spec": {},
 
 def scenarios() -> list[tuple[str, TrainingJob, list[dict[str, Any]]]]:
     on_failure = job(runPolicy={"restartPolicy": "OnFailure"})
-    built = plan(on_failure, [], True, NOW).create_pods
+    built = plan(Reading(on_failure, [], True), NOW).create_pods
     first, second = built
     return [
         ("gated, waiting for admission", on_failure, [served(first), served(second)]),
@@ -213,12 +214,12 @@ def test_decisions_on_digests_equal_those_on_whole_pods(
     assert [ObservedPod.from_pod(d) for d in digests] == [ObservedPod.from_pod(p) for p in pods]
     assert earlier_job_leftovers("u", digests) == earlier_job_leftovers("u", pods)
     assert [pod_requests(d["spec"]) for d in digests] == [pod_requests(p["spec"]) for p in pods]
-    whole = plan(the_job, pods, True, NOW, Cluster(NODES, pods))
-    assert plan(the_job, digests, True, NOW, Cluster(NODES, digests)) == whole
+    whole = plan(Reading(the_job, pods, True), NOW, Cluster(NODES, pods))
+    assert plan(Reading(the_job, digests, True), NOW, Cluster(NODES, digests)) == whole
 
 
 def test_the_digest_keeps_what_is_read_and_drops_the_rest() -> None:
-    built = plan(job(), [], True, NOW).create_pods[0]
+    built = plan(Reading(job(), [], True), NOW).create_pods[0]
     d = digest(served(built, "Failed", "n1", exit_code=3))
     assert d["metadata"]["annotations"] == built["metadata"]["annotations"]  # ours only: not kubectl's
     assert "managedFields" not in d["metadata"] and "volumes" not in d["spec"]
@@ -229,7 +230,7 @@ def test_the_digest_keeps_what_is_read_and_drops_the_rest() -> None:
 
 
 def test_digests_of_pods_alike_share_their_common_parts_and_only_those() -> None:
-    first, second = plan(job(), [], True, NOW).create_pods[:2]
+    first, second = plan(Reading(job(), [], True), NOW).create_pods[:2]
     a, b = digest(served(first, "Running", "n1")), digest(served(second, "Failed", "n1", exit_code=3))
     for part, k in (("metadata", "ownerReferences"), ("spec", "tolerations"), ("spec", "containers")):
         assert a[part][k] is b[part][k]  # one object serves both

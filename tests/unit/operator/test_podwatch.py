@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from ringleader_api import LABEL_INDEX, LABEL_JOB, LABEL_ROLE
-from ringleader_operator import podwatch
-from ringleader_operator import reconciler as reconciler_module
+from ringleader_operator import podwatch, round_reader
 from ringleader_operator.podcache import PodCache, PodIndexes
 from ringleader_operator.podwatch import Gone, PodWatch, watch_events
 from ringleader_operator.ratelimit import ClientBudget
@@ -294,12 +293,11 @@ def test_the_watch_starts_once_however_many_jobs_ask() -> None:
 def test_rounds_wait_for_the_first_pod_list_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A round at start waits for the pod watch's first list; if it never comes (the list refused), the round
     reads from the API server after PODS_LISTED_SECONDS and later rounds do not wait again."""
-    monkeypatch.setattr(reconciler_module, "PODS_LISTED_SECONDS", 0.2)
+    monkeypatch.setattr(round_reader, "PODS_LISTED_SECONDS", 0.2)
 
     async def scenario() -> list[float]:
         kube = FakeKube(service_exists=True)
-        r = Reconciler(kube, emit=lambda *_: None, cache=PodCache(LABEL_JOB))
-        r.pods_listed = asyncio.Event()  # never set
+        r = Reconciler(kube, emit=lambda *_: None, cache=PodCache(LABEL_JOB), pods_listed=asyncio.Event())  # never set
         took = []
         for _ in range(2):
             began = time.monotonic()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ringleader_api import Role
 from ringleader_operator.observed import Observations, own_ranks
 from ringleader_operator.rankbook import RankBook
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import _counts
 
@@ -130,7 +131,10 @@ def test_a_plan_with_the_book_is_the_plan_without_under_any_order_of_pod_events(
         spec["workers"]["replicas"] = workers  # scaled down now and then, and up again
         j = job(status=status, **spec)
         listed = pods.listed()
-        with_book, without = plan(j, listed, True, after(clock), seen=seen), plan(j, listed, True, after(clock))
+        with_book, without = (
+            plan(Reading(j, listed, True, seen=seen), after(clock)),
+            plan(Reading(j, listed, True), after(clock)),
+        )
         assert with_book == without
         # A conflict: the status write met a newer version, and the next round reads the old one. Status only: it was
         # written, and the pods' deletions and creations that follow it failed.
@@ -148,17 +152,23 @@ def test_a_delete_that_failed_after_the_status_was_written_is_planned_again_in_a
     for rank in [(Role.WORKER, 0), (Role.WORKER, 1), (Role.WORKER, 2)]:  # worker 2: the job no longer has it
         pods.apply(rank, {"phase": "Running", "ready": True, "deleting": False, "exit_code": None, "attempt": 0,
                           "workers": None})  # fmt: skip
-    first = plan(job(**spec), pods.listed(), True, after(0), seen=seen)
+    first = plan(Reading(job(**spec), pods.listed(), True, seen=seen), after(0))
     assert first.delete_pods == ["j-worker-2"]
-    again = plan(job(status=first.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(1), seen=seen)
+    again = plan(
+        Reading(job(status=first.status.model_dump(by_alias=True), **spec), pods.listed(), True, seen=seen), after(1)
+    )
     assert seen.book is not None and seen.book.ranks_after is not None  # a steady round
     assert again.delete_pods == ["j-worker-2"]
     # A failed rank's pod likewise: its replacement's back-off counted once, its old pod deleted again.
     pods.apply((Role.WORKER, 1), {"phase": "Failed", "ready": False, "deleting": False, "exit_code": 1, "attempt": 0,
                                   "workers": None})  # fmt: skip
-    failed = plan(job(status=again.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(2), seen=seen)
+    failed = plan(
+        Reading(job(status=again.status.model_dump(by_alias=True), **spec), pods.listed(), True, seen=seen), after(2)
+    )
     assert "j-worker-1" in failed.delete_pods and failed.status.replica_statuses["worker"].restarts == 1
-    later = plan(job(status=failed.status.model_dump(by_alias=True), **spec), pods.listed(), True, after(3), seen=seen)
+    later = plan(
+        Reading(job(status=failed.status.model_dump(by_alias=True), **spec), pods.listed(), True, seen=seen), after(3)
+    )
     assert "j-worker-1" in later.delete_pods and later.status.replica_statuses["worker"].restarts == 1
 
 

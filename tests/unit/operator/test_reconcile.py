@@ -8,13 +8,14 @@ import pytest
 from ringleader_api import Role
 from ringleader_operator.kueue import QueueState
 from ringleader_operator.observed import earlier_job_leftovers, foreign_pods_message, own_ranks
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from .builders import NOW, TEMPLATE, after, again, conds, job, pod
 
 
 def test_new_job_creates_service_and_every_rank() -> None:
-    p = plan(job(), [], service_exists=False, now=NOW)
+    p = plan(Reading(job(), [], False), NOW)
     assert p.create_service
     assert [x["metadata"]["name"] for x in p.create_pods] == ["j-worker-0", "j-worker-1"]
     assert p.status.phase == "Pending" and conds(p) == {"Created": "True"}
@@ -23,14 +24,14 @@ def test_new_job_creates_service_and_every_rank() -> None:
 
 
 def test_is_idempotent_for_the_same_observation() -> None:
-    first = plan(job(), [], service_exists=False, now=NOW)
-    again = plan(job(status=first.status.model_dump(by_alias=True)), [], service_exists=True, now=NOW)
+    first = plan(Reading(job(), [], False), NOW)
+    again = plan(Reading(job(status=first.status.model_dump(by_alias=True)), [], True), NOW)
     assert [x["metadata"]["name"] for x in again.create_pods] == ["j-worker-0", "j-worker-1"]
     assert not again.create_service and again.events == []
 
 
 def test_all_running_sets_running_and_ready_counts() -> None:
-    p = plan(job(), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True, NOW)
+    p = plan(Reading(job(), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True), NOW)
     assert p.status.phase == "Running" and conds(p)["Running"] == "True"
     assert p.create_pods == [] and p.delete_pods == []
     assert p.status.replica_statuses["worker"].ready == 2 and p.status.workers == "2/2"
@@ -39,7 +40,7 @@ def test_all_running_sets_running_and_ready_counts() -> None:
 def test_all_workers_succeeded_completes_and_cleans_running_parameter_servers() -> None:
     ps: dict[str, Any] = {"strategy": "parameter-server", "parameterServers": {"replicas": 1, "template": TEMPLATE}}
     pods = [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, "Succeeded"), pod(Role.PS, 0, "Running")]
-    p = plan(job(**ps), pods, True, NOW)
+    p = plan(Reading(job(**ps), pods, True), NOW)
     assert p.status.phase == "Succeeded" and conds(p)["Succeeded"] == "True"
     assert p.status.completion_time == NOW
     assert p.delete_pods == ["j-ps-0"]  # cleanPodPolicy Running (default)
@@ -53,16 +54,18 @@ def test_the_round_that_ends_a_kueue_job_asks_for_the_next_at_once(ends: str) ->
     workers = {"replicas": 2, "template": TEMPLATE, "restartPolicy": "Never"}
     pods = [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, ends, exit_code=1 if ends == "Failed" else None)]
     admitted = QueueState(True, "admitted by Kueue's ClusterQueue q")
-    p = plan(job(workers=workers), pods, True, NOW, queued=admitted)
+    p = plan(Reading(job(workers=workers), pods, True, queued=admitted), NOW)
     assert p.status.phase == ends and p.requeue_after == 0
-    assert plan(job(workers=workers), pods, True, NOW).requeue_after is None  # not queued by Kueue
+    assert plan(Reading(job(workers=workers), pods, True), NOW).requeue_after is None  # not queued by Kueue
     ended = job(status=p.status.model_dump(by_alias=True), workers=workers)
-    assert plan(ended, pods, True, NOW, queued=admitted).requeue_after is None  # ended before: nothing asked
+    assert plan(Reading(ended, pods, True, queued=admitted), NOW).requeue_after is None  # ended before: nothing asked
 
 
 def test_never_policy_fails_the_job_naming_rank_and_exit_code() -> None:
     spec = {"workers": {"replicas": 2, "restartPolicy": "Never", "template": TEMPLATE}}
-    p = plan(job(**spec), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Failed", exit_code=3)], True, NOW)
+    p = plan(
+        Reading(job(**spec), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Failed", exit_code=3)], True), NOW
+    )
     assert p.status.phase == "Failed"
     failed = next(c for c in p.status.conditions if c.type.value == "Failed")
     assert failed.reason == "RankFailed"
@@ -73,7 +76,7 @@ def test_never_policy_fails_the_job_naming_rank_and_exit_code() -> None:
 
 def test_on_failure_restarts_the_rank_after_its_backoff_and_counts_it_once() -> None:
     w0 = pod(Role.WORKER, 0, "Running")
-    p = plan(job(), [w0, pod(Role.WORKER, 1, "Failed", exit_code=1)], True, NOW)
+    p = plan(Reading(job(), [w0, pod(Role.WORKER, 1, "Failed", exit_code=1)], True), NOW)
     assert p.delete_pods == ["j-worker-1"] and p.create_pods == []
     assert p.status.phase == "Restarting" and conds(p)["Restarting"] == "True"
     restarting = next(c for c in p.status.conditions if c.type.value == "Restarting")
@@ -112,10 +115,10 @@ def test_on_failure_restarts_the_rank_after_its_backoff_and_counts_it_once() -> 
 
 def test_backoff_doubles_for_the_same_rank() -> None:
     status = {"ranks": {"worker-1": {"restarts": 2, "podSeen": True}}, "replicaStatuses": {"worker": {"restarts": 2}}}
-    p = plan(job(status=status), [pod(Role.WORKER, 1, "Failed", exit_code=137, attempt=2)], True, NOW)
+    p = plan(Reading(job(status=status), [pod(Role.WORKER, 1, "Failed", exit_code=137, attempt=2)], True), NOW)
     assert p.status.ranks["worker-1"].restart_after == after(5) and p.requeue_after == 5
     capped = job(status=status, runPolicy={"restartBackoff": {"baseSeconds": 10, "capSeconds": 15}})
-    p = plan(capped, [pod(Role.WORKER, 1, "Failed", exit_code=137, attempt=2)], True, NOW)
+    p = plan(Reading(capped, [pod(Role.WORKER, 1, "Failed", exit_code=137, attempt=2)], True), NOW)
     assert p.status.ranks["worker-1"].restart_after == after(16)
 
 
@@ -131,7 +134,7 @@ def test_a_pod_deleted_by_others_is_an_infrastructure_restart_even_under_never(
     disruption: str, reason: str, words: str
 ) -> None:
     spec: dict[str, Any] = {"workers": {"replicas": 2, "restartPolicy": "Never", "template": TEMPLATE}}
-    running = plan(job(**spec), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True, NOW)
+    running = plan(Reading(job(**spec), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True), NOW)
     w0 = pod(Role.WORKER, 0, "Running")
     evicted = pod(Role.WORKER, 1, "Running", deleting=True, disruption=disruption, deadline=after(30))
     p = again(running, [w0, evicted], **spec)
@@ -146,13 +149,13 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_removed_after_its_grace() -> 
     w0 = pod(Role.WORKER, 0, "Running")
     status = {"ranks": {"worker-1": {"restarts": 1}}, "replicaStatuses": {"worker": {"restarts": 1}}}
     stuck = pod(Role.WORKER, 1, "Running", deleting=True, disruption="DeletionByTaintManager", deadline=NOW)
-    waiting = plan(job(status=status), [w0, stuck], True, after(29))
+    waiting = plan(Reading(job(status=status), [w0, stuck], True), after(29))
     assert waiting.force_delete_pods == [] and waiting.requeue_after == 1
-    assert plan(job(status=status), [w0, stuck], True, after(30)).force_delete_pods == ["j-worker-1"]
+    assert plan(Reading(job(status=status), [w0, stuck], True), after(30)).force_delete_pods == ["j-worker-1"]
 
 
 def test_a_pod_that_vanished_unseen_by_the_operator_counts_as_deleted() -> None:
-    running = plan(job(), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True, NOW)
+    running = plan(Reading(job(), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], True), NOW)
     p = again(running, [pod(Role.WORKER, 0, "Running")])
     assert p.status.ranks["worker-1"].last_reason == "PodDeleted" and p.create_pods == []
     # names no rank: groups
@@ -162,7 +165,10 @@ def test_a_pod_that_vanished_unseen_by_the_operator_counts_as_deleted() -> None:
 
 def test_a_pod_of_an_old_attempt_is_deleted_without_counting() -> None:
     status = {"ranks": {"worker-1": {"restarts": 2}}}
-    p = plan(job(status=status), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running", attempt=1)], True, NOW)
+    p = plan(
+        Reading(job(status=status), [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running", attempt=1)], True),
+        NOW,
+    )
     assert p.delete_pods == ["j-worker-1"] and p.status.ranks["worker-1"].restarts == 2
     assert not [e for e in p.events if e[0] == "Warning"]
 
@@ -170,7 +176,8 @@ def test_a_pod_of_an_old_attempt_is_deleted_without_counting() -> None:
 def test_backoff_limit_ends_restarts() -> None:
     status = {"replicaStatuses": {"worker": {"restarts": 3}}, "failures": {"UserCode": {"inWindow": 3}}}
     p = plan(
-        job(status=status), [pod(Role.WORKER, 0, "Failed", exit_code=1), pod(Role.WORKER, 1, "Running")], True, NOW
+        Reading(job(status=status), [pod(Role.WORKER, 0, "Failed", exit_code=1), pod(Role.WORKER, 1, "Running")], True),
+        NOW,
     )
     failed = next(c for c in p.status.conditions if c.type.value == "Failed")
     assert failed.reason == "BackoffLimitExceeded" and "backoffLimit 3 reached" in failed.message
@@ -178,7 +185,7 @@ def test_backoff_limit_ends_restarts() -> None:
 
 def test_invalid_template_fails_with_invalid_spec_and_creates_nothing() -> None:
     j = job(workers={"replicas": 1, "template": {"spec": {"containers": []}}})
-    p = plan(j, [], False, NOW)
+    p = plan(Reading(j, [], False), NOW)
     assert p.create_pods == [] and not p.create_service and p.status.phase == "Failed"
     failed = next(c for c in p.status.conditions if c.type.value == "Failed")
     assert failed.reason == "InvalidSpec" and "spec.workers.template.spec.containers" in failed.message
@@ -187,22 +194,20 @@ def test_invalid_template_fails_with_invalid_spec_and_creates_nothing() -> None:
 def test_extra_ranks_are_deleted_and_unlabelled_pods_ignored() -> None:
     stray = {"metadata": {"name": "other", "labels": {"ringleader.dev/job-name": "j"}}, "status": {"phase": "Running"}}
     pods = [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running"), pod(Role.WORKER, 2, "Running"), stray]
-    assert plan(job(), pods, True, NOW).delete_pods == ["j-worker-2"]
+    assert plan(Reading(job(), pods, True), NOW).delete_pods == ["j-worker-2"]
 
 
 def test_finished_job_stays_finished() -> None:
-    done = plan(job(), [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, "Succeeded")], True, NOW).status
+    done = plan(Reading(job(), [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, "Succeeded")], True), NOW).status
     later = plan(
-        job(status=done.model_dump(by_alias=True)),
-        [pod(Role.WORKER, 0, "Failed", exit_code=1)],
-        True,
+        Reading(job(status=done.model_dump(by_alias=True)), [pod(Role.WORKER, 0, "Failed", exit_code=1)], True),
         "2026-01-02T00:00:00Z",
     )
     assert later.status.phase == "Succeeded" and later.create_pods == [] and later.events == []
 
 
 def test_suspend_deletes_pods_and_resume_recreates() -> None:
-    suspended = plan(job(runPolicy={"suspend": True}), [pod(Role.WORKER, 0, "Running")], True, NOW)
+    suspended = plan(Reading(job(runPolicy={"suspend": True}), [pod(Role.WORKER, 0, "Running")], True), NOW)
     assert suspended.delete_pods == ["j-worker-0"] and suspended.status.phase == "Suspended"
     # Pods the operator deleted itself are no failures, however long they take to go.
     resumed = again(suspended, [pod(Role.WORKER, 0, "Running", deleting=True, deadline=after(30))])
@@ -214,7 +219,7 @@ def test_suspend_deletes_pods_and_resume_recreates() -> None:
 
 def test_suspend_restarts_the_deadline_clock_on_resume() -> None:
     policy = {"suspend": True, "activeDeadlineSeconds": 60}
-    started = plan(job(runPolicy={"activeDeadlineSeconds": 60}), [], True, NOW)
+    started = plan(Reading(job(runPolicy={"activeDeadlineSeconds": 60}), [], True), NOW)
     suspended = again(started, [], now=after(50), runPolicy=policy)
     assert suspended.status.start_time is None and suspended.requeue_after is None
     resumed = again(suspended, [], now=after(100), runPolicy={"activeDeadlineSeconds": 60})
@@ -238,7 +243,7 @@ def test_active_deadline_fails_the_job_and_stops_its_pods(
     clean: str, seconds: int, phase: str, deleted: list[str], requeue: float | None
 ) -> None:
     policy = {"activeDeadlineSeconds": 60, "cleanPodPolicy": clean}
-    started = plan(job(runPolicy=policy), [], True, NOW)
+    started = plan(Reading(job(runPolicy=policy), [], True), NOW)
     p = again(started, RUNNING_PAIR, now=after(seconds), runPolicy=policy)
     assert p.status.phase == phase and sorted(p.delete_pods) == deleted and p.requeue_after == requeue
     if phase == "Failed":
@@ -263,8 +268,12 @@ def test_ttl_after_finished_deletes_the_job(
     policy = {"ttlSecondsAfterFinished": ttl} if ttl is not None else {}
     other = "Running" if ending == "Failed" else ending
     pods = [pod(Role.WORKER, 0, ending, exit_code=1 if ending == "Failed" else None), pod(Role.WORKER, 1, other)]
-    done = plan(job(runPolicy=policy, workers={"replicas": 2, "template": TEMPLATE, "restartPolicy": "Never"}),
-                pods, True, NOW)  # fmt: skip
+    done = plan(
+        Reading(
+            job(runPolicy=policy, workers={"replicas": 2, "template": TEMPLATE, "restartPolicy": "Never"}), pods, True
+        ),
+        NOW,
+    )
     assert done.status.phase == ending and done.status.completion_time == NOW
     # The finishing round is written first; it asks for the round that deletes the job (no pod event may come).
     assert not done.delete_job and done.requeue_after == ttl
@@ -324,7 +333,7 @@ def test_a_pod_is_a_rank_only_when_the_job_controls_it_under_the_ranks_name(
 
 def test_unowned_pods_marked_succeeded_do_not_finish_the_job() -> None:
     fakes = [_foreign(pod(Role.WORKER, i, "Succeeded"), ownerReferences=[]) for i in range(2)]
-    p = plan(job(), fakes, True, NOW)
+    p = plan(Reading(job(), fakes, True), NOW)
     assert p.status.phase != "Succeeded" and p.status.completion_time is None
     assert sorted(x["metadata"]["name"] for x in p.create_pods) == ["j-worker-0", "j-worker-1"]  # its own ranks
     assert not p.delete_pods and p.foreign_pods == ["j-worker-0", "j-worker-1"]  # never deleted: not its own

@@ -9,6 +9,7 @@ import pytest
 from ringleader_api import Role
 from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from .builders import NOW, TEMPLATE, after, again, gated, gpu_node, job, pod
@@ -17,14 +18,14 @@ PENDING_PAIR = [gated(pod(Role.WORKER, 0, "Pending")), gated(pod(Role.WORKER, 1,
 
 
 def test_gated_pods_are_released_together_once_every_rank_has_one_and_they_fit() -> None:
-    one = plan(job(), PENDING_PAIR[:1], True, NOW, Cluster([gpu_node(8)], []))
+    one = plan(Reading(job(), PENDING_PAIR[:1], True), NOW, Cluster([gpu_node(8)], []))
     # The missing rank is created with the gang: it goes out released, the gated one is released with it.
     assert one.ungate_pods == ["j-worker-0"] and [x["metadata"]["name"] for x in one.create_pods] == ["j-worker-1"]
     assert not any(admission.gated(x) for x in one.create_pods)
-    fresh = plan(job(), [], True, NOW, Cluster([gpu_node(8)], []))
+    fresh = plan(Reading(job(), [], True), NOW, Cluster([gpu_node(8)], []))
     assert len(fresh.create_pods) == 2 and not any(admission.gated(x) for x in fresh.create_pods)
-    assert plan(job(), [], True, NOW).create_pods[0]["spec"]["schedulingGates"] == [{"name": admission.GATE}]
-    both = plan(job(), PENDING_PAIR, True, NOW, Cluster([gpu_node(8)], PENDING_PAIR))
+    assert plan(Reading(job(), [], True), NOW).create_pods[0]["spec"]["schedulingGates"] == [{"name": admission.GATE}]
+    both = plan(Reading(job(), PENDING_PAIR, True), NOW, Cluster([gpu_node(8)], PENDING_PAIR))
     assert both.ungate_pods == ["j-worker-0", "j-worker-1"] and not both.waiting_for_room
     admitted = next(c for c in both.status.conditions if c.type.value == "Admitted")
     assert (admitted.status, admitted.reason) == ("True", "GangAdmitted")
@@ -32,7 +33,7 @@ def test_gated_pods_are_released_together_once_every_rank_has_one_and_they_fit()
         both.events
     )
     # Without a look at the cluster nothing is released.
-    assert plan(job(), PENDING_PAIR, True, NOW).ungate_pods == []
+    assert plan(Reading(job(), PENDING_PAIR, True), NOW).ungate_pods == []
 
 
 @pytest.mark.parametrize(
@@ -48,27 +49,36 @@ def test_gated_pods_are_released_together_once_every_rank_has_one_and_they_fit()
 def test_gated_pods_that_do_not_fit_wait_and_say_why(
     gpus: int, others: list[dict[str, Any]], reason: str, message: str
 ) -> None:
-    p = plan(job(), PENDING_PAIR, True, NOW, Cluster([gpu_node(gpus)], others))
+    p = plan(Reading(job(), PENDING_PAIR, True), NOW, Cluster([gpu_node(gpus)], others))
     assert p.ungate_pods == [] and p.waiting_for_room and p.requeue_after == 5
     admitted = next(c for c in p.status.conditions if c.type.value == "Admitted")
     assert (admitted.status, admitted.reason, admitted.message) == ("False", reason, message)
     assert p.events[-1] == ("Warning", reason, message) and p.status.phase == "Pending"
     # The same verdict again says nothing new.
-    later = plan(job(status=p.status.model_dump(by_alias=True)), PENDING_PAIR, True, after(5),
-                 Cluster([gpu_node(gpus)], others))  # fmt: skip
+    later = plan(
+        Reading(job(status=p.status.model_dump(by_alias=True)), PENDING_PAIR, True),
+        after(5),
+        Cluster([gpu_node(gpus)], others),
+    )
     assert later.events == [] and later.status.phase == "Pending"
 
 
 def test_scheduling_timeout_fails_a_job_that_keeps_waiting() -> None:
     policy = {"schedulingTimeoutSeconds": 30}
     small = Cluster([gpu_node(4)], [])
-    first = plan(job(runPolicy=policy), PENDING_PAIR, True, NOW, small)
+    first = plan(Reading(job(runPolicy=policy), PENDING_PAIR, True), NOW, small)
     assert first.requeue_after == 5 and first.status.phase == "Pending"
-    nearly = plan(job(status=first.status.model_dump(by_alias=True), runPolicy=policy), PENDING_PAIR, True, after(28),
-                  small)  # fmt: skip
+    nearly = plan(
+        Reading(job(status=first.status.model_dump(by_alias=True), runPolicy=policy), PENDING_PAIR, True),
+        after(28),
+        small,
+    )
     assert nearly.requeue_after == 2 and nearly.status.phase == "Pending"
-    late = plan(job(status=nearly.status.model_dump(by_alias=True), runPolicy=policy), PENDING_PAIR, True, after(30),
-                small)  # fmt: skip
+    late = plan(
+        Reading(job(status=nearly.status.model_dump(by_alias=True), runPolicy=policy), PENDING_PAIR, True),
+        after(30),
+        small,
+    )
     failed = next(c for c in late.status.conditions if c.type.value == "Failed")
     assert late.status.phase == "Failed" and failed.reason == "Unschedulable"
     assert failed.message == (
@@ -80,7 +90,7 @@ def test_scheduling_timeout_fails_a_job_that_keeps_waiting() -> None:
 
 def test_a_gang_scheduler_gets_its_pod_group_and_ungated_pods() -> None:
     volcano = {"spec": {**TEMPLATE["spec"], "schedulerName": "volcano"}}
-    p = plan(job(workers={"replicas": 2, "template": volcano}), [], True, NOW)
+    p = plan(Reading(job(workers={"replicas": 2, "template": volcano}), [], True), NOW)
     (group,) = p.scheduling_objects
     assert group["spec"]["minMember"] == 2
     assert all("schedulingGates" not in x["spec"] for x in p.create_pods)
@@ -98,12 +108,14 @@ ELASTIC = {"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "template": TEMPLA
 
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3)], ids=["down", "up"])
 def test_a_resized_job_restarts_every_worker_at_the_new_size_without_counting_failures(old: int, new: int) -> None:
-    running = plan(job(workers={**ELASTIC, "replicas": old}), [world_pod(i, old) for i in range(old)], True, NOW)
+    running = plan(
+        Reading(job(workers={**ELASTIC, "replicas": old}), [world_pod(i, old) for i in range(old)], True), NOW
+    )
     assert running.status.phase == "Running" and running.status.replicas == old
     pods = [world_pod(i, old) for i in range(old)]
     # Growing is weighed against the cluster (auto-elastic admission: policies/elastic.py); there is room.
     scaled = job(status=running.status.model_dump(by_alias=True), workers={**ELASTIC, "replicas": new})
-    p = plan(scaled, pods, True, NOW, Cluster([gpu_node(8)], []))
+    p = plan(Reading(scaled, pods, True), NOW, Cluster([gpu_node(8)], []))
     assert sorted(p.delete_pods) == [f"j-worker-{i}" for i in range(old)]
     # Ranks the old world did not have are made at once (gated: they run only with the whole new world).
     assert [x["metadata"]["name"] for x in p.create_pods] == [f"j-worker-{i}" for i in range(old, new)]
@@ -132,5 +144,5 @@ def test_a_resized_job_restarts_every_worker_at_the_new_size_without_counting_fa
 def test_a_gated_pod_being_deleted_is_neither_weighed_nor_released() -> None:
     # worker-2 is left from before a scale-down: it goes, and the two that stay are admitted on their own.
     extra = gated(pod(Role.WORKER, 2, "Pending"), gpus=8)
-    p = plan(job(), [*PENDING_PAIR, extra], True, NOW, Cluster([gpu_node(8)], []))
+    p = plan(Reading(job(), [*PENDING_PAIR, extra], True), NOW, Cluster([gpu_node(8)], []))
     assert p.delete_pods == ["j-worker-2"] and p.ungate_pods == ["j-worker-0", "j-worker-1"]

@@ -11,17 +11,17 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from prometheus_client import REGISTRY
-from ringleader_api import RankStatus, Role
-from ringleader_operator import admission, observed
+from ringleader_api import Role
+from ringleader_operator import admission, observed, round_reader, status_writes
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
+from ringleader_operator.jobmemory import PLAN_SHARE
 from ringleader_operator.kube import Conflict
-from ringleader_operator.reconciler import PLAN_SHARE, Reconciler
+from ringleader_operator.reconciler import Reconciler
 
 from tests.unit.operator.builders import TEMPLATE, gpu_node, pod
+from tests.unit.operator.test_status_writes import merge
 
 
 class FakeKube:
@@ -282,74 +282,6 @@ def test_a_settled_pending_loss_is_removed_from_the_stored_goodput_by_null() -> 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize(
-    ("stored", "new", "dropped"),
-    [
-        ({"startTime": "t", "phase": "Suspended"}, {"phase": "Suspended"}, ["startTime"]),  # suspend clears it
-        ({"progress": {"step": 1}, "phase": "Running"}, {"phase": "Running"}, []),  # the scraper's
-        ({"ranks": {"worker-0": {}}}, {"ranks": {}}, []),  # ranks: entries removed by ranks_patch
-    ],
-    ids=["cleared", "progress-kept", "ranks-present"],
-)
-def test_dropped_keys(stored: dict[str, Any], new: dict[str, Any], dropped: list[str]) -> None:
-    assert reconciler_module.dropped_keys(stored, new) == dropped
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies one to status (null removes a key)."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge(out.get(key), value)
-    return out
-
-
-def stored_form(entry: dict[str, Any]) -> dict[str, Any]:
-    """An entry as the API server keeps it: the CRD's defaults filled in (fields without one stay absent)."""
-    return RankStatus.model_validate(entry).model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-entries = st.builds(
-    RankStatus,
-    restarts=st.integers(0, 3),
-    pod_seen=st.booleans(),
-    avoid_node=st.none() | st.just("node-a"),
-    last_reason=st.sampled_from(["", "RankRestarting"]),
-    restart_after=st.none() | st.just("2026-01-01T00:00:00Z"),
-    last_exit_code=st.none() | st.integers(0, 2),
-)
-keys = st.sampled_from(["worker-0", "worker-1", "worker-2-3", "ps-0"])
-
-
-@settings(max_examples=300, deadline=None)
-@given(stored=st.dictionaries(keys, entries), new=st.dictionaries(keys, entries))
-def test_the_ranks_patch_leaves_the_stored_ranks_as_written(
-    stored: dict[str, RankStatus], new: dict[str, RankStatus]
-) -> None:
-    """Whatever the API server holds, merging the patch leaves exactly the new entries (after defaulting): a
-    field reset to its default or to none (podSeen false once a rank's pod is replaced, restartAfter cleared) is
-    removed, not kept from the stored entry."""
-    held = {key: stored_form(rank.model_dump(by_alias=True, mode="json")) for key, rank in stored.items()}
-    written = {key: rank.model_dump(by_alias=True, mode="json", exclude_defaults=True) for key, rank in new.items()}
-    merged = merge(held, reconciler_module.ranks_patch(held, written))
-    assert {key: stored_form(entry) for key, entry in merged.items()} == {
-        key: stored_form(entry) for key, entry in written.items()
-    }
-
-
-def test_a_replaced_ranks_pod_seen_is_removed_from_its_stored_entry() -> None:
-    """The regression make test found: the default podSeen false was left out of the patch, the stored true
-    stayed, and the next round counted the replaced pod's deletion as one more failure."""
-    held = {"worker-1": stored_form({"podSeen": True})}
-    patch = reconciler_module.ranks_patch(held, {"worker-1": {"restarts": 1, "restartAfter": "2026-01-01T00:00:00Z"}})
-    assert patch["worker-1"]["podSeen"] is None
-    assert merge(held, patch)["worker-1"].get("podSeen") is None
-
-
 def test_pods_the_job_does_not_own_are_reported_once_per_change() -> None:
     kube = FakeKube(service_exists=True)
     events: list[tuple[str, str]] = []
@@ -411,7 +343,7 @@ def test_admission_counts_the_room_a_decision_claimed_before_its_writes_land() -
     async def main() -> None:
         first = asyncio.create_task(r.round("ns", "a", False))
         await asyncio.sleep(0.05)  # a has decided and released the lock; its creates wait
-        assert not r.admission_lock.locked() and "a" not in kube.created_by_job
+        assert not r.admission.lock.locked() and "a" not in kube.created_by_job
         second = asyncio.create_task(r.round("ns", "b", False))
         await asyncio.sleep(0.05)
         kube.landed.set()
@@ -558,15 +490,15 @@ def test_a_large_jobs_pod_events_wait_longer_to_share_a_round(round_seconds: flo
 
 
 def count_status_encodings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one with each status encoding (reconciler.status_json) from now on."""
+    """A list that grows by one with each status encoding (status_writes.status_json) from now on."""
     calls: list[int] = []
-    real = reconciler_module.status_json
+    real = status_writes.status_json
 
     def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reconciler_module, "status_json", counted)
+    monkeypatch.setattr(status_writes, "status_json", counted)
     return calls
 
 
@@ -666,13 +598,13 @@ def test_the_status_encoding_counts_in_the_rounds_cost_that_sets_its_pod_events_
     with both (the plan of two ranks costs next to nothing here; the encoding is made to take 0.05 s)."""
     kube = VersionedKube()
     r = Reconciler(kube, emit=lambda *_: None)
-    real = reconciler_module.status_json
+    real = status_writes.status_json
 
     def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
         time.sleep(0.05)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reconciler_module, "status_json", slow)
+    monkeypatch.setattr(status_writes, "status_json", slow)
 
     async def main() -> None:
         await r.round("ns", "j", True)
@@ -695,7 +627,7 @@ def test_a_jobs_pods_are_searched_for_an_earlier_jobs_leftovers_until_found_free
         searched.append(uid)
         return real(uid, objects)
 
-    monkeypatch.setattr(reconciler_module, "earlier_job_leftovers", counted)
+    monkeypatch.setattr(round_reader, "earlier_job_leftovers", counted)
 
     async def main() -> None:
         for fresh in (True, False, False, True):

@@ -128,7 +128,7 @@ def test_a_cluster_of_pods_and_one_of_a_ledger_offer_the_same_room_without_a_job
 
 def test_the_reconcilers_kept_cluster_counts_its_writes_and_other_jobs_claims_as_the_listed_one_did() -> None:
     """The pod watch's index and ledger, what this process wrote since (newer than the index), and the room other
-    jobs' admissions claimed: `_cluster` offers what `Room.of` the pods overlaid so (claims.overlay over
+    jobs' admissions claimed: `ClusterAdmission.cluster` offers what `Room.of` the pods overlaid so (claims.overlay over
     podcache.overlay) takes, its own job's claims left out."""
     from ringleader_operator.podcache import PodCache, PodIndexes, overlay
     from ringleader_operator.reconciler import Reconciler
@@ -142,20 +142,25 @@ def test_the_reconcilers_kept_cluster_counts_its_writes_and_other_jobs_claims_as
 
     kube = FakeKube(service_exists=True)
     kube.node_list = NODES
-    cache, ledger = PodCache(LABEL_JOB), Ledger()
+    ledger = Ledger()
     indexes = PodIndexes(LABEL_JOB, "role", "index", also=ledger)
     for p in (pod("x-0", "x", "bound", 2, 1), pod("y-0", "y", "gated", 4, 2), pod("y-1", "y", "gated", 4, 3)):
         indexes.apply("ADDED", p)
-    r = Reconciler(kube, emit=lambda *_: None, cache=cache, clusterwide=True)
-    cache.index, r.ledger = indexes.by_job, ledger
+    cache = PodCache(LABEL_JOB, indexes)
+    r = Reconciler(kube, emit=lambda *_: None, cache=cache, clusterwide=True, ledger=ledger)
+    cache.listed()
     now = time.monotonic()
     cache.wrote(pod("y-0", "y", "released", 4, 5), now)  # y's release, not yet delivered by the watch
     cache.wrote(pod("x-0", "x", "bound", 2, 1), now)  # delivered already: the index's version stands
-    r.claims.claim(("a", "z"), [pod("z-0", "z", "released", 3, 0)], now)  # z's admission, its create not back yet
-    r.claims.claim(("a", "y"), [pod("y-1", "y", "released", 4, 3)], now)  # y's own claim: left out of y's round
-    listed = r.claims.overlay(overlay(list(indexes.by_job["a", "x"]) + list(indexes.by_job["a", "y"]),
+    r.admission.claims.claim(
+        ("a", "z"), [pod("z-0", "z", "released", 3, 0)], now
+    )  # z's admission, its create not back yet
+    r.admission.claims.claim(
+        ("a", "y"), [pod("y-1", "y", "released", 4, 3)], now
+    )  # y's own claim: left out of y's round
+    listed = r.admission.claims.overlay(overlay(list(indexes.by_job["a", "x"]) + list(indexes.by_job["a", "y"]),
                                       cache.written.values(), now), now, ("a", "y"))  # fmt: skip
-    cluster = asyncio.run(r._cluster(exclude=("a", "y")))
+    cluster = asyncio.run(r.admission.cluster(exclude=("a", "y")))
     assert cluster.room() == Room.of(listed)
     assert cluster.room(("a", "x")) == Room.of(p for p in listed if p["metadata"]["name"] != "x-0")
     assert sorted(k[1] for k in cluster.room().waiting) == ["y-0", "z-0"]  # y-1 stays gated: its claim is y's

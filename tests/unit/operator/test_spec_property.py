@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from ringleader_api import MAX_GPUS, MAX_KEEP, MAX_REPLICAS, MAX_SECONDS, MAX_STEPS, TrainingJob
 from ringleader_operator.admission import Cluster
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 # Derandomized, so every run draws the same specs: 10,000 of them (set SPEC_EXAMPLES for a deeper search; `make
@@ -186,7 +187,7 @@ def check_plan(spec: dict[str, Any], name: str) -> None:
     except ValidationError as e:
         event(f"refused by the schema: {'.'.join(map(str, e.errors()[0]['loc']))}")
         return  # the API server refuses it: the CRD is generated from these models
-    first = plan(job, [], True, NOW, max_ranks=MAX_RANKS)
+    first = plan(Reading(job, [], True, max_ranks=MAX_RANKS), NOW)
     failed = [c for c in first.status.conditions if c.type == "Failed" and c.status == "True"]
     if failed:
         event(f"InvalidSpec: {failed[0].message.split(':')[0]}")
@@ -197,7 +198,7 @@ def check_plan(spec: dict[str, Any], name: str) -> None:
     assert len(first.create_pods) <= MAX_RANKS
     again = TrainingJob.model_validate({**body, "status": first.status.model_dump(by_alias=True, mode="json")})
     pods = [pending_gated(p) for p in first.create_pods]
-    plan(again, pods, True, NOW, Cluster(NODES, pods), max_ranks=MAX_RANKS)
+    plan(Reading(again, pods, True, max_ranks=MAX_RANKS), NOW, Cluster(NODES, pods))
 
 
 SETTINGS = settings(

@@ -179,11 +179,10 @@ def test_a_node_that_offers_new_room_wakes_the_jobs_waiting_for_room(
     events: list[dict[str, Any] | None], wakes: list[bool]
 ) -> None:
     from ringleader_operator.admission import node_digest
-    from ringleader_operator.reconciler import Reconciler
+    from ringleader_operator.cluster_admission import ClusterAdmission
 
-    reconciler = Reconciler.__new__(Reconciler)
-    reconciler.node_rooms = {}
-    got = [reconciler.node_seen("n", None if e is None else node_digest(e)) for e in events]
+    admission = ClusterAdmission(None, None, None, clusterwide=True)  # type: ignore[arg-type]  # no decision here
+    got = [admission.node_seen("n", None if e is None else node_digest(e)) for e in events]
     assert got == wakes
 
 
@@ -232,7 +231,7 @@ def test_each_running_job_is_scraped_every_scrape_seconds_while_it_runs_and_neve
 
     async def main() -> list[float]:
         reconciler = Reconciler(None, lambda *a: None)  # type: ignore[arg-type]  # no round runs here
-        scraper = reconciler.scraper = RecordingScraper(reconciler, back_off)  # type: ignore[assignment]
+        scraper = reconciler.scrapes.scraper = RecordingScraper(reconciler, back_off)  # type: ignore[assignment]
         loop = asyncio.get_running_loop()
         for version, (at, phase) in enumerate(events):
             await asyncio.sleep(at - loop.time())
@@ -255,7 +254,7 @@ def test_many_running_jobs_share_the_scrape_budget_and_a_watched_job_keeps_its_p
 
     async def main() -> dict[str, list[float]]:
         reconciler = Reconciler(None, lambda *a: None)  # type: ignore[arg-type]  # no round runs here
-        scraper = reconciler.scraper = RecordingScraper(reconciler)  # type: ignore[assignment]
+        scraper = reconciler.scrapes.scraper = RecordingScraper(reconciler)  # type: ignore[assignment]
         reconciler.job_seen(_job("Running", 1, "watched", {"progressDeadlineSeconds": 600}))
         for i in range(399):
             reconciler.job_seen(_job("Running", 1, f"j{i}"))

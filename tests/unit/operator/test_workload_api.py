@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ringleader_api import Role
 from ringleader_operator import admission, workload_api
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.reconciler import Reconciler
 
@@ -41,26 +42,28 @@ def test_a_topology_key_keeps_the_gang_in_one_domain() -> None:
 
 
 def test_with_the_workload_api_the_pods_join_the_group_instead_of_being_gated() -> None:
-    p = plan(job(), [], True, NOW, workload_gang=workload_api.Gang())
+    p = plan(Reading(job(), [], True, workload_gang=workload_api.Gang()), NOW)
     assert [o["kind"] for o in p.scheduling_objects] == ["Workload", "PodGroup"]
     assert len(p.create_pods) == 2
     for created in p.create_pods:
         assert not admission.gated(created) and workload_api.member(created)
         assert created["spec"]["schedulingGroup"] == {"podGroupName": "j-2"}
-    without = plan(job(), [], True, NOW)
+    without = plan(Reading(job(), [], True), NOW)
     assert without.scheduling_objects == [] and all(admission.gated(x) for x in without.create_pods)
 
 
 def test_a_replaced_rank_joins_the_same_group() -> None:
     status = {"phase": "Running", "startTime": NOW, "ranks": {"worker-0": {"podSeen": True}}}
-    p = plan(job(status=status), [pod(Role.WORKER, 0, "Running")], True, NOW, workload_gang=workload_api.Gang())
+    p = plan(
+        Reading(job(status=status), [pod(Role.WORKER, 0, "Running")], True, workload_gang=workload_api.Gang()), NOW
+    )
     (created,) = p.create_pods
     assert created["metadata"]["name"] == "j-worker-1" and created["spec"]["schedulingGroup"]["podGroupName"] == "j-2"
 
 
 def test_a_job_naming_a_gang_scheduler_keeps_its_own_pod_group() -> None:
     template = {"spec": {**TEMPLATE["spec"], "schedulerName": "volcano"}}
-    p = plan(training_job(template=template), [], True, NOW, workload_gang=workload_api.Gang())
+    p = plan(Reading(training_job(template=template), [], True, workload_gang=workload_api.Gang()), NOW)
     (group,) = p.scheduling_objects
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert not any(workload_api.member(x) for x in p.create_pods)
@@ -130,24 +133,33 @@ UNPLACED = workload_api.Gang((False, "0/1 placements are available: pod group is
 def test_the_job_says_what_kube_scheduler_says_of_its_group_and_fails_past_the_scheduling_timeout() -> None:
     status = {"ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}}
     pods = [member_pod(0), member_pod(1)]
-    p = plan(job(status=status, runPolicy={"schedulingTimeoutSeconds": 60}), pods, True, NOW, workload_gang=UNPLACED)
+    p = plan(
+        Reading(job(status=status, runPolicy={"schedulingTimeoutSeconds": 60}), pods, True, workload_gang=UNPLACED), NOW
+    )
     (admitted,) = [c for c in p.status.conditions if c.type.value == "Admitted"]
     assert (admitted.status, admitted.reason) == ("False", "WaitingForCapacity")
     assert admitted.message == "kube-scheduler: 0/1 placements are available: pod group is unschedulable (PodGroup j-2)"
     assert [e.reason for e in p.events if e.type == "Warning"] == ["WaitingForCapacity"]
     later = plan(
-        job(status=p.status.model_dump(by_alias=True), runPolicy={"schedulingTimeoutSeconds": 60}),
-        pods, True, "2026-01-01T00:01:00Z", workload_gang=UNPLACED,
-    )  # fmt: skip
+        Reading(
+            job(status=p.status.model_dump(by_alias=True), runPolicy={"schedulingTimeoutSeconds": 60}),
+            pods,
+            True,
+            workload_gang=UNPLACED,
+        ),
+        "2026-01-01T00:01:00Z",
+    )
     assert later.status.phase == "Failed" and "schedulingTimeoutSeconds (60 s)" in later.status.conditions[-1].message
 
 
 def test_a_placed_group_admits_the_job() -> None:
     pods = [member_pod(0, "n1"), member_pod(1, "n1")]
-    p = plan(job(), pods, True, NOW, workload_gang=workload_api.Gang((True, "Scheduled")))
+    p = plan(Reading(job(), pods, True, workload_gang=workload_api.Gang((True, "Scheduled"))), NOW)
     (admitted,) = [c for c in p.status.conditions if c.type.value == "Admitted"]
     assert (admitted.status, admitted.reason) == ("True", "GangAdmitted") and "PodGroup j-2" in admitted.message
-    unplaced = plan(job(), pods, True, NOW, workload_gang=UNPLACED)  # every pod bound: a stale reading says nothing
+    unplaced = plan(
+        Reading(job(), pods, True, workload_gang=UNPLACED), NOW
+    )  # every pod bound: a stale reading says nothing
     assert all(c.type.value != "Admitted" for c in unplaced.status.conditions)
 
 
@@ -165,7 +177,7 @@ def test_a_round_is_due_only_when_what_kube_scheduler_says_changes() -> None:
 @pytest.mark.parametrize(("mode", "constrained"), [("Required", True), ("Preferred", False)])
 def test_a_required_placement_becomes_the_groups_topology_constraint(mode: str, constrained: bool) -> None:
     placement = {"topologyKey": "topology.kubernetes.io/rack", "mode": mode}
-    p = plan(job(placement=placement), [], True, NOW, workload_gang=workload_api.Gang())
+    p = plan(Reading(job(placement=placement), [], True, workload_gang=workload_api.Gang()), NOW)
     wl, group = p.scheduling_objects
     assert ("schedulingConstraints" in group["spec"]) is constrained
     assert ("schedulingConstraints" in wl["spec"]["podGroupTemplates"][0]) is constrained

@@ -13,6 +13,7 @@ from ringleader_operator import admission
 from ringleader_operator.admission import GATE, Cluster, Room, Topology, largest_fitting
 from ringleader_operator.builders import rank_labels
 from ringleader_operator.policies import elastic
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from tests.unit.operator.test_admission import gang_pod, held, node, running
@@ -101,7 +102,7 @@ def test_the_world_size(
     status: dict[str, Any], spec: dict[str, Any], pods: list[dict[str, Any]], nodes: list[dict[str, Any]],
     others: list[dict[str, Any]], now: str, want: tuple[Any, ...],
 ) -> None:  # fmt: skip
-    p = plan(elastic_job(status, **spec), pods, True, now, Cluster(nodes, [*pods, *others]))
+    p = plan(Reading(elastic_job(status, **spec), pods, True), now, Cluster(nodes, [*pods, *others]))
     assert p.status.elastic is not None
     got = (p.status.elastic.workers, p.status.elastic.reason.value, len(p.create_pods), len(p.delete_pods))
     assert got == want
@@ -109,7 +110,7 @@ def test_the_world_size(
 
 
 def test_a_job_that_starts_smaller_says_why_and_looks_for_room() -> None:
-    p = plan(elastic_job(), [], True, NOW, Cluster(TWO, [running(2, "n1")]))
+    p = plan(Reading(elastic_job(), [], True), NOW, Cluster(TWO, [running(2, "n1")]))
     assert p.status.elastic is not None
     assert p.status.elastic.message == (
         "3 of 4 workers: 4 do not fit (needs 8 nvidia.com/gpu, 6 free); grows when room appears"
@@ -123,7 +124,7 @@ def test_a_job_that_starts_smaller_says_why_and_looks_for_room() -> None:
 
 
 def test_growing_re_forms_the_world_saying_why() -> None:
-    p = plan(elastic_job(sized(3)), THREE_RUNNING, True, after(60), Cluster(TWO, THREE_RUNNING))
+    p = plan(Reading(elastic_job(sized(3)), THREE_RUNNING, True), after(60), Cluster(TWO, THREE_RUNNING))
     (event,) = [e for e in p.events if e.reason == "Resized"]
     assert event.message == (
         "workers 3 -> 4 (3 -> 4 of 4 workers: room appeared): every worker restarts at the new world size and "
@@ -132,12 +133,12 @@ def test_growing_re_forms_the_world_saying_why() -> None:
     assert p.status.phase == "Restarting" and p.status.elastic is not None
     assert p.status.elastic.last_resize_time == after(60) and p.status.workers == "0/4"
     # The grow delay wakes it while it runs smaller: the round at 59 s asks for one at 60 s.
-    early = plan(elastic_job(sized(3)), THREE_RUNNING, True, after(59), Cluster(TWO, THREE_RUNNING))
+    early = plan(Reading(elastic_job(sized(3)), THREE_RUNNING, True), after(59), Cluster(TWO, THREE_RUNNING))
     assert early.requeue_after == 1 and early.waiting_for_room
 
 
 def test_a_shrink_names_the_waiting_ranks_and_what_they_lacked() -> None:
-    p = plan(elastic_job(LOST_WAITING), FOUR_ONE_WAITING, True, NOW, Cluster(AFTER_LOSS, FOUR_ONE_WAITING))
+    p = plan(Reading(elastic_job(LOST_WAITING), FOUR_ONE_WAITING, True), NOW, Cluster(AFTER_LOSS, FOUR_ONE_WAITING))
     assert p.status.elastic is not None and p.status.elastic.message == (
         "4 -> 3 of 4 workers: 1 of its ranks found no room beside the running ones (needs 2 nvidia.com/gpu, 0 free); "
         "grows when room appears"
@@ -149,7 +150,7 @@ def test_waiting_pods_of_a_larger_size_are_made_again_smaller_without_a_restart(
     """A job waiting gated at 4 (nothing fitted) starts at 3 once 3 fit: its gated pods go, nothing restarts."""
     gated = [mine(i, 4, None, phase="Pending") for i in range(4)]
     status = {"elastic": {"workers": 4, "requested": 4, "reason": "Requested"}, "conditions": WAITING}
-    p = plan(elastic_job(status), gated, True, NOW, Cluster(TWO, [*gated, running(2, "n1")]))
+    p = plan(Reading(elastic_job(status), gated, True), NOW, Cluster(TWO, [*gated, running(2, "n1")]))
     assert p.status.elastic is not None and p.status.elastic.workers == 3
     assert sorted(p.delete_pods) == [f"j-worker-{i}" for i in range(4)] and p.status.phase != "Restarting"
     (event,) = [e for e in p.events if e.reason == "Resized"]
@@ -157,13 +158,13 @@ def test_waiting_pods_of_a_larger_size_are_made_again_smaller_without_a_restart(
 
 
 def test_kubectl_scale_below_the_size_running_takes_effect_without_the_cluster() -> None:
-    p = plan(elastic_job(sized(4, reason="Requested"), replicas=3), THREE_RUNNING[:0], True, NOW)
+    p = plan(Reading(elastic_job(sized(4, reason="Requested"), replicas=3), THREE_RUNNING[:0], True), NOW)
     assert p.status.elastic is not None
     assert (p.status.elastic.workers, p.status.elastic.requested, p.status.elastic.reason.value) == (3, 3, "Requested")
 
 
 def test_kubectl_scale_down_to_the_size_running_makes_it_the_size_asked_for() -> None:
-    p = plan(elastic_job(sized(3), replicas=3), THREE_RUNNING, True, after(5))
+    p = plan(Reading(elastic_job(sized(3), replicas=3), THREE_RUNNING, True), after(5))
     assert p.status.elastic is not None and p.delete_pods == []
     assert (p.status.elastic.workers, p.status.elastic.reason.value) == (3, "Requested")
     assert (p.status.elastic.message, p.status.elastic.last_resize_time) == (
@@ -174,14 +175,14 @@ def test_kubectl_scale_down_to_the_size_running_makes_it_the_size_asked_for() ->
 
 
 def test_without_a_cluster_the_size_stays() -> None:
-    p = plan(elastic_job(sized(3)), THREE_RUNNING, True, after(600))
+    p = plan(Reading(elastic_job(sized(3)), THREE_RUNNING, True), after(600))
     assert p.status.elastic is not None and p.status.elastic.workers == 3 and p.delete_pods == []
     assert p.status.workers == "3/3 of 4"
 
 
 def test_placement_bounds_the_size_to_what_one_domain_holds() -> None:
     racks = [node("a", gpus=4, labels={"rack": "r1"}), node("b", gpus=4, labels={"rack": "r2"})]
-    p = plan(elastic_job(placement={"topologyKey": "rack"}), [], True, NOW, Cluster(racks, []))
+    p = plan(Reading(elastic_job(placement={"topologyKey": "rack"}), [], True), NOW, Cluster(racks, []))
     assert p.status.elastic is not None and p.status.elastic.workers == 2
     assert {x["spec"]["nodeSelector"]["rack"] for x in p.create_pods} in ({"r1"}, {"r2"})
 
@@ -200,7 +201,7 @@ def test_only_the_operators_own_gang_admission_sizes_a_job(own_gates: bool) -> N
 
 def test_a_job_that_is_not_elastic_has_no_elastic_status() -> None:
     j = job(workers={"replicas": 4, "gpus": 2, "template": TEMPLATE})
-    p = plan(j, [], True, NOW, Cluster(TWO, [running(2, "n1")]))
+    p = plan(Reading(j, [], True), NOW, Cluster(TWO, [running(2, "n1")]))
     assert p.status.elastic is None and len(p.create_pods) == 4 and all(admission.gated(x) for x in p.create_pods)
 
 

@@ -103,15 +103,15 @@ def test_a_job_from_before_goodput_starts_counting_at_its_next_change() -> None:
 
 def test_the_operator_exports_each_jobs_goodput_and_drops_it_with_the_job() -> None:
     from prometheus_client import REGISTRY
-    from ringleader_operator.reconciler import _export_goodput
+    from ringleader_operator.plan_writer import export_goodput
 
     g = Goodput(queued_seconds=10, productive_seconds=100, restarting_seconds=10, recomputing_seconds=10, ratio=0.77)
-    _export_goodput("ns", "gp", g)
+    export_goodput("ns", "gp", g)
     lost = {c: REGISTRY.get_sample_value("ringleader_job_lost_seconds", {"namespace": "ns", "job": "gp", "cause": c})
             for c in ("queued", "restarting", "recomputing", "stalled", "suspended")}  # fmt: skip
     assert lost == {"queued": 10, "restarting": 10, "recomputing": 10, "stalled": 0, "suspended": 0}
     assert REGISTRY.get_sample_value("ringleader_job_goodput_ratio", {"namespace": "ns", "job": "gp"}) == 0.77
-    _export_goodput("ns", "gp", None)
+    export_goodput("ns", "gp", None)
     assert REGISTRY.get_sample_value("ringleader_job_goodput_ratio", {"namespace": "ns", "job": "gp"}) is None
     labels = {"namespace": "ns", "job": "gp", "cause": "queued"}
     assert REGISTRY.get_sample_value("ringleader_job_lost_seconds", labels) is None

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ringleader_api import MAX_RANK_ENTRIES, Role
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from ..builders import NOW, TEMPLATE, job, pod
@@ -25,7 +26,7 @@ def running(n: int) -> list[dict[str, Any]]:
 def test_past_the_limit_the_least_recently_replaced_settled_ranks_are_forgotten() -> None:
     n = MAX_RANK_ENTRIES + 36
     status = {"ranks": {f"worker-{i}": replaced(i) for i in range(n)}}
-    p = plan(job(status=status, workers={"replicas": n, "template": TEMPLATE}), running(n), True, NOW)
+    p = plan(Reading(job(status=status, workers={"replicas": n, "template": TEMPLATE}), running(n), True), NOW)
     kept = {k for k, v in p.status.ranks.items() if v.restarts}
     assert kept == {f"worker-{i}" for i in range(36, n)} and p.status.ranks_forgotten == 36
     assert all(v.pod_seen for v in p.status.ranks.values())  # forgotten ranks are plain running ranks
@@ -36,7 +37,7 @@ def test_past_the_limit_the_least_recently_replaced_settled_ranks_are_forgotten(
 def test_a_rank_whose_replacement_is_under_way_is_never_forgotten() -> None:
     n = MAX_RANK_ENTRIES + 10
     status = {"ranks": {f"worker-{i}": replaced(i, seen=i >= 10) for i in range(n)}}  # 0-9: not seen running yet
-    p = plan(job(status=status, workers={"replicas": n, "template": TEMPLATE}), running(n), True, NOW)
+    p = plan(Reading(job(status=status, workers={"replicas": n, "template": TEMPLATE}), running(n), True), NOW)
     # Seen now (this round watched their new pods run): settled from the next round on, not in this one.
     assert all(p.status.ranks[f"worker-{i}"].restarts == 1 for i in range(10))
     assert p.status.ranks_forgotten == 10 and sum(v.restarts for v in p.status.ranks.values()) == MAX_RANK_ENTRIES
@@ -45,7 +46,7 @@ def test_a_rank_whose_replacement_is_under_way_is_never_forgotten() -> None:
 def test_within_the_limit_nothing_is_forgotten() -> None:
     status = {"ranks": {f"worker-{i}": replaced(i) for i in range(MAX_RANK_ENTRIES)}}
     j = job(status=status, workers={"replicas": MAX_RANK_ENTRIES, "template": TEMPLATE})
-    p = plan(j, running(MAX_RANK_ENTRIES), True, NOW)
+    p = plan(Reading(j, running(MAX_RANK_ENTRIES), True), NOW)
     assert p.status.ranks_forgotten == 0 and all(v.restarts == 1 for v in p.status.ranks.values())
 
 
@@ -56,7 +57,7 @@ def test_a_gang_restart_of_2000_workers_writes_a_few_entries() -> None:
     status = {"ranks": {f"worker-0-{n - 1}": {"podSeen": True}}}
     pods = running(n)
     pods[7] = pod(Role.WORKER, 7, "Failed", exit_code=201)
-    p = plan(job(status=status, workers=workers), pods, True, NOW)
+    p = plan(Reading(job(status=status, workers=workers), pods, True), NOW)
     assert len(p.delete_pods) == n
     written = p.status.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert sorted(written["ranks"]) == ["worker-0-6,8-1999", "worker-7"], written["ranks"]
@@ -67,6 +68,6 @@ def test_a_job_of_10000_workers_is_admitted_by_the_api_and_the_operators_cap() -
     """Issue 19's maxima and the operator's default cap (--max-replicas-per-job) both admit 10,000 ranks: the
     first round creates every pod, and its status (every rank without a pod yet) writes no rank entry."""
     n = 10_000
-    p = plan(job(workers={"replicas": n, "template": TEMPLATE}), [], True, NOW)
+    p = plan(Reading(job(workers={"replicas": n, "template": TEMPLATE}), [], True), NOW)
     assert len(p.create_pods) == n and all(c.type.value != "Failed" for c in p.status.conditions)
     assert p.status.model_dump(by_alias=True, mode="json", exclude_none=True)["ranks"] == {}

@@ -69,7 +69,7 @@ def test_a_succeeded_job_shows_the_final_step_not_the_last_scrape() -> None:
 
 
 def test_rounds_write_progress_only_when_they_finish_it() -> None:
-    from ringleader_operator.reconciler import status_json
+    from ringleader_operator.status_writes import status_json
 
     st = job(status={"phase": "Running", "progress": {"step": 5}}).status
     assert "progress" not in status_json(st)  # the scraper's, while the job runs

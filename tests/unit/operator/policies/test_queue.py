@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from ringleader_api import Role
 from ringleader_operator.kueue import QueueState
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from ..builders import NOW, job, names, pod
@@ -44,7 +45,7 @@ def test_a_job_kueue_has_not_admitted_has_no_pods_and_says_why(
     status: dict[str, Any], pods: list[dict[str, Any]], state: QueueState, reason: str, deleted: list[str],
     events: list[str],
 ) -> None:  # fmt: skip
-    p = plan(job(status=status), pods, True, NOW, queued=state)
+    p = plan(Reading(job(status=status), pods, True, queued=state), NOW)
     assert p.create_pods == [] and p.delete_pods == deleted
     assert p.status.phase == "Queued" and p.status.start_time is None
     (suspended,) = [c for c in p.status.conditions if c.type.value == "Suspended"]
@@ -58,7 +59,7 @@ def test_a_job_kueue_has_not_admitted_has_no_pods_and_says_why(
 @pytest.mark.parametrize(("status", "events"), [(QUEUED, ["QueueAdmitted"]), (PREEMPTED, ["QueueAdmitted"]),
                                                 ({}, [])])  # fmt: skip
 def test_an_admitted_job_makes_its_pods_on_the_flavors_nodes(status: dict[str, Any], events: list[str]) -> None:
-    p = plan(job(status=status), [], True, NOW, queued=ADMITTED)
+    p = plan(Reading(job(status=status), [], True, queued=ADMITTED), NOW)
     assert names(p.create_pods) == ["j-worker-0", "j-worker-1"]
     for created in p.create_pods:
         assert created["spec"]["nodeSelector"] == {"pool": "spot"}
@@ -69,9 +70,9 @@ def test_an_admitted_job_makes_its_pods_on_the_flavors_nodes(status: dict[str, A
 
 
 def test_a_job_kueue_does_not_queue_is_unaffected() -> None:
-    assert names(plan(job(), [], True, NOW, queued=None).create_pods) == ["j-worker-0", "j-worker-1"]
+    assert names(plan(Reading(job(), [], True, queued=None), NOW).create_pods) == ["j-worker-0", "j-worker-1"]
 
 
 def test_a_suspended_queued_job_is_suspended_not_queued() -> None:
-    p = plan(job(status=RUNNING, runPolicy={"suspend": True}), BOTH, True, NOW, queued=EVICTED)
+    p = plan(Reading(job(status=RUNNING, runPolicy={"suspend": True}), BOTH, True, queued=EVICTED), NOW)
     assert p.status.phase == "Suspended" and p.delete_pods == ["j-worker-0", "j-worker-1"]

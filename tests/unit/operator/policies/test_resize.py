@@ -67,6 +67,7 @@ def test_a_c10d_job_is_resized_in_place(
     from ringleader_api import ConditionType
     from ringleader_operator.admission import Cluster
     from ringleader_operator.builders import build_pod
+    from ringleader_operator.reading import Reading
     from ringleader_operator.reconcile import plan
 
     from ..builders import gpu_node
@@ -81,10 +82,13 @@ def test_a_c10d_job_is_resized_in_place(
         made["spec"].pop("schedulingGates", None)  # released and bound long ago
         made["spec"]["nodeName"] = "n1"
         pods.append({**made, "status": pod(Role.WORKER, i, "Running")["status"]})
-    running = plan(before, pods, True, "2026-01-01T00:00:00Z")
+    running = plan(Reading(before, pods, True), "2026-01-01T00:00:00Z")
     status = running.status.model_dump(by_alias=True)
-    p = plan(job(status, workers={**elastic, "replicas": new}, **spec), pods, True, "2026-01-01T00:00:05Z",
-             Cluster([gpu_node(8)], pods))  # fmt: skip
+    p = plan(
+        Reading(job(status, workers={**elastic, "replicas": new}, **spec), pods, True),
+        "2026-01-01T00:00:05Z",
+        Cluster([gpu_node(8)], pods),
+    )
     restarting = any(c.type == ConditionType.RESTARTING and c.status == "True" for c in p.status.conditions)
     assert sorted(p.delete_pods) == [f"j-worker-{i}" for i in deleted]
     assert restarting is (rendezvous == "static")

@@ -9,6 +9,7 @@ from ringleader_api import RankStatus, Role
 from ringleader_operator.evidence import Said
 from ringleader_operator.failures import Failure, Kind
 from ringleader_operator.policies.restarts import count_failure, reconcile_ranks
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import Round
 
@@ -374,7 +375,7 @@ def test_escalation_restarts_the_rank_then_the_gang_then_fails_the_job(
     failed = [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Failed", exit_code=1)]
     j = job(status={**status, "ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}},
             runPolicy={"backoffLimit": 10, **ESCALATION})  # fmt: skip
-    p = plan(j, failed, True, NOW)
+    p = plan(Reading(j, failed, True), NOW)
     phase, deleted, says = want
     message = next(c.message for c in p.status.conditions if c.type.value in ("Restarting", "Failed") and
                    c.status == "True")  # fmt: skip

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from ringleader_api import Role
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 
 from ..builders import NOW, job, pod
@@ -41,7 +42,7 @@ def test_the_step_a_stop_saved_is_in_status(
     spec: dict[str, Any], progress: dict[str, Any] | None, pods: list[dict[str, Any]], want: tuple[int, int] | None
 ) -> None:
     status = {"phase": "Running", "progress": {**progress, "updatedAt": NOW} if progress else None}
-    p = plan(job(status=status, checkpoint={"intervalSteps": 100}, **spec), pods, True, NOW)
+    p = plan(Reading(job(status=status, checkpoint={"intervalSteps": 100}, **spec), pods, True), NOW)
     if want is None:
         assert not p.writes_progress
         return

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from ringleader_api import Role
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.stalls import Culprit, Stall, Unavailable
 
@@ -35,7 +36,7 @@ def stall(culprit: Culprit | None = W1, running_since: str = RUNNING_SINCE) -> S
 
 def decide(status: dict[str, Any], found: Stall | Unavailable | None, **policy: Any) -> Any:
     run_policy = {"progressDeadlineSeconds": 60, **policy}
-    return plan(job(status=status, runPolicy=run_policy), PODS, True, NOW, stalled=found)
+    return plan(Reading(job(status=status, runPolicy=run_policy), PODS, True, stalled=found), NOW)
 
 
 @pytest.mark.parametrize(
@@ -74,10 +75,14 @@ def test_the_replacement_is_a_new_attempt_and_the_stalled_pod_is_not_counted_as_
     # counted on the way.
     status = p.status.model_dump(by_alias=True)
     going = [PODS[0], pod(Role.WORKER, 1, "Running", deleting=True, deadline=NOW)]
-    p2 = plan(job(status=status, runPolicy={"progressDeadlineSeconds": 60}), going, True, NOW)
+    p2 = plan(Reading(job(status=status, runPolicy={"progressDeadlineSeconds": 60}), going, True), NOW)
     assert not p2.create_pods and p2.status.ranks["worker-1"].restarts == 0
-    p3 = plan(job(status=p2.status.model_dump(by_alias=True), runPolicy={"progressDeadlineSeconds": 60}),
-              [PODS[0]], True, NOW)  # fmt: skip
+    p3 = plan(
+        Reading(
+            job(status=p2.status.model_dump(by_alias=True), runPolicy={"progressDeadlineSeconds": 60}), [PODS[0]], True
+        ),
+        NOW,
+    )
     made = p3.create_pods
     assert [x["metadata"]["annotations"]["ringleader.dev/attempt"] for x in made] == ["1"]
     env = {e["name"]: e["value"] for e in made[0]["spec"]["containers"][0]["env"]}

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from ringleader_api import Role
+from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.stragglers import Slow, Stragglers
 
@@ -21,7 +22,7 @@ def found(*ranks: Slow, running_since: str = RUNNING_SINCE) -> Stragglers:
 
 def decide(status: dict[str, Any], slow: Stragglers | None, pods: list[dict[str, Any]] = PODS, **policy: Any) -> Any:
     run_policy = {"stragglerThreshold": 2.0, "stragglerWindowSeconds": 30, **policy}
-    return plan(job(status=status, runPolicy=run_policy), pods, True, NOW, slow=slow)
+    return plan(Reading(job(status=status, runPolicy=run_policy), pods, True, slow=slow), NOW)
 
 
 @pytest.mark.parametrize(
@@ -57,9 +58,9 @@ def test_a_replaced_straggler_comes_back_preferring_another_node_and_nothing_is_
     assert (rank.attempt, rank.restarts, rank.avoid_node, rank.last_reason) == (1, 0, "n2", "RankStraggled")
     # The pod goes with the trainer's grace (it saves where it stops); gone, its replacement prefers another node.
     going = [PODS[0], pod(Role.WORKER, 1, "Running", deleting=True, deadline=NOW)]
-    p2 = plan(job(status=p.status.model_dump(by_alias=True)), going, True, NOW)
+    p2 = plan(Reading(job(status=p.status.model_dump(by_alias=True)), going, True), NOW)
     assert not p2.create_pods and p2.status.ranks["worker-1"].restarts == 0
-    p3 = plan(job(status=p2.status.model_dump(by_alias=True)), [PODS[0]], True, NOW)
+    p3 = plan(Reading(job(status=p2.status.model_dump(by_alias=True)), [PODS[0]], True), NOW)
     (made,) = p3.create_pods
     preferred = made["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     term = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n2"]}

@@ -1,0 +1,41 @@
+"""What one reconcile round read, pure: the input of `reconcile.plan` besides the clock and the cluster.
+
+The I/O layer (reconciler.py) fills a `Reading` from the job's watch events, the pod cache and what it keeps of
+the job between rounds; `plan` decides from it alone. A table test builds one by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader_api import TrainingJob
+
+from . import kueue, workload_api
+from .builders import DEFAULT_MAX_RANKS
+from .observed import Observations
+from .stalls import Stall, Unavailable
+from .stragglers import Stragglers
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One job as a round read it.
+
+    `pods` carry the job's labels (its ranks are picked from them); `service_exists`: its headless Service (with
+    its Secret and NetworkPolicy) exists. A job with more than `max_ranks` pods fails as an invalid spec. `gone`:
+    the last states of its pods lately deleted (how each ended). `stalled`: a stall the progress scraper found, to
+    act on; `slow`: the stragglers its last reading found. `queued`: what Kueue says of the job's Workload (None:
+    Kueue does not queue the job). `workload_gang`: gangs go to kube-scheduler through the Workload API
+    (workload_api.py) instead of the operator's own gate; what it said of this job's. `seen`: the job's pods as
+    its earlier rounds observed them (reused for pods that did not change; the plan is the same without)."""
+
+    job: TrainingJob
+    pods: list[dict[str, Any]]
+    service_exists: bool
+    max_ranks: int = DEFAULT_MAX_RANKS
+    gone: list[dict[str, Any]] | None = None
+    stalled: Stall | Unavailable | None = None
+    slow: Stragglers | None = None
+    queued: kueue.QueueState | None = None
+    workload_gang: workload_api.Gang | None = None
+    seen: Observations | None = None
