@@ -31,7 +31,7 @@ from ringleader_api import (
     TrainingJob,
 )
 
-from . import admission, gangs, launchers, templates
+from . import admission, launchers, templates
 
 ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this pod was made for
 
@@ -209,11 +209,19 @@ def validate(job: TrainingJob, max_ranks: int = DEFAULT_MAX_RANKS) -> None:
             split := launchers.split_world(container, worker_counts(job), f"{where}.spec.containers[{trainer}]")
         ):
             raise InvalidTemplate(str(split))
-    if len(names := gangs.scheduler_names(job)) > 1:
+    if len(names := scheduler_names(job)) > 1:
         raise InvalidTemplate(
             "spec.parameterServers.template.spec.schedulerName must equal the workers' (the ranks are scheduled as "
             f"one gang): {' and '.join(sorted(repr(n) for n in names))}"
         )
+
+
+def scheduler_names(job: TrainingJob) -> set[str]:
+    """The schedulerName of every role's template ("" for the default scheduler, and for a template whose spec is
+    not a mapping: `validate` refuses it, and a round may ask before)."""
+    roles = [job.spec.workers, *([job.spec.parameter_servers] if job.spec.parameter_servers else [])]
+    specs = [r.template.get("spec") for r in roles]
+    return {str(s.get("schedulerName") or "") if isinstance(s, dict) else "" for s in specs}
 
 
 def worker_counts(job: TrainingJob) -> range:
@@ -371,12 +379,6 @@ def build_pod(
         },
         "spec": spec,
     }
-    scheduler = gangs.gang_scheduler(job)
-    if scheduler is not None:
-        gangs.mark_member(pod, job, scheduler)
-    else:
-        # Held back from the scheduler until the whole gang fits (admission); the operator lifts the gate.
-        spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": admission.GATE}]
     return pod
 
 

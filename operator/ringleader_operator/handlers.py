@@ -20,7 +20,7 @@ import kopf
 from kubernetes_asyncio import client
 from ringleader_api import GROUP, LABEL_INDEX, LABEL_JOB, LABEL_ROLE, PLURAL, VERSION
 
-from . import kueue, workload_api
+from . import gang_backends, kueue
 from .admission import Ledger, node_digest
 from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
@@ -29,6 +29,7 @@ from .podcache import PodCache, PodIndexes
 from .podwatch import PodWatch
 from .ratelimit import ClientBudget
 from .reconciler import Reconciler
+from .round_reader import RoundReader
 
 # The safety resync: heals whatever a missed event left behind. Rounds are otherwise event-driven, and what is
 # due at a time (a back-off, the deadline, the TTL, the gang's admission timeout, an elastic growth) asks for its
@@ -42,14 +43,10 @@ RESYNC_SECONDS = 1800.0
 WORKER_IDLE_SECONDS = 1.0
 PEERING_NAME = "ringleader"
 PEERING_LIFETIME = 15  # seconds: how soon a killed leader's replica takes over
-GANG_BACKENDS = {
-    "gates": "the operator's own gate (pods released together once they fit)",
-    "workload-api": "kube-scheduler's gang scheduling (scheduling.k8s.io/v1alpha2 Workloads and PodGroups)",
-}
-# TrainingJobs, Kueue's Workloads, the Workload API's PodGroups, the peering object and the Nodes (one
-# cluster-wide watch; counted per namespace, so there is room to spare when several namespaces are watched). The
-# cluster counts as one namespace. Pods are watched by the operator's own client (podwatch.py), not kopf's.
-WATCHES_PER_NAMESPACE = 5
+# TrainingJobs, Kueue's Workloads, the peering object, the Nodes (one cluster-wide watch; counted per namespace, so
+# there is room to spare when several namespaces are watched) and what the gang backends watch (the Workload API's
+# PodGroups). The cluster counts as one namespace. Pods are watched by the operator's own client (podwatch.py).
+WATCHES_PER_NAMESPACE = 4 + len(gang_backends.watched())
 # Pauses between retries of a failed API request (watches included): about 10 minutes in all. kopf's default
 # gives up after about a minute, and a watch that gives up stops the whole operator, so an API server
 # outage of a minute or two (an upgrade, an etcd failover) would take the operator down with it.
@@ -100,10 +97,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         client.CoreV1Api(api), _budget(memo), namespaces, indexes, reconciler.pod_seen, listed=on_listed, ready=listed
     )
     try:
-        chosen = await memo.reconciler.use_backend(str(memo.get("gang_backend", "auto")))
+        chosen = await memo.reconciler.reader.use_backend(str(memo.get("gang_backend", "auto")))
     except ValueError as e:  # the operator stops, saying why
         raise kopf.PermanentError(str(e)) from e
-    logging.getLogger("ringleader").info("gangs are admitted by %s", GANG_BACKENDS[chosen])
+    described = gang_backends.CLUSTER_BACKENDS[chosen].description
+    logging.getLogger("ringleader").info("gangs are admitted by %s", described)
 
 
 @kopf.on.event("", "v1", "nodes")
@@ -188,20 +186,24 @@ async def workload_event(
 ) -> None:
     """A Kueue Workload of a job changed (Kueue admitted or evicted it, or the operator's own write): the job
     keeps it and gets a round. kopf watches Workloads only where Kueue's CRD is installed."""
-    await _job_object_event(Reconciler.workload_seen, type, labels, namespace, body, memo)
+    await _job_object_event(RoundReader.workload_seen, type, labels, namespace, body, memo)
 
 
-@kopf.on.event(workload_api.GROUP, workload_api.VERSION, "podgroups", labels={LABEL_JOB: kopf.PRESENT})
-async def pod_group_event(
+async def gang_object_event(
     type: str | None, labels: Mapping[str, str], namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A job's PodGroup (the Workload API's gang) changed: when kube-scheduler said something new of it, the job
-    gets a round, whose Admitted condition repeats it. kopf watches PodGroups only where the cluster serves them."""
-    await _job_object_event(Reconciler.pod_group_seen, type, labels, namespace, body, memo)
+    """An object a gang backend watches changed (the Workload API's PodGroup of a job): when its scheduler said
+    something new of the gang, the job gets a round, whose Admitted condition repeats it. kopf watches each only
+    where the cluster serves it."""
+    await _job_object_event(RoundReader.gang_object_seen, type, labels, namespace, body, memo)
+
+
+for _group, _version, _plural in gang_backends.watched():  # each backend's own watches
+    kopf.on.event(_group, _version, _plural, labels={LABEL_JOB: kopf.PRESENT})(gang_object_event)
 
 
 async def _job_object_event(
-    seen: Callable[[Reconciler, str, str, Mapping[str, Any] | None], bool],
+    seen: Callable[[RoundReader, str, str, Mapping[str, Any] | None], bool],
     type: str | None,
     labels: Mapping[str, str],
     namespace: str | None,
@@ -213,5 +215,5 @@ async def _job_object_event(
     job = labels.get(LABEL_JOB)
     if not namespace or not job:
         return
-    if seen(memo.reconciler, namespace, job, None if type == "DELETED" else dict(body)):
+    if seen(memo.reconciler.reader, namespace, job, None if type == "DELETED" else dict(body)):
         await _reconcile(memo, namespace, job)

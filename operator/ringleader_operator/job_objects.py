@@ -1,6 +1,6 @@
 """The objects a job owns as a whole, pure: the headless Service its ranks find each other by, the token Secret
-the data plane authenticates with, the NetworkPolicy that admits only its own pods, a gang scheduler's
-PodGroup. The ranks' pods are built in builders.py."""
+the data plane authenticates with, the NetworkPolicy that admits only its own pods. The ranks' pods are built in
+builders.py; a gang's objects (PodGroups, Workloads) in gang_backends/."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ from typing import Any
 
 from ringleader_api import Strategy, TrainingJob
 
-from . import admission, gangs
 from .builders import (
     MASTER_PORT,
     METRICS_PORT,
     PS_PORT,
     TOKEN_KEY,
-    build_pod,
-    desired_ranks,
     job_labels,
     owner_reference,
     token_secret_name,
@@ -71,25 +68,6 @@ def build_network_policy(job: TrainingJob, operator_namespace: str, operator_lab
                 },
             ],
         },
-    }
-
-
-def build_pod_group(job: TrainingJob) -> dict[str, Any] | None:
-    """The PodGroup `<job>` of the gang scheduler the pods name (None for any other scheduler): all ranks at
-    once, with the summed requests of every pod."""
-    scheduler = gangs.gang_scheduler(job)
-    if scheduler is None:
-        return None
-    total: admission.Resources = {}
-    for role, index in desired_ranks(job):
-        admission.add(total, admission.pod_requests(build_pod(job, role, index)["spec"]))
-    total.pop(admission.PODS, None)
-    resources = {k: admission.format_quantity(v) for k, v in sorted(total.items())}
-    return {
-        "apiVersion": scheduler.api_version,
-        "kind": "PodGroup",
-        "metadata": job_metadata(job, job.name),
-        "spec": gangs.pod_group_spec(job, scheduler, resources),
     }
 
 

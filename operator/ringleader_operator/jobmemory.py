@@ -63,9 +63,9 @@ class JobMemory:
     workload: dict[str, Any] | None = None
     workload_known: bool = False
     placed: tuple[str, Any] | None = None  # (the Workload's resourceVersion, its kueue.QueueState)
-    # The Workload API (workload_api.py): the name of the job's PodGroup its watch events last showed, and what
-    # kube-scheduler said of it (workload_api.reading).
-    pod_group: tuple[str, tuple[bool, str] | None] | None = None
+    # What the job's gang backend's scheduler said of its gang (gang_backends: the Workload API's PodGroup): the
+    # name of the object its watch events last showed, and what it says (the backend's `said`).
+    gang_seen: tuple[str, Any] | None = None
     seen: Observations = field(default_factory=Observations)  # its pods as its rounds observed them
     # status.ranks as this process last wrote it, or found it grouped as its rounds group it (None: not yet):
     # while the stored ranks are these, a round whose plan left the status as read writes nothing, unserialized.

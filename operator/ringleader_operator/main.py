@@ -25,6 +25,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from . import (
+    gang_backends,
     handlers,  # noqa: F401  (registers the handlers)
     late_crds,
 )
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kube-api-burst", type=positive, default=DEFAULT_BURST, help="requests sent at once above qps")
     p.add_argument(
         "--gang-backend",
-        choices=("auto", "gates", "workload-api"),
+        choices=("auto", *gang_backends.CLUSTER_BACKENDS),
         default="auto",
         help="how a job's pods are placed all or none: the operator's own gate, kube-scheduler's gang scheduling "
         "through the Workload API (scheduling.k8s.io/v1alpha2, Kubernetes 1.36), or auto: the Workload API where "

@@ -10,8 +10,9 @@ from typing import Any
 
 from ringleader_api import TrainingJob
 
-from . import kueue, workload_api
+from . import kueue
 from .builders import DEFAULT_MAX_RANKS
+from .gang_backends import GangBackend
 from .observed import Observations
 from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
@@ -25,9 +26,9 @@ class Reading:
     its Secret and NetworkPolicy) exists. A job with more than `max_ranks` pods fails as an invalid spec. `gone`:
     the last states of its pods lately deleted (how each ended). `stalled`: a stall the progress scraper found, to
     act on; `slow`: the stragglers its last reading found. `queued`: what Kueue says of the job's Workload (None:
-    Kueue does not queue the job). `workload_gang`: gangs go to kube-scheduler through the Workload API
-    (workload_api.py) instead of the operator's own gate; what it said of this job's. `seen`: the job's pods as
-    its earlier rounds observed them (reused for pods that did not change; the plan is the same without)."""
+    Kueue does not queue the job). `seen`: the job's pods as its earlier rounds observed them (reused for pods
+    that did not change; the plan is the same without). `gang`: the backend that admits the job's pods as a gang
+    (gang_backends.choose), and `gang_verdict` what its scheduler said of this job's (its `verdict`)."""
 
     job: TrainingJob
     pods: list[dict[str, Any]]
@@ -37,5 +38,6 @@ class Reading:
     stalled: Stall | Unavailable | None = None
     slow: Stragglers | None = None
     queued: kueue.QueueState | None = None
-    workload_gang: workload_api.Gang | None = None
     seen: Observations | None = None
+    gang: GangBackend | None = None  # None: gang_backends.choose(job), the operator's own gate its default
+    gang_verdict: Any = None

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from ringleader_api import Reason
 
-from . import admission, kueue
+from . import admission, gang_backends, kueue
 from .builders import InvalidTemplate, desired_ranks, validate
 from .conditions import finished
 from .policies import (
     cleanup,
     deadline,
     elastic,
-    gang,
     goodput,
     history,
     outcome,
@@ -39,7 +38,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     (every Node and pod) is needed only while some of the job's pods carry the gang gate; without it they stay
     gated. An elastic job's world may have fewer workers than it asks for (policies/elastic.py): from the size on,
     the round's policies see the job at the size it runs at (`r.job`)."""
-    job, queued, workload_gang = reading.job, reading.queued, reading.workload_gang
+    job, queued = reading.job, reading.queued
     r = Round.open(elastic.at_current_size(job), reading.pods, now, reading.gone, reading.seen)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
@@ -49,6 +48,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     except InvalidTemplate as e:
         r.fail(Reason.INVALID_SPEC, str(e))
         return _close(r, queued)
+    gang = reading.gang or gang_backends.choose(job)
     outcome.note_created(r)
     saves.note_saves(r)
     if suspend.suspend(r) or queue.hold(r, queued):
@@ -58,7 +58,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     if deadline.past_deadline(r):
         return _close(r, queued)
     r.plan.create_service = not reading.service_exists
-    elastic.size_world(r, job, cluster, own_gates=queued is None and workload_gang is None)  # r.job: at that size
+    elastic.size_world(r, job, cluster, own_gates=queued is None and gang.sizes_jobs)  # r.job: at that size
     resize.reform_resized_world(r)
     r.index_ranks(desired_ranks(r.job))  # after validate: a job over the cap is refused without listing its ranks
     resize.drop_unwanted_ranks(r)
@@ -67,8 +67,10 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
         stall.act_on_stall(r, reading.stalled)
     straggler.report_stragglers(r, reading.slow)
     queue.place(r, queued)
+    for pod in r.plan.create_pods:  # every pod it creates joins the gang its backend admits
+        gang.mark(pod, r.job)
     if not r.failed:
-        gang.admit_gang(r, cluster, workload_gang)
+        gang.admit(r, cluster, reading.gang_verdict)
     if r.failed:
         cleanup.clean_pods(r)
     else:

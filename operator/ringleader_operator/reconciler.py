@@ -29,7 +29,7 @@ from ringleader_api import (
     TrainingJob,
 )  # fmt: skip
 
-from . import admission, metrics, workload_api
+from . import admission, metrics
 from .builders import DEFAULT_MAX_RANKS
 from .cluster_admission import ClusterAdmission
 from .jobmemory import POD_EVENTS_SECONDS, JobMemory, Key
@@ -89,9 +89,7 @@ class Reconciler:
         self.phases = metrics.PhaseGauge()
         self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed, ROUNDS_AT_ONCE)
         self.admission = ClusterAdmission(kube, cache, ledger, clusterwide)
-        # Gangs through the cluster's Workload API instead of the operator's gate (decided at start: `use_backend`).
-        self.workload_api = False
-        self.reader = RoundReader(kube, self.jobs, cache, max_ranks, pods_listed, self._workload_gang)
+        self.reader = RoundReader(kube, self.jobs, cache, max_ranks, pods_listed)
         scraper = ProgressScraper(
             kube, emit, self.jobs.get, lambda namespace, job: self.reader.pods(namespace, job, False), self._wake_now,
             self.reader.first_worker,
@@ -246,7 +244,8 @@ class Reconciler:
                 return plan(reading, now, cluster)
 
         # A job running smaller than it asks for (policies/elastic.py) weighs the cluster in each round, to grow.
-        growing = reading.queued is None and reading.workload_gang is None and elastic.below_replicas(job)
+        sizes = reading.queued is None and reading.gang is not None and reading.gang.sizes_jobs
+        growing = sizes and elastic.below_replicas(job)
         p = None if growing else decide(None)
         if p is None or _gated(record, reading.pods) or any(admission.gated(x) for x in p.create_pods):
             # Gang admission: the round decides again with the cluster in view (a plan is pure: planning again
@@ -255,43 +254,6 @@ class Reconciler:
         await self._apply(job, obj, p)
         if (kept := self.jobs.get(key)) is not None:  # the job may have gone meanwhile
             kept.handled(reading.stalled, reading.slow)
-
-    async def use_backend(self, backend: str) -> str:
-        """Choose how gangs are admitted: "gates" (the operator's own), "workload-api" (kube-scheduler's gang
-        scheduling through scheduling.k8s.io/v1alpha2; refused where the cluster does not serve it) or "auto" (the
-        Workload API where it is served). Returns the one chosen."""
-        served = backend != "gates" and await self.kube.serves(
-            workload_api.GROUP, workload_api.VERSION, "workloads", "podgroups"
-        )
-        if backend == "workload-api" and not served:
-            raise ValueError(
-                f"--gang-backend workload-api: the cluster does not serve {workload_api.API_VERSION} Workloads and "
-                "PodGroups (Kubernetes 1.36 with the GenericWorkload feature gate and that API enabled)"
-            )
-        self.workload_api = served
-        return "workload-api" if served else "gates"
-
-    def _workload_gang(self, job: TrainingJob, record: JobMemory) -> workload_api.Gang | None:
-        """The job's gang under the Workload API: what kube-scheduler said of its current PodGroup (None: the
-        operator's own gate admits gangs)."""
-        if not self.workload_api:
-            return None
-        group = record.pod_group
-        return workload_api.Gang(group[1] if group is not None and group[0] == workload_api.group_name(job) else None)
-
-    def pod_group_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
-        """A watch event brought a PodGroup of the job (None: deleted); True when what kube-scheduler says of it
-        changed (a round is due)."""
-        record = self.memory((namespace, job))
-        before = record.pod_group[1] if record.pod_group is not None else None
-        said = workload_api.reading(obj)
-        record.pod_group = None if obj is None else (str((obj.get("metadata") or {}).get("name", "")), said)
-        return said != before
-
-    def workload_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
-        """A watch event brought the job's Kueue Workload (None: it was deleted); a round is due."""
-        self.memory((namespace, job)).saw_workload(obj)
-        return True
 
     async def _parse(self, obj: dict[str, Any]) -> TrainingJob | None:
         """The job as the models read it; None (and the job failed with InvalidSpec) when they cannot."""

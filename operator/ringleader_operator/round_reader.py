@@ -10,19 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from ringleader_api import TrainingJob
 
 from . import kueue
 from .builders import InvalidTemplate, validate
+from .gang_backends import OWN_GATE, GangBackend, choose, workload_api
 from .jobmemory import JobMemory, Key
 from .kubeapi import KubeApi
 from .observed import earlier_job_leftovers
 from .podcache import PodCache, digest
 from .reading import Reading
-from .workload_api import Gang
 from .workloads import Workloads
 
 log = logging.getLogger("ringleader.reconciler")
@@ -35,8 +35,8 @@ PODS_LISTED_SECONDS = 60.0
 class RoundReader:
     """Reads for rounds. `jobs`: the reconciler's records (shared); `cache`: pods as the pod watch sees them
     (without one, every round lists them); `max_ranks`: the most pods one job may have; `pods_listed`: set by
-    the pod watch once it has listed the pods (None: no round waits for it); `gang(job, record)`: what the
-    Workload API said of the job's gang (None: the operator's own gate admits gangs)."""
+    the pod watch once it has listed the pods (None: no round waits for it). `backend`: how gangs are admitted
+    where the job's pods name no scheduler of their own (the operator's choice at start: `Reconciler.use_backend`)."""
 
     def __init__(
         self,
@@ -45,10 +45,10 @@ class RoundReader:
         cache: PodCache | None,
         max_ranks: int,
         pods_listed: asyncio.Event | None,
-        gang: Callable[[TrainingJob, JobMemory], Gang | None],
     ) -> None:
         self.kube, self.jobs, self.cache, self.max_ranks = kube, jobs, cache, max_ranks
-        self.pods_listed, self.gang = pods_listed, gang
+        self.pods_listed = pods_listed
+        self.backend: GangBackend = OWN_GATE
         self.workloads = Workloads(kube)
 
     def memory(self, key: Key) -> JobMemory:
@@ -119,10 +119,43 @@ class RoundReader:
         cache = self.cached()
         gone = cache.job_gone(namespace, name, time.monotonic()) if cache is not None else []
         queued = await self.workloads.sync(job, record, pods, now) if self._queued(job) else None
+        gang = choose(job, self.backend)
         return Reading(
             job, pods, record.service_uid == uid, self.max_ranks, gone, record.stall, record.stragglers, queued,
-            self.gang(job, record), record.seen,
+            record.seen, gang, gang.verdict(job, record.gang_seen),
         )  # fmt: skip
+
+    async def use_backend(self, backend: str) -> str:
+        """Choose how gangs are admitted where a job's pods name no scheduler of their own: "gates" (the
+        operator's own), "workload-api" (kube-scheduler's gang scheduling through scheduling.k8s.io/v1alpha2;
+        refused where the cluster does not serve it) or "auto" (the Workload API where it is served). Returns the
+        one chosen."""
+        api = workload_api.WORKLOAD_API
+        served = backend != OWN_GATE.name and await self.kube.serves(
+            workload_api.GROUP, workload_api.VERSION, *api.serves
+        )
+        if backend == api.name and not served:
+            raise ValueError(
+                f"--gang-backend workload-api: the cluster does not serve {workload_api.API_VERSION} Workloads and "
+                "PodGroups (Kubernetes 1.36 with the GenericWorkload feature gate and that API enabled)"
+            )
+        self.backend = api if served else OWN_GATE
+        return self.backend.name
+
+    def gang_object_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
+        """A watch event brought an object a gang backend watches (gang_backends: the Workload API's PodGroup) of
+        the job (None: deleted); True when what its scheduler says of it changed (a round is due)."""
+        record = self.memory((namespace, job))
+        backend = self.backend
+        before = record.gang_seen[1] if record.gang_seen is not None else None
+        said = backend.said(obj)
+        record.gang_seen = None if obj is None else (str((obj.get("metadata") or {}).get("name", "")), said)
+        return bool(said != before)
+
+    def workload_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
+        """A watch event brought the job's Kueue Workload (None: it was deleted); a round is due."""
+        self.memory((namespace, job)).saw_workload(obj)
+        return True
 
     def _queued(self, job: TrainingJob) -> bool:
         """Whether the job waits on Kueue: it names a queue and its spec can make pods (an invalid one fails in

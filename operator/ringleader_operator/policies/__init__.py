@@ -13,7 +13,12 @@ In the order `reconcile.plan` applies them:
 | restarts      | each rank: create its pod, count its pod's failure, restart it after its back-off    |
 | stall         | runPolicy.progressDeadlineSeconds: Stalled (or Unknown), replace the rank stopped first |
 | straggler     | runPolicy.stragglerThreshold: Straggler, replace a straggler once (Replace)           |
-| gang          | gated pods: release them together once they fit, or wait (and fail past the timeout) |
+
+Then the job's gang backend admits the pods (gang_backends/: the operator's gate releases them together once
+they fit, or they wait, failing past the timeout; a PodGroup scheduler or kube-scheduler places them), and:
+
+| module        | decides                                                                              |
+|---------------|--------------------------------------------------------------------------------------|
 | goodput       | status.goodput: the time since the last change of phase, counted into its part       |
 | ttl           | runPolicy.ttlSecondsAfterFinished: delete the ended job                              |
 """

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from ringleader_api import ConditionType, ElasticReason, ElasticStatus, Reason, Role, TrainingJob
 
-from .. import admission, gangs
+from .. import admission, gang_backends
 from ..builders import build_pod
 from ..observed import parse_time
 from ..round_state import Round
@@ -42,12 +42,12 @@ class Resize(NamedTuple):
 
 def auto_elastic(job: TrainingJob) -> bool:
     """Whether the job's world size is the operator's to choose: minReplicas below replicas, and no gang scheduler
-    of its own (Volcano, coscheduling) placing its pods."""
+    of its own (Volcano, coscheduling, KAI) placing its pods."""
     workers = job.spec.workers
     return (
         workers.min_replicas is not None
         and workers.min_replicas < workers.replicas
-        and (gangs.gang_scheduler(job) is None)
+        and gang_backends.named_scheduler(job) is None
     )
 
 

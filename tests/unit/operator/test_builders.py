@@ -16,9 +16,20 @@ from ringleader_operator.builders import (
     stop_grace_seconds,
     validate,
 )
-from ringleader_operator.job_objects import build_network_policy, build_pod_group, build_service, build_token_secret
+from ringleader_operator.gang_backends import choose, named_scheduler
+from ringleader_operator.gang_backends.pod_groups import PodGroupScheduler
+from ringleader_operator.job_objects import build_network_policy, build_service, build_token_secret
 
 from .builders import training_job
+
+
+def created_pod(job: TrainingJob, role: Role, index: int, **kwargs: Any) -> dict[str, Any]:
+    """Rank (role, index)'s pod as a round creates it: built, then marked by the job's gang backend (the
+    operator's gate unless the pods name a gang scheduler)."""
+    pod = build_pod(job, role, index, **kwargs)
+    choose(job).mark(pod, job)
+    return pod
+
 
 UID = "1111-2222"
 OWNER = {
@@ -65,7 +76,7 @@ def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:
 
 
 def test_worker_zero_pod_whole_object() -> None:
-    pod = build_pod(job(), Role.WORKER, 0)
+    pod = created_pod(job(), Role.WORKER, 0)
     assert pod == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -301,7 +312,7 @@ def test_user_settings_are_kept_and_only_missing_env_added() -> None:
     t["spec"]["nodeSelector"] = {"pool": "a100"}
     t["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
     j = job(workers={"replicas": 1, "gpus": 2, "template": t})
-    pod = build_pod(j, Role.WORKER, 0)
+    pod = created_pod(j, Role.WORKER, 0)
     env = env_of(pod)
     assert env["PET_NPROC_PER_NODE"] == "4" and env["NCCL_DEBUG"] == "INFO" and env["WORLD_SIZE"] == "1"
     c = pod["spec"]["containers"][0]
@@ -335,16 +346,16 @@ def test_cpu_threads_share_the_containers_cpu_among_its_processes(
 
 def test_omp_num_threads_follows_the_pods_processes_and_a_templates_own_value_stands() -> None:
     sharing = job(workers={"replicas": 1, "procsPerPod": 2, "template": template(resources={"limits": {"cpu": "8"}})})
-    assert env_of(build_pod(sharing, Role.WORKER, 0))["OMP_NUM_THREADS"] == "4"
+    assert env_of(created_pod(sharing, Role.WORKER, 0))["OMP_NUM_THREADS"] == "4"
     own = job(workers={"replicas": 1, "template": template(env=[{"name": "OMP_NUM_THREADS", "value": "16"}])})
-    env = build_pod(own, Role.WORKER, 0)["spec"]["containers"][0]["env"]
+    env = created_pod(own, Role.WORKER, 0)["spec"]["containers"][0]["env"]
     assert [e["value"] for e in env if e["name"] == "OMP_NUM_THREADS"] == ["16"]
 
 
 def test_gpus_become_the_trainer_containers_limit_and_trainer_is_found_by_name() -> None:
     t = template()
     t["spec"]["containers"].insert(0, {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]})
-    pod = build_pod(job(workers={"replicas": 1, "gpus": 2, "template": t}), Role.WORKER, 0)
+    pod = created_pod(job(workers={"replicas": 1, "gpus": 2, "template": t}), Role.WORKER, 0)
     sidecar, trainer = pod["spec"]["containers"]
     assert trainer["resources"] == {"limits": {"nvidia.com/gpu": 2}}
     assert "env" not in sidecar and "resources" not in sidecar
@@ -360,7 +371,7 @@ def test_gpus_become_the_trainer_containers_limit_and_trainer_is_found_by_name()
     ids=["directory", "default"],
 )
 def test_checkpoint_claim_is_mounted(checkpoint: dict[str, Any], mount: str, directory: str) -> None:
-    pod = build_pod(job(checkpoint=checkpoint), Role.WORKER, 1)
+    pod = created_pod(job(checkpoint=checkpoint), Role.WORKER, 1)
     assert pod["spec"]["volumes"] == [
         TOKEN_VOLUME,
         {"name": "ringleader-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}},
@@ -381,7 +392,7 @@ def test_token_secret_whole_object() -> None:
         "immutable": True,
         "stringData": {"token": "t" * 64},
     }
-    ps = build_pod(job(**PS_JOB), Role.PS, 1)
+    ps = created_pod(job(**PS_JOB), Role.PS, 1)
     assert TOKEN_VOLUME in ps["spec"]["volumes"] and TOKEN_MOUNT in ps["spec"]["containers"][0]["volumeMounts"]
 
 
@@ -493,7 +504,9 @@ def test_gang_scheduler_pod_group_whole_object(
             },
         }
     )
-    group = build_pod_group(j)
+    backend = named_scheduler(j)
+    assert isinstance(backend, PodGroupScheduler)
+    group = backend.pod_group(j)
     api = "scheduling.volcano.sh/v1beta1" if scheduler == "volcano" else "scheduling.x-k8s.io/v1alpha1"
     assert group == {
         "apiVersion": api,
@@ -506,7 +519,7 @@ def test_gang_scheduler_pod_group_whole_object(
             **spec_extra,
         },
     }
-    pod = build_pod(j, Role.WORKER, 2)
+    pod = created_pod(j, Role.WORKER, 2)
     where, key = member
     assert pod["metadata"][where][key] == "mnist" and "schedulingGates" not in pod["spec"]
     assert pod["spec"]["priorityClassName"] == "train-high" and pod["spec"]["schedulerName"] == scheduler
@@ -514,14 +527,16 @@ def test_gang_scheduler_pod_group_whole_object(
 
 def test_default_scheduler_pods_are_gated_and_have_no_pod_group() -> None:
     j = job(runPolicy={"priorityClassName": "p"})
-    assert build_pod_group(j) is None
-    pod = build_pod(j, Role.WORKER, 0)
+    assert named_scheduler(j) is None
+    pod = created_pod(j, Role.WORKER, 0)
     assert pod["spec"]["schedulingGates"] == [{"name": "ringleader.dev/gang"}]
     assert pod["spec"]["priorityClassName"] == "p"
     # A template's own priority class and other gates are kept.
     own = template()
     own["spec"] |= {"priorityClassName": "mine", "schedulingGates": [{"name": "example.com/quota"}]}
-    pod = build_pod(job(workers={"replicas": 1, "template": own}, runPolicy={"priorityClassName": "p"}), Role.WORKER, 0)
+    pod = created_pod(
+        job(workers={"replicas": 1, "template": own}, runPolicy={"priorityClassName": "p"}), Role.WORKER, 0
+    )
     assert pod["spec"]["priorityClassName"] == "mine"
     assert pod["spec"]["schedulingGates"] == [{"name": "example.com/quota"}, {"name": "ringleader.dev/gang"}]
 
@@ -553,24 +568,24 @@ def test_the_stop_grace_period_fits_the_measured_save(
     spec: dict[str, Any] = {} if checkpoint is None else {"checkpoint": {"intervalSteps": 100, **checkpoint}}
     job = training_job(status={"progress": progress} if progress else None, **spec)
     assert stop_grace_seconds(job) == want
-    assert build_pod(job, Role.WORKER, 0)["spec"].get("terminationGracePeriodSeconds") == want
+    assert created_pod(job, Role.WORKER, 0)["spec"].get("terminationGracePeriodSeconds") == want
     assert delete_grace_seconds(job) == want
 
 
 def test_a_templates_own_grace_period_stands() -> None:
     template = {"spec": {"terminationGracePeriodSeconds": 7, "containers": [{"name": "trainer", "image": "t"}]}}
     job = training_job(template=template, checkpoint={"intervalSteps": 100})
-    assert build_pod(job, Role.WORKER, 1)["spec"]["terminationGracePeriodSeconds"] == 7
+    assert created_pod(job, Role.WORKER, 1)["spec"]["terminationGracePeriodSeconds"] == 7
     assert delete_grace_seconds(job) is None  # the operator's deletions leave each pod its own
 
 
 def test_a_templates_own_termination_message_policy_is_kept() -> None:
     j = training_job(name="mnist", namespace="ml", uid=UID, template=template(terminationMessagePolicy="File"))
-    assert build_pod(j, Role.WORKER, 1)["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
+    assert created_pod(j, Role.WORKER, 1)["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
 
 
 def test_pods_of_a_job_share_the_env_entries_alike_and_keep_their_own_lists() -> None:
-    first, second = (build_pod(job(workers={"replicas": 4}), Role.WORKER, i) for i in (1, 2))
+    first, second = (created_pod(job(workers={"replicas": 4}), Role.WORKER, i) for i in (1, 2))
     a, b = (p["spec"]["containers"][0]["env"] for p in (first, second))
     alike = [x for x, y in zip(a, b, strict=True) if x == y]
     assert alike and all(any(x is y for y in b) for x in alike)  # one object per entry alike

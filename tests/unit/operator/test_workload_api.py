@@ -1,5 +1,6 @@
-"""Gangs through Kubernetes' Workload API (workload_api.py): the Workload and PodGroup a job gets, its pods joining
-the group instead of carrying the operator's gate, what the group's status says, and how the backend is chosen."""
+"""Gangs through Kubernetes' Workload API (gang_backends/workload_api.py): the Workload and PodGroup a job gets,
+its pods joining the group instead of carrying the operator's gate, what the group's status says, and how the
+backend is chosen."""
 
 from __future__ import annotations
 
@@ -7,13 +8,20 @@ import asyncio
 from typing import Any
 
 import pytest
-from ringleader_api import Role
-from ringleader_operator import admission, workload_api
+from ringleader_api import Role, TrainingJob
+from ringleader_operator import admission
+from ringleader_operator.gang_backends import choose, workload_api
+from ringleader_operator.gang_backends.workload_api import WORKLOAD_API
 from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.reconciler import Reconciler
 
 from tests.unit.operator.builders import NOW, TEMPLATE, job, pod, training_job
+
+
+def under_api(j: TrainingJob, pods: list[dict[str, Any]], verdict: workload_api.Gang) -> Reading:
+    """What a round reads of `j` where the operator admits gangs through the Workload API."""
+    return Reading(j, pods, True, gang=choose(j, WORKLOAD_API), gang_verdict=verdict)
 
 
 def test_a_job_gets_a_workload_and_a_gang_of_every_rank() -> None:
@@ -42,7 +50,7 @@ def test_a_topology_key_keeps_the_gang_in_one_domain() -> None:
 
 
 def test_with_the_workload_api_the_pods_join_the_group_instead_of_being_gated() -> None:
-    p = plan(Reading(job(), [], True, workload_gang=workload_api.Gang()), NOW)
+    p = plan(under_api(job(), [], workload_api.Gang()), NOW)
     assert [o["kind"] for o in p.scheduling_objects] == ["Workload", "PodGroup"]
     assert len(p.create_pods) == 2
     for created in p.create_pods:
@@ -54,16 +62,14 @@ def test_with_the_workload_api_the_pods_join_the_group_instead_of_being_gated() 
 
 def test_a_replaced_rank_joins_the_same_group() -> None:
     status = {"phase": "Running", "startTime": NOW, "ranks": {"worker-0": {"podSeen": True}}}
-    p = plan(
-        Reading(job(status=status), [pod(Role.WORKER, 0, "Running")], True, workload_gang=workload_api.Gang()), NOW
-    )
+    p = plan(under_api(job(status=status), [pod(Role.WORKER, 0, "Running")], workload_api.Gang()), NOW)
     (created,) = p.create_pods
     assert created["metadata"]["name"] == "j-worker-1" and created["spec"]["schedulingGroup"]["podGroupName"] == "j-2"
 
 
 def test_a_job_naming_a_gang_scheduler_keeps_its_own_pod_group() -> None:
     template = {"spec": {**TEMPLATE["spec"], "schedulerName": "volcano"}}
-    p = plan(Reading(training_job(template=template), [], True, workload_gang=workload_api.Gang()), NOW)
+    p = plan(under_api(training_job(template=template), [], workload_api.Gang()), NOW)
     (group,) = p.scheduling_objects
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert not any(workload_api.member(x) for x in p.create_pods)
@@ -111,14 +117,14 @@ def test_the_backend_is_the_workload_api_where_it_is_served_unless_told_otherwis
 ) -> None:
     kube = Discovery(served)
     r = Reconciler(kube, emit=lambda *_: None)  # type: ignore[arg-type]
-    assert asyncio.run(r.use_backend(backend)) == chosen
-    assert r.workload_api is (chosen == "workload-api") and kube.asked == asked
+    assert asyncio.run(r.reader.use_backend(backend)) == chosen
+    assert r.reader.backend.name == chosen and kube.asked == asked
 
 
 def test_asking_for_the_workload_api_where_it_is_not_served_says_so() -> None:
     r = Reconciler(Discovery(False), emit=lambda *_: None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"does not serve scheduling\.k8s\.io/v1alpha2"):
-        asyncio.run(r.use_backend("workload-api"))
+        asyncio.run(r.reader.use_backend("workload-api"))
 
 
 def member_pod(index: int, node: str = "") -> dict[str, Any]:
@@ -133,19 +139,14 @@ UNPLACED = workload_api.Gang((False, "0/1 placements are available: pod group is
 def test_the_job_says_what_kube_scheduler_says_of_its_group_and_fails_past_the_scheduling_timeout() -> None:
     status = {"ranks": {"worker-0": {"podSeen": True}, "worker-1": {"podSeen": True}}}
     pods = [member_pod(0), member_pod(1)]
-    p = plan(
-        Reading(job(status=status, runPolicy={"schedulingTimeoutSeconds": 60}), pods, True, workload_gang=UNPLACED), NOW
-    )
+    p = plan(under_api(job(status=status, runPolicy={"schedulingTimeoutSeconds": 60}), pods, UNPLACED), NOW)
     (admitted,) = [c for c in p.status.conditions if c.type.value == "Admitted"]
     assert (admitted.status, admitted.reason) == ("False", "WaitingForCapacity")
     assert admitted.message == "kube-scheduler: 0/1 placements are available: pod group is unschedulable (PodGroup j-2)"
     assert [e.reason for e in p.events if e.type == "Warning"] == ["WaitingForCapacity"]
     later = plan(
-        Reading(
-            job(status=p.status.model_dump(by_alias=True), runPolicy={"schedulingTimeoutSeconds": 60}),
-            pods,
-            True,
-            workload_gang=UNPLACED,
+        under_api(
+            job(status=p.status.model_dump(by_alias=True), runPolicy={"schedulingTimeoutSeconds": 60}), pods, UNPLACED
         ),
         "2026-01-01T00:01:00Z",
     )
@@ -154,30 +155,29 @@ def test_the_job_says_what_kube_scheduler_says_of_its_group_and_fails_past_the_s
 
 def test_a_placed_group_admits_the_job() -> None:
     pods = [member_pod(0, "n1"), member_pod(1, "n1")]
-    p = plan(Reading(job(), pods, True, workload_gang=workload_api.Gang((True, "Scheduled"))), NOW)
+    p = plan(under_api(job(), pods, workload_api.Gang((True, "Scheduled"))), NOW)
     (admitted,) = [c for c in p.status.conditions if c.type.value == "Admitted"]
     assert (admitted.status, admitted.reason) == ("True", "GangAdmitted") and "PodGroup j-2" in admitted.message
-    unplaced = plan(
-        Reading(job(), pods, True, workload_gang=UNPLACED), NOW
-    )  # every pod bound: a stale reading says nothing
+    unplaced = plan(under_api(job(), pods, UNPLACED), NOW)  # every pod bound: a stale reading says nothing
     assert all(c.type.value != "Admitted" for c in unplaced.status.conditions)
 
 
 def test_a_round_is_due_only_when_what_kube_scheduler_says_changes() -> None:
     r = Reconciler(Discovery(True), emit=lambda *_: None)  # type: ignore[arg-type]
     group = {"metadata": {"name": "j-2"}, "status": {"conditions": [{"type": "PodGroupScheduled", "status": "False"}]}}
-    assert r.pod_group_seen("ns", "j", {"metadata": {"name": "j-2"}}) is False  # nothing said yet
-    assert r.pod_group_seen("ns", "j", group) is True
-    assert r.pod_group_seen("ns", "j", dict(group)) is False
-    r.workload_api = True
-    assert r._workload_gang(job(), r.memory(("ns", "j"))) == workload_api.Gang((False, ""))
-    assert r._workload_gang(job(workers={"replicas": 3}), r.memory(("ns", "j"))) == workload_api.Gang(None)
+    asyncio.run(r.reader.use_backend("auto"))
+    assert r.reader.gang_object_seen("ns", "j", {"metadata": {"name": "j-2"}}) is False  # nothing said yet
+    assert r.reader.gang_object_seen("ns", "j", group) is True
+    assert r.reader.gang_object_seen("ns", "j", dict(group)) is False
+    seen = r.memory(("ns", "j")).gang_seen
+    assert WORKLOAD_API.verdict(job(), seen) == workload_api.Gang((False, ""))
+    assert WORKLOAD_API.verdict(job(workers={"replicas": 3}), seen) == workload_api.Gang(None)  # another size's
 
 
 @pytest.mark.parametrize(("mode", "constrained"), [("Required", True), ("Preferred", False)])
 def test_a_required_placement_becomes_the_groups_topology_constraint(mode: str, constrained: bool) -> None:
     placement = {"topologyKey": "topology.kubernetes.io/rack", "mode": mode}
-    p = plan(Reading(job(placement=placement), [], True, workload_gang=workload_api.Gang()), NOW)
+    p = plan(under_api(job(placement=placement), [], workload_api.Gang()), NOW)
     wl, group = p.scheduling_objects
     assert ("schedulingConstraints" in group["spec"]) is constrained
     assert ("schedulingConstraints" in wl["spec"]["podGroupTemplates"][0]) is constrained

@@ -22,10 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ringleader_api import LABEL_JOB, TrainingJob
+from ringleader_api import LABEL_JOB, ConditionType, Reason, TrainingJob
 
-from . import admission
-from .builders import owner_reference
+from .. import admission
+from ..builders import owner_reference
+from ..round_state import Round
+from .own_gate import release
+from .waiting import wait
 
 GROUP = "scheduling.k8s.io"
 VERSION = "v1alpha2"
@@ -104,3 +107,47 @@ def reading(group: Mapping[str, Any] | None) -> tuple[bool, str] | None:
         return None
     message = str(scheduled.get("message") or scheduled.get("reason") or "")
     return scheduled.get("status") == "True", message
+
+
+@dataclass(frozen=True)
+class WorkloadApi:
+    """The backend: gangs through kube-scheduler, what it says of each read back from the PodGroup's status."""
+
+    name: str = "workload-api"
+    description: str = "kube-scheduler's gang scheduling (scheduling.k8s.io/v1alpha2 Workloads and PodGroups)"
+    sizes_jobs: bool = False  # kube-scheduler places the gang at the size the job asks for
+    watches: tuple[tuple[str, str, str], ...] = ((GROUP, VERSION, "podgroups"),)
+    serves: tuple[str, ...] = ("workloads", "podgroups")  # what the cluster must serve of GROUP/VERSION
+
+    def mark(self, pod: dict[str, Any], job: TrainingJob) -> None:
+        join(pod, job)
+
+    def said(self, obj: Mapping[str, Any] | None) -> tuple[bool, str] | None:
+        return reading(obj)
+
+    def verdict(self, job: TrainingJob, seen: tuple[str, Any] | None) -> Gang:
+        """What kube-scheduler said of the job's current PodGroup (a PodGroup of another size says nothing)."""
+        return Gang(seen[1] if seen is not None and seen[0] == group_name(job) else None)
+
+    def admit(self, r: Round, cluster: admission.Cluster | None, verdict: Any) -> None:
+        """The pods this round creates join the job's PodGroup (its Workload and PodGroup created before them);
+        the job's Admitted condition says what kube-scheduler said of the group. Pods an operator with its own
+        gate created before the switch are still released by it."""
+        if r.plan.create_pods:
+            placement = r.job.spec.placement
+            key = placement.topology_key if placement is not None and placement.required else None
+            r.plan.scheduling_objects = objects(r.job, key)
+        release(r, cluster)
+        gang = verdict if isinstance(verdict, Gang) else Gang()
+        if gang.reading is None or not any(member(x) for x in r.pods):
+            return
+        scheduled, said = gang.reading
+        group = group_name(r.job)
+        if scheduled:
+            message = f"kube-scheduler placed the gang (PodGroup {group})"
+            r.set_condition(ConditionType.ADMITTED, True, Reason.ADMITTED, message)
+        elif any(not (x.get("spec") or {}).get("nodeName") for x in r.pods if member(x)):
+            wait(r, Reason.WAITING_FOR_CAPACITY, f"kube-scheduler: {said} (PodGroup {group})")
+
+
+WORKLOAD_API = WorkloadApi()

@@ -1,4 +1,5 @@
-"""Gang admission by the operator, table-style: release together, wait saying why, fail past the timeout."""
+"""Gang backends (gang_backends/): the operator's own gate table-style (release together, wait saying why, fail
+past the timeout), the PodGroup schedulers' objects and marks, and which backend a job gets."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ import pytest
 from ringleader_api import Role
 from ringleader_operator import admission
 from ringleader_operator.admission import Cluster
-from ringleader_operator.policies.gang import admit_gang
+from ringleader_operator.gang_backends import CLUSTER_BACKENDS, OWN_GATE, SCHEDULERS, choose
+from ringleader_operator.gang_backends.kai import KAI
+from ringleader_operator.gang_backends.workload_api import WORKLOAD_API
+from ringleader_operator.round_state import Round
 
-from ..builders import NOW, TEMPLATE, after, gated, gpu_node, job, pod, round_of
+from .builders import NOW, TEMPLATE, after, gated, gpu_node, job, pod, round_of
 
 PAIR = [gated(pod(Role.WORKER, 0, "Pending")), gated(pod(Role.WORKER, 1, "Pending"))]
 WAITING_SINCE_NOW = {"conditions": [{"type": "Admitted", "status": "False", "reason": "Unschedulable",
                                      "message": "needs 6 nvidia.com/gpu, 4 allocatable",
                                      "lastTransitionTime": NOW}]}  # fmt: skip
+
+
+def admit_gang(r: Round, cluster: Cluster | None) -> None:
+    """The round's admission step as `reconcile.plan` takes it, the pods it creates marked already."""
+    choose(r.job).admit(r, cluster, None)
 
 
 def planned(index: int) -> dict[str, Any]:
@@ -125,3 +134,51 @@ def test_a_gang_too_big_for_any_one_domain_waits_under_required_and_spreads_unde
     admit_gang(preferred, RACKS)
     assert len(preferred.plan.ungate_pods) == 3
     assert {v["topology.kubernetes.io/rack"] for v in preferred.plan.pin_pods.values()} == {"a", "b"}
+
+
+def template(scheduler: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "t", "image": "t"}], "schedulerName": scheduler}}
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "default", "want"),
+    [
+        ("", OWN_GATE, "gates"),
+        ("", WORKLOAD_API, "workload-api"),  # the operator's choice where the pods name no gang scheduler
+        ("volcano", WORKLOAD_API, "volcano"),  # the pods' own scheduler wins
+        ("scheduler-plugins-scheduler", OWN_GATE, "scheduler-plugins-scheduler"),
+        ("kai-scheduler", OWN_GATE, "kai-scheduler"),
+        ("my-scheduler", OWN_GATE, "gates"),  # a scheduler that places pods one by one: the gate still admits
+    ],
+)
+def test_a_job_gets_the_scheduler_its_pods_name_else_the_operators_backend(
+    scheduler: str, default: Any, want: str
+) -> None:
+    assert choose(job(workers={"replicas": 2, "template": template(scheduler)}), default).name == want
+
+
+def test_every_backend_has_its_own_name_and_only_the_own_gate_sizes_jobs() -> None:
+    backends = [*CLUSTER_BACKENDS.values(), *SCHEDULERS.values()]
+    assert len({b.name for b in backends}) == len(backends)
+    assert [b.name for b in backends if b.sizes_jobs] == ["gates"]
+
+
+def test_kai_gets_its_pod_group_with_the_queue_and_pods_that_the_pod_grouper_leaves_alone() -> None:
+    j = job(workers={"replicas": 2, "template": template("kai-scheduler")}, runPolicy={"priorityClassName": "train"})
+    j.metadata["labels"] = {"kai.scheduler/queue": "team-a"}
+    r = round_of(j)
+    pod0: dict[str, Any] = {"metadata": {"name": "j-worker-0"}, "spec": {}}
+    KAI.mark(pod0, j)
+    assert pod0["metadata"]["annotations"] == {"pod-group-name": "j", "kai.scheduler/skip-podgrouper": "true"}
+    assert "schedulingGates" not in pod0["spec"]
+    r.plan.create_pods.append(pod0)
+    admit_gang(r, None)
+    (group,) = r.plan.scheduling_objects
+    assert (group["apiVersion"], group["kind"], group["metadata"]["name"]) == (
+        "scheduling.run.ai/v2alpha2",
+        "PodGroup",
+        "j",
+    )
+    assert {k: group["spec"][k] for k in ("minMember", "queue", "priorityClassName")} == {
+        "minMember": 2, "queue": "team-a", "priorityClassName": "train"
+    }  # fmt: skip
