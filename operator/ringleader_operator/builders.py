@@ -31,7 +31,7 @@ from ringleader_api import (
     TrainingJob,
 )
 
-from . import admission, launchers, templates
+from . import launchers, quantities, templates
 
 ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this pod was made for
 
@@ -272,6 +272,20 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
                 "GROUP_RANK": str(index), "RINGLEADER_PROCS_PER_POD": str(procs)}  # fmt: skip
         # torchrun's own options: `torchrun script.py` with no options forms this same world.
         env |= launchers.torchrun_env(spec.workers.replicas, index, env["MASTER_ADDR"], MASTER_PORT, procs, _c10d(job))
+    env |= _strategy_env(job, workers, ps)
+    if role == Role.WORKER and (low := worker_counts(job).start) < spec.workers.replicas:
+        env["RINGLEADER_MIN_WORKERS"] = str(low * procs)  # the survivors may train on while a rank is replaced
+    if spec.checkpoint is not None:
+        env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
+        env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)
+        env["RINGLEADER_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
+    return env
+
+
+def _strategy_env(job: TrainingJob, workers: int, ps: int) -> dict[str, str]:
+    """The variables of the job's strategy's settings (each with the default the trainer assumes when the field is
+    absent): `workers` worker ranks and `ps` shards."""
+    spec, env = job.spec, {}
     if spec.strategy == Strategy.PARAMETER_SERVER:
         settings = spec.parameter_server
         env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"
@@ -281,22 +295,16 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
             env["RINGLEADER_PS_BACKUP"] = "1"
         env["RINGLEADER_PS_PORT"] = str(PS_PORT)
         env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
-    if role == Role.WORKER and (low := worker_counts(job).start) < spec.workers.replicas:
-        env["RINGLEADER_MIN_WORKERS"] = str(low * procs)  # the survivors may train on while a rank is replaced
-    if spec.strategy == Strategy.LOCAL_SGD:
+    elif spec.strategy == Strategy.LOCAL_SGD:
         env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
-    if spec.strategy == Strategy.SHARDED:
+    elif spec.strategy == Strategy.SHARDED:
         env["RINGLEADER_SHARDED_STAGE"] = str(spec.sharded.stage if spec.sharded else 3)
         if spec.sharded and spec.sharded.replicas > 1:
             env["RINGLEADER_SHARDED_REPLICAS"] = str(spec.sharded.replicas)
-    if spec.strategy == Strategy.PIPELINE:
+    elif spec.strategy == Strategy.PIPELINE:
         pipeline = spec.pipeline or PipelineSettings()
         env["RINGLEADER_PIPELINE_STAGES"] = str(pipeline.stages or workers)
         env["RINGLEADER_PIPELINE_MICRO_BATCHES"] = str(pipeline.micro_batches)
-    if spec.checkpoint is not None:
-        env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
-        env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)
-        env["RINGLEADER_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
     return env
 
 
@@ -309,7 +317,7 @@ def cpu_threads(container: Mapping[str, Any], processes: int) -> str:
     resources = container.get("resources") or {}
     cpu = (resources.get("limits") or {}).get("cpu") or (resources.get("requests") or {}).get("cpu")
     try:
-        cores = admission.parse_quantity(cpu) if cpu is not None else Decimal(0)
+        cores = quantities.parse_quantity(cpu) if cpu is not None else Decimal(0)
     except ValueError:  # validate refuses the template first; a pod is still built for a status
         cores = Decimal(0)
     return str(max(1, int(cores / max(1, processes))))

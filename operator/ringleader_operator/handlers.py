@@ -24,7 +24,9 @@ from . import gang_backends, kueue
 from .admission import Ledger, node_digest
 from .builders import DEFAULT_MAX_RANKS
 from .diffbase import NoDiffBaseStorage
-from .kube import ApiUnavailable, Kube, kopf_session, load_config
+from .kube import Kube
+from .kube_connection import kopf_session, load_config
+from .kube_errors import ApiUnavailable
 from .podcache import PodCache, PodIndexes
 from .podwatch import PodWatch
 from .ratelimit import ClientBudget

@@ -10,8 +10,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .observed import Observations
+from .admission import gated
 from .podcache import resource_version
+from .rankbook import Observations
 from .stalls import Clock, Stall, Unavailable
 from .stragglers import Slow, Stragglers, Watch
 
@@ -100,6 +101,12 @@ class JobMemory:
         """How long the job's pod events (bound, started) wait to share one round: POD_EVENTS_SECONDS, longer for
         a job whose rounds take long (PLAN_SHARE times its last round's synchronous work)."""
         return min(MAX_EVENTS_SECONDS, max(POD_EVENTS_SECONDS, PLAN_SHARE * self.round_seconds))
+
+    def any_gated(self, pods: list[dict[str, Any]]) -> bool:
+        """Whether any of the job's rank pods carries the gang gate, as the plan just made counted them (its rank
+        book), or, without a book, among `pods`."""
+        book = self.seen.book
+        return book.gated > 0 if book is not None and book.observed is not None else any(gated(x) for x in pods)
 
     def handled(self, stalled: Stall | Unavailable | None, slow: Stragglers | None) -> None:
         """A round that carried out its plan has acted on the stall and the stragglers it was given (or dropped

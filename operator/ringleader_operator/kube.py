@@ -9,55 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
-import kopf
 import orjson
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException, rest
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION
 
 from . import kueue, metrics
 from .admission import GATE, Cluster
+from .kube_errors import ApiUnavailable, KubeError, KueueMissing, RejectedObject, wrapped
 from .ratelimit import ClientBudget
 
 API_TIMEOUT = 15  # seconds, every request
 CREATE_CONCURRENCY = 32
-# Open connections to the API server, for all jobs together. Each TLS connection costs ~250 KB of buffers in
-# this process; the client's default (100) was reached by a burst of job creations for no gain in throughput.
-API_CONNECTIONS = 32
-KOPF_REQUESTS = 32  # kopf's own concurrent requests (patches, events) beside its long-lived watches
 T = TypeVar("T")
-
-
-class KubeError(Exception):
-    """An API call failed. `status`: the HTTP status the API server answered, None when no answer came (the
-    network, a timeout)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ApiUnavailable(KubeError):
-    """A request failed in a way worth retrying (network, 5xx, 429, timeouts)."""
-
-
-class Conflict(KubeError):
-    """A write based on an outdated read: read again and decide again."""
-
-
-class RejectedObject(KubeError):
-    """The API server refused an object as invalid or forbidden; retrying the same object cannot help."""
-
-
-class KueueMissing(KubeError):
-    """A job asks for a Kueue queue, and the cluster does not serve Kueue's API."""
 
 
 async def _json(call: Awaitable[Any]) -> dict[str, Any]:
@@ -81,71 +50,6 @@ async def _json(call: Awaitable[Any]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiException(status=502, reason=f"the answer is no JSON object: {data[:100]!r}")
     return body
-
-
-def _message(e: ApiException) -> str:
-    try:
-        return str(json.loads(e.body).get("message") or e.reason)
-    except (TypeError, ValueError):
-        return str(e.reason)
-
-
-async def load_config(watches: int = 0) -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config); its
-    connection pool has room for `watches` long watch streams beside API_CONNECTIONS requests."""
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        await config.load_kube_config()
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = API_CONNECTIONS + watches
-    api = client.ApiClient(configuration)
-    if not environment_proxies(os.environ):
-        await ignore_environment(api)
-    return api
-
-
-# What makes aiohttp's trust_env do anything: a proxy for the API server's scheme, or a netrc file named.
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NETRC")
-
-
-def environment_proxies(env: Mapping[str, str]) -> bool:
-    """Whether the environment names a proxy (or a netrc file) the API client should honour."""
-    return any(env.get(v) for v in PROXY_VARIABLES)
-
-
-async def ignore_environment(api: client.ApiClient) -> None:
-    """Give `api` an HTTP session that does not consult the environment for each request, on the same
-    connection pool. kubernetes_asyncio's session always trusts it, and aiohttp then reads ~/.netrc and the
-    proxy variables in a worker thread before every request: with none set, about a tenth of the operator's
-    CPU while a burst of jobs started went to those threads and their hand-offs (py-spy)."""
-    rest = api.rest_client
-    old: aiohttp.ClientSession = rest.pool_manager
-    rest.pool_manager = aiohttp.ClientSession(connector=old.connector, trust_env=False, read_bufsize=2**21)
-    old.detach()  # the connection pool now belongs to the new session
-    await old.close()
-
-
-def kopf_session(info: kopf.ConnectionInfo, watches: int, budget: ClientBudget) -> kopf.AiohttpSession:
-    """kopf's HTTP session for `info`, as kopf would make it but with at most `watches` + KOPF_REQUESTS open
-    connections, and every request taking its token from `budget` (the one the operator's own calls use).
-    kopf's own has no limit: a burst of new jobs opened one TLS connection per concurrent patch (hundreds),
-    each holding its buffers. `watches` must cover every watch stream kopf keeps open, or its requests would
-    wait for a connection that a watch never gives back."""
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=watches + KOPF_REQUESTS, ssl=info.as_ssl_context()),
-        trace_configs=[budget.trace_config()],
-        headers=info.as_http_headers(),
-        proxy=info.proxy_url,
-        trust_env=info.trust_env,
-    )
-    return kopf.AiohttpSession(
-        server=info.server,
-        default_namespace=info.default_namespace,
-        priority=info.priority,
-        expiration=info.expiration,
-        aiohttp_session=session,
-    )
 
 
 async def each(items: Sequence[T], act: Callable[[T], Awaitable[None]]) -> None:
@@ -200,20 +104,11 @@ class Kube:
         except ApiException as e:
             if absent is not None and e.status == absent:
                 return None
-            raise self._wrap(e, what) from e
+            raise wrapped(e, what) from e
         except (OSError, TimeoutError, aiohttp.ClientError) as e:
             # aiohttp's ServerDisconnectedError (a pooled connection the API server closed) and payload errors
             # are no OSError; unwrapped, they reached kopf as a handler's crash and waited out its 60 s back-off.
-            raise self._wrap(e, what) from e
-
-    def _wrap(self, e: Exception, what: str) -> KubeError:
-        if not isinstance(e, ApiException):
-            return ApiUnavailable(f"{what}: {e}")
-        if e.status == 409:
-            return Conflict(f"{what}: {_message(e)}", e.status)
-        if e.status in (400, 403, 422):
-            return RejectedObject(f"{what}: {_message(e)}", e.status)
-        return ApiUnavailable(f"{what}: {e.status} {_message(e)}", e.status)
+            raise wrapped(e, what) from e
 
     async def close(self) -> None:
         await self.api.close()

@@ -34,7 +34,8 @@ from .handlers import PEERING_NAME, WATCHES_PER_NAMESPACE
 from .ratelimit import DEFAULT_BURST, DEFAULT_QPS, ClientBudget
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The operator's command line (argparse's one-line usage error for a bad one)."""
     p = argparse.ArgumentParser(
         prog="ringleader-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -73,7 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         "the cluster serves it",
     )
     p.add_argument("--verbose", action="store_true")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ringleader_api import ANNOTATION_ATTEMPT, KIND, MANAGED_BY_RINGLEADER, Role, TrainingJob
 
@@ -15,9 +15,6 @@ from . import evidence
 from .admission import gated
 from .builders import ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import START_FAILURES, Failure, Kind, classify
-
-if TYPE_CHECKING:
-    from .rankbook import RankBook
 
 
 def parse_time(value: str) -> datetime:
@@ -147,19 +144,15 @@ def _start_error(container_status: Mapping[str, Any]) -> str:
 FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest are counted
 
 
-class Observations:
-    """A job's pods as its last round observed them, by (uid, resourceVersion): a version of a pod never changes,
-    so a round looks again only at the pods that changed since (of a 10,000-rank job, those whose events brought
-    the round). Holds the job's current pods only; one per job (the operator's memory of it)."""
+class Seen(Protocol):
+    """What earlier rounds of a job observed of its pods (rankbook.Observations), for `own_ranks` to reuse."""
 
-    def __init__(self) -> None:
-        self.job_uid = ""  # whose rank each observation judged (a job made again under its name is another)
-        self.kept: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]] = {}  # by (uid, resourceVersion)
-        self.book: RankBook | None = None  # the job's ranks as its rounds keep count of them (rankbook.py)
+    job_uid: str  # whose rank each observation judged (a job made again under its name is another)
+    kept: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]]  # by (uid, resourceVersion)
 
 
 def own_ranks(
-    job: TrainingJob, pods: list[dict[str, Any]], seen: Observations | None = None
+    job: TrainingJob, pods: list[dict[str, Any]], seen: Seen | None = None
 ) -> tuple[list[ObservedPod], list[str]]:
     """The job's ranks among `pods` (the pods carrying its job label), and the names of the others.
 

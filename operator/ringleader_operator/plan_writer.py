@@ -20,7 +20,7 @@ from . import admission, metrics, status_writes
 from .builders import delete_grace_seconds
 from .job_objects import build_network_policy, build_service, build_token_secret
 from .jobmemory import JobMemory, Key
-from .kube import RejectedObject
+from .kube_errors import RejectedObject
 from .kubeapi import EventSink, KubeApi
 from .observed import foreign_pods_message
 from .policies.stall import STALLED_POD_GRACE_SECONDS

@@ -135,3 +135,14 @@ def exited_under_always(job: TrainingJob, pod: ObservedPod) -> bool:
         and spec is not None
         and spec.restart_policy == RestartPolicy.ALWAYS
     )
+
+
+class Observations:
+    """A job's pods as its last round observed them, by (uid, resourceVersion): a version of a pod never changes,
+    so a round looks again only at the pods that changed since (of a 10,000-rank job, those whose events brought
+    the round). Holds the job's current pods only; one per job (the operator's memory of it)."""
+
+    def __init__(self) -> None:
+        self.job_uid = ""  # whose rank each observation judged (a job made again under its name is another)
+        self.kept: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]] = {}  # by (uid, resourceVersion)
+        self.book: RankBook | None = None  # the job's ranks as its rounds keep count of them

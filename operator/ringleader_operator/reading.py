@@ -13,7 +13,7 @@ from ringleader_api import TrainingJob
 from . import kueue
 from .builders import DEFAULT_MAX_RANKS
 from .gang_backends import GangBackend
-from .observed import Observations
+from .rankbook import Observations
 from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
 

@@ -33,7 +33,7 @@ from . import admission, metrics
 from .builders import DEFAULT_MAX_RANKS
 from .cluster_admission import ClusterAdmission
 from .jobmemory import POD_EVENTS_SECONDS, JobMemory, Key
-from .kube import ApiUnavailable, Conflict
+from .kube_errors import ApiUnavailable, Conflict
 from .kubeapi import EventSink, KubeApi
 from .observed import managed_elsewhere, utcnow
 from .plan_writer import PlanWriter, export_goodput
@@ -247,7 +247,7 @@ class Reconciler:
         sizes = reading.queued is None and reading.gang is not None and reading.gang.sizes_jobs
         growing = sizes and elastic.below_replicas(job)
         p = None if growing else decide(None)
-        if p is None or _gated(record, reading.pods) or any(admission.gated(x) for x in p.create_pods):
+        if p is None or record.any_gated(reading.pods) or any(admission.gated(x) for x in p.create_pods):
             # Gang admission: the round decides again with the cluster in view (a plan is pure: planning again
             # costs no request), in turn with every other job's (cluster_admission.py).
             p = await self.admission.decide(key, reading.pods, decide)
@@ -297,10 +297,3 @@ class Reconciler:
         self.queue.close()
         await self.scrapes.aclose()
         await self.kube.close()
-
-
-def _gated(record: JobMemory, pods: list[dict[str, Any]]) -> bool:
-    """Whether any of the job's rank pods carries the gang gate, as the plan just made counted them (its rank
-    book), or, without a book, among `pods`."""
-    book = record.seen.book
-    return book.gated > 0 if book is not None and book.observed is not None else any(admission.gated(x) for x in pods)

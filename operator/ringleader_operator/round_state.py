@@ -28,8 +28,8 @@ from ringleader_api import (
 
 from .builders import rank_key, rank_of_key
 from .conditions import set_condition
-from .observed import Observations, ObservedPod, own_ranks, parse_time
-from .rankbook import COUNTED, RankBook, settled
+from .observed import ObservedPod, own_ranks, parse_time
+from .rankbook import COUNTED, Observations, RankBook, settled
 
 
 class Event(NamedTuple):

@@ -13,7 +13,7 @@ from typing import Any
 from ringleader_api import JobPhase
 
 from .jobmemory import JobMemory, Key
-from .kube import ApiUnavailable
+from .kube_errors import ApiUnavailable
 from .scraper import ProgressScraper, loss_pending, scrape_interval, watches_progress
 from .workqueue import WorkQueue
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from .admission import parse_quantity
+from .quantities import parse_quantity
 
 Quantity = Any  # a string or a number; checked by parse_quantity below, whose message names the value
 

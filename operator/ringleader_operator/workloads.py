@@ -11,7 +11,7 @@ from ringleader_api import ConditionType, TrainingJob
 from . import kueue
 from .conditions import TERMINAL, finished
 from .jobmemory import JobMemory
-from .kube import KueueMissing
+from .kube_errors import KueueMissing
 from .kubeapi import KubeApi
 
 log = logging.getLogger("ringleader.workloads")

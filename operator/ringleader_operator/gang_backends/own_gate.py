@@ -10,7 +10,7 @@ from typing import Any
 
 from ringleader_api import ConditionType, Reason, TrainingJob
 
-from .. import admission
+from .. import admission, placement
 from ..builders import rank_of
 from ..round_state import Round
 from .waiting import wait
@@ -56,7 +56,7 @@ def release(r: Round, cluster: admission.Cluster | None) -> None:
         return
     topology = _topology(r)
     gang = [*gated, *creating]
-    fit = admission.admit([x["spec"] for x in gang], cluster.nodes, cluster.room(), topology)
+    fit = placement.admit([x["spec"] for x in gang], cluster.nodes, cluster.room(), topology)
     if not fit.fits:
         wait(r, Reason.UNSCHEDULABLE if fit.never else Reason.WAITING_FOR_CAPACITY, fit.message)
         r.plan.waiting_for_room = True
@@ -76,10 +76,10 @@ def release(r: Round, cluster: admission.Cluster | None) -> None:
     r.set_condition(ConditionType.ADMITTED, True, Reason.ADMITTED, message)
 
 
-def _topology(r: Round) -> admission.Topology | None:
+def _topology(r: Round) -> placement.Topology | None:
     """spec.placement as admission weighs it, the nodes the job's running pods are on as its anchor."""
-    placement = r.job.spec.placement
-    if placement is None:
+    asked = r.job.spec.placement
+    if asked is None:
         return None
     live = {p.name for p in r.observed if r.live(p)}
     anchor = frozenset(
@@ -87,7 +87,7 @@ def _topology(r: Round) -> admission.Topology | None:
         for x in r.pods
         if (x.get("metadata") or {}).get("name") in live and (x.get("spec") or {}).get("nodeName")
     )
-    return admission.Topology(placement.topology_key, placement.required, anchor)
+    return placement.Topology(asked.topology_key, asked.required, anchor)
 
 
 def _gated_staying(r: Round) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ringleader_api import TrainingJob
 
-from .. import admission
+from .. import admission, quantities
 from ..builders import build_pod, desired_ranks
 from ..job_objects import job_metadata
 from ..round_state import Round
@@ -64,11 +64,11 @@ class PodGroupScheduler:
 
     def pod_group(self, job: TrainingJob) -> dict[str, Any]:
         """The PodGroup `<job>`: every rank at once (`minMember`), with the summed requests of all its pods."""
-        total: admission.Resources = {}
+        total: quantities.Resources = {}
         for role, index in desired_ranks(job):
-            admission.add(total, admission.pod_requests(build_pod(job, role, index)["spec"]))
-        total.pop(admission.PODS, None)
-        resources = {k: admission.format_quantity(v) for k, v in sorted(total.items())}
+            quantities.add(total, quantities.pod_requests(build_pod(job, role, index)["spec"]))
+        total.pop(quantities.PODS, None)
+        resources = {k: quantities.format_quantity(v) for k, v in sorted(total.items())}
         ranks = job.spec.workers.replicas + (job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0)
         return {
             "apiVersion": self.api_version,

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from ringleader_api import ConditionType, ElasticReason, ElasticStatus, Reason, Role, TrainingJob
 
-from .. import admission, gang_backends
+from .. import admission, gang_backends, placement
 from ..builders import build_pod
 from ..observed import parse_time
 from ..round_state import Round
@@ -208,15 +208,15 @@ class _Fit:
         self.worker = build_pod(job, Role.WORKER, 0)["spec"]
         shards = job.spec.parameter_servers
         self.shards = [build_pod(job, Role.PS, i)["spec"] for i in range(shards.replicas if shards else 0)]
-        placement = job.spec.placement
-        self.topology = None if placement is None else admission.Topology(placement.topology_key, placement.required)
+        asked = job.spec.placement
+        self.topology = None if asked is None else placement.Topology(asked.topology_key, asked.required)
         self.nodes, self.others = nodes, others
 
     def gang(self, workers: int) -> list[dict[str, Any]]:
         return [self.worker] * workers + self.shards
 
     def largest(self, sizes: range) -> int | None:
-        return admission.largest_fitting(self.gang, sizes, self.nodes, self.others, self.topology)
+        return placement.largest_fitting(self.gang, sizes, self.nodes, self.others, self.topology)
 
     def shortage(self, workers: int) -> str:
-        return admission.admit(self.gang(workers), self.nodes, self.others, self.topology).message
+        return placement.admit(self.gang(workers), self.nodes, self.others, self.topology).message

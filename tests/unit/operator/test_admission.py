@@ -7,8 +7,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from ringleader_operator import admission
-from ringleader_operator.admission import GATE, Room, admit, format_quantity, node_digest, parse_quantity, pod_requests
+from ringleader_operator import placement, quantities
+from ringleader_operator.admission import GATE, Room, node_digest
+from ringleader_operator.placement import admit
+from ringleader_operator.quantities import format_quantity, parse_quantity, pod_requests
 
 
 @pytest.mark.parametrize(
@@ -170,12 +172,12 @@ def test_a_pods_requests_are_remembered_by_version_and_a_new_version_is_weighed_
 def _first_fit(specs: list[dict[str, Any]], nodes: list[Any]) -> list[str | None]:
     """First-fit, biggest first, by the book: every pod looks at every node from the first."""
     out: list[str | None] = [None] * len(specs)
-    order = sorted(range(len(specs)), key=lambda i: admission._sort_key(pod_requests(specs[i])))
+    order = sorted(range(len(specs)), key=lambda i: placement._sort_key(pod_requests(specs[i])))
     for i in order:
         req = pod_requests(specs[i])
         for n in nodes:
-            if admission._has_room(specs[i], req, n):
-                admission.add(n.free, req, -1)
+            if placement._has_room(specs[i], req, n):
+                quantities.add(n.free, req, -1)
                 out[i] = n.name
                 break
     return out
@@ -189,5 +191,5 @@ def test_placing_pods_alike_from_where_the_last_went_places_them_as_first_fit_do
     kinds = [gang_pod(g) for g in (1, 2, 4)] + [gang_pod(1, nodeSelector={"zone": "a"})]
     specs = [rng.choice(kinds) for _ in range(rng.randint(1, 40))]
     raw = [node(f"n{i}", gpus=rng.choice([0, 1, 2, 3, 4, 8]), labels={"zone": rng.choice("ab")}) for i in range(12)]
-    placed = [n.name if n else None for n in admission._assign(specs, admission._nodes(raw))]
-    assert placed == _first_fit(specs, admission._nodes(raw))
+    placed = [n.name if n else None for n in placement._assign(specs, placement._nodes(raw))]
+    assert placed == _first_fit(specs, placement._nodes(raw))

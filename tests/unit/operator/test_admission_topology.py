@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ringleader_operator.admission import Room, Topology, admit
+from ringleader_operator.admission import Room
+from ringleader_operator.placement import Topology, admit
 
 from tests.unit.operator.test_admission import gang_pod, node, running
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
-from ringleader_operator.kube import CREATE_CONCURRENCY, ApiUnavailable, Kube, RejectedObject
+from ringleader_operator.kube import CREATE_CONCURRENCY, Kube
+from ringleader_operator.kube_errors import ApiUnavailable, RejectedObject
 
 from tests.support.localhttp import served
 

@@ -8,7 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, ApiException
-from ringleader_operator.kube import ApiUnavailable, Conflict, Kube, RejectedObject
+from ringleader_operator.kube import Kube
+from ringleader_operator.kube_errors import ApiUnavailable, Conflict, RejectedObject
 
 
 def _api(status: int) -> ApiException:

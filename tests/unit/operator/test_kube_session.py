@@ -1,4 +1,5 @@
-"""kopf's HTTP session as the login handler makes it (kube.kopf_session): kopf's credentials, a bounded pool."""
+"""kopf's HTTP session as the login handler makes it (kube_connection.kopf_session): kopf's credentials,
+a bounded pool."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import kopf
 import pytest
 from kubernetes_asyncio import client
-from ringleader_operator.kube import KOPF_REQUESTS, environment_proxies, ignore_environment, kopf_session
+from ringleader_operator.kube_connection import KOPF_REQUESTS, environment_proxies, ignore_environment, kopf_session
 from ringleader_operator.ratelimit import ClientBudget
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from ringleader_api import TrainingJob
-from ringleader_operator.admission import Cluster, pod_requests
+from ringleader_operator.admission import Cluster
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
 from ringleader_operator.podcache import (
     GONE_SECONDS,
@@ -20,6 +20,7 @@ from ringleader_operator.podcache import (
     digest,
     overlay,
 )
+from ringleader_operator.quantities import pod_requests
 from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 

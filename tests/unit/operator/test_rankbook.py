@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringleader_api import Role
-from ringleader_operator.observed import Observations, own_ranks
-from ringleader_operator.rankbook import RankBook
+from ringleader_operator.observed import own_ranks
+from ringleader_operator.rankbook import Observations, RankBook
 from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import _counts

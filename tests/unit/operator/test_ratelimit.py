@@ -1,5 +1,6 @@
 """The operator's client budget (ratelimit.py): the token bucket's arithmetic, table-style, and the budget taken
-by both paths to the API server, the operator's own calls (kube.Kube) and kopf's session (kube.kopf_session)."""
+by both paths to the API server, the operator's own calls (kube.Kube) and kopf's session
+(kube_connection.kopf_session)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import kopf
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
-from ringleader_operator.kube import Kube, kopf_session
+from ringleader_operator.kube import Kube
+from ringleader_operator.kube_connection import kopf_session
 from ringleader_operator.ratelimit import ClientBudget, TokenBucket, request_call
 
 from tests.support.localhttp import served

@@ -17,7 +17,7 @@ from ringleader_operator import admission, observed, round_reader, status_writes
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
 from ringleader_operator.jobmemory import PLAN_SHARE
-from ringleader_operator.kube import Conflict
+from ringleader_operator.kube_errors import Conflict
 from ringleader_operator.reconciler import Reconciler
 
 from tests.unit.operator.builders import TEMPLATE, gpu_node, pod

@@ -13,7 +13,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringleader_api import LABEL_JOB
-from ringleader_operator.admission import GATE, Cluster, Ledger, Room, admit
+from ringleader_operator.admission import GATE, Cluster, Ledger, Room
+from ringleader_operator.placement import admit
 
 from .test_admission import gang_pod, node
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ringleader_operator import kueue
 from ringleader_operator.jobmemory import JobMemory
-from ringleader_operator.kube import KueueMissing
+from ringleader_operator.kube_errors import KueueMissing
 from ringleader_operator.workloads import Workloads
 
 from tests.unit.operator.builders import NOW, training_job

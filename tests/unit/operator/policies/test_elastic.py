@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from ringleader_api import Role
-from ringleader_operator import admission
-from ringleader_operator.admission import GATE, Cluster, Room, Topology, largest_fitting
+from ringleader_operator import admission, placement
+from ringleader_operator.admission import GATE, Cluster, Room
 from ringleader_operator.builders import rank_labels
+from ringleader_operator.placement import Topology, largest_fitting
 from ringleader_operator.policies import elastic
 from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
@@ -217,5 +218,5 @@ def test_the_largest_fitting_size_is_what_a_linear_scan_finds(free: int, topolog
         return [gang_pod(1)] * n
 
     room = Room.of(taken)
-    linear = max((n for n in range(1, 25) if admission.admit(gang(n), nodes, room, topology).fits), default=None)
+    linear = max((n for n in range(1, 25) if placement.admit(gang(n), nodes, room, topology).fits), default=None)
     assert largest_fitting(gang, range(1, 25), nodes, room, topology) == linear
