@@ -5,7 +5,7 @@ default (a thread per core, whatever the pod's share).
 
 `--workers` ranks of the built-in digits-mlp example (the demo's) run as plain processes on this machine with the
 operator's environment (tests/support/launch.py), once with OMP_NUM_THREADS as the operator now sets it for
-pods asking for no CPU (1; `builders.cpu_threads`) and once with it unset, the two back to back in `--pairs`
+pods asking for no CPU (1; `rank_env.cpu_threads`) and once with it unset, the two back to back in `--pairs`
 pairs, the first of each pair alternating. Each run's figure is worker 0's median step time over its log windows
 after the first; the comparison is the median over pairs of operator's / unset, with a 95 % bootstrap interval
 (bench/stats.py). The wall time from start to every rank's exit is reported too: what a user waits for. Results

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 from ringleader_api import Role
-from ringleader_operator.builders import rank_env
+from ringleader_operator.rank_env import rank_env
 from ringleader_trainer.env import from_env
 from ringleader_trainer.strategies.pipeline import PipelineStrategy
 from ringleader_trainer.strategy import Options

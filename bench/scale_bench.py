@@ -56,7 +56,7 @@ from kubernetes import client, config, watch
 from ringleader_api import Role, TrainingJob
 from ringleader_devcluster import commands, controlplane, operatorprocess
 from ringleader_devcluster.layout import REPO_ROOT, Layout
-from ringleader_operator import admission, builders
+from ringleader_operator import admission, builders, names
 from ringleader_operator.job_objects import build_service, build_token_secret
 from ringleader_operator.kube import CREATE_CONCURRENCY
 
@@ -134,7 +134,7 @@ def floor_objects(job: dict[str, Any], all_named: bool = True) -> list[dict[str,
         admission.lift_gate(pod)
     service = build_service(model)
     if not all_named:  # `all_named` False: the Service selects worker 0 alone (FLOOR_NAMED0)
-        service["spec"]["selector"] = builders.rank_labels(model.name, Role.WORKER, 0)
+        service["spec"]["selector"] = names.rank_labels(model.name, Role.WORKER, 0)
     return [build_token_secret(model, secrets.token_hex(32)), service, *pods]
 
 

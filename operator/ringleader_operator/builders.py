@@ -11,108 +11,43 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 from ringleader_api import (
     ANNOTATION_ATTEMPT,
-    API_VERSION,
     CONTRACT_ENV,
-    KIND,
-    LABEL_INDEX,
-    LABEL_JOB,
-    LABEL_ROLE,
     MAX_GRACE_SECONDS,
     ROLE_FIELDS,
-    PipelineSettings,
     Role,
-    Strategy,
     TrainingJob,
 )
 
-from . import launchers, quantities, templates
-
-ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this pod was made for
-
-TRAINER_CONTAINER = "trainer"
-MASTER_PORT = 29500  # torch.distributed rendezvous (c10d TCPStore) on worker 0
-PS_PORT = 29600  # parameter-server shards listen here
-METRICS_PORT = 9090  # every rank serves Prometheus metrics here (worker 0's: the job's progress)
-DEFAULT_CHECKPOINT_DIR = "/checkpoints"
-CHECKPOINT_VOLUME = "ringleader-checkpoints"
-# The job's token (docs/env-contract.md): a Secret the operator creates per job, mounted read-only in every rank's
-# trainer container; the parameter server's and the ring's handshakes prove it (trainer: auth.py).
-TOKEN_VOLUME = "ringleader-token"
-TOKEN_DIR = "/var/run/ringleader"
-TOKEN_KEY = "token"
-GPU_RESOURCE = "nvidia.com/gpu"
-# Kubernetes keeps a pod bound to an unreachable or not-ready node for 300 s before evicting it; a training job
-# stands still all that time, so ranks leave a lost node sooner (a template's own tolerations win).
-NODE_LOSS_TOLERATION_SECONDS = 30
-NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+from . import launchers, templates
+from .names import (
+    ANNOTATION_WORKERS,
+    CHECKPOINT_VOLUME,
+    DEFAULT_CHECKPOINT_DIR,
+    GPU_RESOURCE,
+    MASTER_PORT,
+    METRICS_PORT,
+    NODE_LOSS_TAINTS,
+    NODE_LOSS_TOLERATION_SECONDS,
+    PS_PORT,
+    TOKEN_DIR,
+    TOKEN_VOLUME,
+    TRAINER_CONTAINER,
+    owner_reference,
+    pod_name,
+    rank_labels,
+    token_secret_name,
+)  # fmt: skip
+from .rank_env import cpu_threads, rank_env, worker_counts
 
 
 class InvalidTemplate(ValueError):
     """The pod template cannot make a pod; the message names the field."""
 
 
-def rank_key(role: Role, index: int) -> str:
-    """`worker-1`, `ps-0`: the rank's key in status.ranks and the end of its pod's name."""
-    return f"{role.value}-{index}"
-
-
-def rank_of_key(key: str) -> tuple[Role, int]:
-    """`worker-1` -> (Role.WORKER, 1): rank_key's inverse."""
-    role, _, index = key.rpartition("-")
-    return Role(role), int(index)
-
-
-def pod_name(job: str, role: Role, index: int) -> str:
-    return f"{job}-{rank_key(role, index)}"
-
-
-def job_labels(job: str) -> dict[str, str]:
-    return {LABEL_JOB: job}
-
-
-def rank_labels(job: str, role: Role, index: int) -> dict[str, str]:
-    return {LABEL_JOB: job, LABEL_ROLE: role.value, LABEL_INDEX: str(index)}
-
-
-def rank_of(pod: Mapping[str, Any]) -> tuple[Role, int] | None:
-    """(role, index) from the labels `rank_labels` gives a pod; None when they are missing or not valid."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    try:
-        return Role(labels.get(LABEL_ROLE, "")), int(labels.get(LABEL_INDEX, ""))
-    except ValueError:
-        return None
-
-
-def owner_reference(job: TrainingJob) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": job.name,
-        "uid": job.metadata.get("uid", ""),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def checkpoint_directory(job: TrainingJob) -> str:
-    """Where the ranks keep checkpoints: `spec.checkpoint.directory` as given, else a directory of this job
-    object's own under /checkpoints (`<namespace>/<name>/<uid>`), so a new job of the same name, or another job
-    on the same volume, never resumes from checkpoints that are not its own. To continue from an earlier job's
-    checkpoints, give its directory."""
-    checkpoint = job.spec.checkpoint
-    if checkpoint is not None and checkpoint.directory:
-        return checkpoint.directory
-    return f"{DEFAULT_CHECKPOINT_DIR}/{job.namespace}/{job.name}/{job.metadata.get('uid', '')}".rstrip("/")
-
-
-# The grace period of a job's pods when it checkpoints (api.CheckpointSpec.stop_grace_period_seconds): on SIGTERM
-# every rank finishes its step, agrees on one more with the others and saves (the trainer's lossless stop).
 STOP_GRACE_UNMEASURED_SECONDS = 60  # before worker 0 has reported a save
 STOP_GRACE_MIN_SECONDS = 30  # Kubernetes' own default
 STOP_GRACE_MARGIN = 3  # times the measured save plus two steps (the step in flight and the agreement's)
@@ -144,21 +79,6 @@ def delete_grace_seconds(job: TrainingJob) -> int | None:
         if spec is not None
     )
     return None if templates_grace else stop_grace_seconds(job)
-
-
-def uid_suffixed(job: TrainingJob, what: str) -> str:
-    """`<job>-<what>-<uid prefix>`: the uid keeps a new job of the same name off a leftover of the last one."""
-    uid = str(job.metadata.get("uid", ""))[:8]
-    return f"{job.name}-{what}-{uid}" if uid else f"{job.name}-{what}"
-
-
-def token_secret_name(job: TrainingJob) -> str:
-    return uid_suffixed(job, "token")
-
-
-def dns_name(job: str, role: Role, index: int) -> str:
-    """The rank's stable name `<pod>.<service>`, resolvable from any pod of the job's namespace."""
-    return f"{pod_name(job, role, index)}.{job}"
 
 
 def trainer_container_index(template: dict[str, Any], where: str) -> int:
@@ -222,105 +142,6 @@ def scheduler_names(job: TrainingJob) -> set[str]:
     roles = [job.spec.workers, *([job.spec.parameter_servers] if job.spec.parameter_servers else [])]
     specs = [r.template.get("spec") for r in roles]
     return {str(s.get("schedulerName") or "") if isinstance(s, dict) else "" for s in specs}
-
-
-def worker_counts(job: TrainingJob) -> range:
-    """Every number of worker pods the job may run with: `replicas`, or minReplicas to maxReplicas when elastic."""
-    workers = job.spec.workers
-    low = min(workers.min_replicas or workers.replicas, workers.replicas)
-    high = max(workers.max_replicas or workers.replicas, workers.replicas)
-    return range(low, high + 1)
-
-
-def _c10d(job: TrainingJob) -> launchers.C10d | None:
-    """torchrun's elastic rendezvous for the job, when spec.torchrun asks for it: as many pods as the job may have."""
-    if not job.resized_in_place or job.spec.torchrun is None:
-        return None
-    counts = worker_counts(job)
-    run_id = str(job.metadata.get("uid") or job.name)
-    return launchers.C10d(counts.start, counts.stop - 1, run_id, job.spec.torchrun.max_restarts)
-
-
-def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict[str, str]:
-    """The environment contract for one rank, in a stable order (see docs/env-contract.md)."""
-    spec = job.spec
-    procs = spec.workers.procs_per_pod
-    workers = spec.workers.replicas * procs  # worker ranks: procsPerPod in each worker pod
-    ps = spec.parameter_servers.replicas if spec.parameter_servers else 0
-    global_rank = index * procs if role == Role.WORKER else workers + index  # a worker pod's first rank
-    env = {
-        "MASTER_ADDR": dns_name(job.name, Role.WORKER, 0),
-        "MASTER_PORT": str(MASTER_PORT),
-        "RINGLEADER_JOB_NAME": job.name,
-        "RINGLEADER_NAMESPACE": job.namespace,
-        "RINGLEADER_ROLE": role.value,
-        "RINGLEADER_INDEX": str(index),
-        "RINGLEADER_STRATEGY": spec.strategy.value,
-        "RINGLEADER_NUM_WORKERS": str(workers),
-        "RINGLEADER_NUM_PS": str(ps),
-        "RINGLEADER_GLOBAL_RANK": str(global_rank),
-        "RINGLEADER_GLOBAL_WORLD_SIZE": str(workers + ps),
-        "RINGLEADER_METRICS_PORT": str(METRICS_PORT),
-        "RINGLEADER_TOKEN_FILE": f"{TOKEN_DIR}/{TOKEN_KEY}",
-        "RINGLEADER_ATTEMPT": str(attempt),
-    }
-    if role == Role.WORKER:
-        # What torchrun gives its children: an unmodified init_process_group(init_method="env://") script works.
-        # With procsPerPod > 1 the pod's launcher (the trainer's supervisor, or torchrun) gives each of its
-        # processes its own RANK and LOCAL_RANK; these are its first process's.
-        env |= {"WORLD_SIZE": str(workers), "RANK": str(global_rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(procs),
-                "GROUP_RANK": str(index), "RINGLEADER_PROCS_PER_POD": str(procs)}  # fmt: skip
-        # torchrun's own options: `torchrun script.py` with no options forms this same world.
-        env |= launchers.torchrun_env(spec.workers.replicas, index, env["MASTER_ADDR"], MASTER_PORT, procs, _c10d(job))
-    env |= _strategy_env(job, workers, ps)
-    if role == Role.WORKER and (low := worker_counts(job).start) < spec.workers.replicas:
-        env["RINGLEADER_MIN_WORKERS"] = str(low * procs)  # the survivors may train on while a rank is replaced
-    if spec.checkpoint is not None:
-        env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
-        env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)
-        env["RINGLEADER_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
-    return env
-
-
-def _strategy_env(job: TrainingJob, workers: int, ps: int) -> dict[str, str]:
-    """The variables of the job's strategy's settings (each with the default the trainer assumes when the field is
-    absent): `workers` worker ranks and `ps` shards."""
-    spec, env = job.spec, {}
-    if spec.strategy == Strategy.PARAMETER_SERVER:
-        settings = spec.parameter_server
-        env["RINGLEADER_PS_MODE"] = settings.mode.value if settings else "synchronous"
-        if settings and settings.max_staleness is not None:
-            env["RINGLEADER_PS_MAX_STALENESS"] = str(settings.max_staleness)
-        if settings and settings.backup:
-            env["RINGLEADER_PS_BACKUP"] = "1"
-        env["RINGLEADER_PS_PORT"] = str(PS_PORT)
-        env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
-    elif spec.strategy == Strategy.LOCAL_SGD:
-        env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
-    elif spec.strategy == Strategy.SHARDED:
-        env["RINGLEADER_SHARDED_STAGE"] = str(spec.sharded.stage if spec.sharded else 3)
-        if spec.sharded and spec.sharded.replicas > 1:
-            env["RINGLEADER_SHARDED_REPLICAS"] = str(spec.sharded.replicas)
-    elif spec.strategy == Strategy.PIPELINE:
-        pipeline = spec.pipeline or PipelineSettings()
-        env["RINGLEADER_PIPELINE_STAGES"] = str(pipeline.stages or workers)
-        env["RINGLEADER_PIPELINE_MICRO_BATCHES"] = str(pipeline.micro_batches)
-    return env
-
-
-def cpu_threads(container: Mapping[str, Any], processes: int) -> str:
-    """OMP_NUM_THREADS for each of a trainer container's `processes`: its CPU limit (else its request) shared
-    among them, rounded down, at least 1; 1 when it asks for no CPU. Unset, torch starts a thread per core of
-    the node, whatever the pod's share of it: four ranks of a small model on a two-core node then ran their steps
-    ten times slower (bench/omp_threads_bench.py). torchrun sets 1 for more than one process; a template that
-    sets OMP_NUM_THREADS keeps its own."""
-    resources = container.get("resources") or {}
-    cpu = (resources.get("limits") or {}).get("cpu") or (resources.get("requests") or {}).get("cpu")
-    try:
-        cores = quantities.parse_quantity(cpu) if cpu is not None else Decimal(0)
-    except ValueError:  # validate refuses the template first; a pod is still built for a status
-        cores = Decimal(0)
-    return str(max(1, int(cores / max(1, processes))))
 
 
 def _without_nulls(fields: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ringleader_api import Strategy, TrainingJob
 
-from .builders import (
+from .names import (
     MASTER_PORT,
     METRICS_PORT,
     PS_PORT,

@@ -27,7 +27,8 @@ from typing import Any
 
 from ringleader_api import KIND, LABEL_JOB, Role, TrainingJob
 
-from .builders import build_pod, owner_reference
+from .builders import build_pod
+from .names import owner_reference
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

@@ -13,8 +13,8 @@ from ringleader_api import ANNOTATION_ATTEMPT, KIND, MANAGED_BY_RINGLEADER, Role
 
 from . import evidence
 from .admission import gated
-from .builders import ANNOTATION_WORKERS, pod_name, rank_of
 from .failures import START_FAILURES, Failure, Kind, classify
+from .names import ANNOTATION_WORKERS, pod_name, rank_of
 
 
 def parse_time(value: str) -> datetime:
@@ -61,24 +61,9 @@ class ObservedPod:
             return None
         role, index = rank
         annotations = meta.get("annotations") or {}
-        try:
-            attempt: int | None = int(annotations[ANNOTATION_ATTEMPT])
-        except (KeyError, ValueError):
-            attempt = None
-        try:
-            workers: int | None = int(annotations[ANNOTATION_WORKERS])
-        except (KeyError, ValueError):
-            workers = None
+        attempt, workers = _count(annotations, ANNOTATION_ATTEMPT), _count(annotations, ANNOTATION_WORKERS)
         status = pod.get("status") or {}
-        exit_code, reason, output, finished_at = None, "", "", None
-        for cs in status.get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated")
-            if term and term.get("exitCode", 0) != 0:
-                exit_code = int(term["exitCode"])
-                reason = term.get("reason") or ""
-                output = str(term.get("message") or "")
-                finished_at = term.get("finishedAt") if isinstance(term.get("finishedAt"), str) else None
-                break
+        exit_code, reason, output, finished_at = _failed_container(status)
         start_error = next(filter(None, map(_start_error, status.get("containerStatuses") or [])), "")
         conditions = status.get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -129,6 +114,25 @@ class ObservedPod:
 
 
 START_MESSAGE_CHARACTERS = 300  # of the kubelet's message on a container that will not start (a pod's word)
+
+
+def _count(annotations: Mapping[str, Any], key: str) -> int | None:
+    """The whole number annotation `key` holds, None when it is absent or not one."""
+    try:
+        return int(annotations[key])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _failed_container(status: Mapping[str, Any]) -> tuple[int | None, str, str, str | None]:
+    """The first container that ended with a non-zero code: (its exit code, reason, message, finishedAt), or
+    (None, "", "", None)."""
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0:
+            finished = term.get("finishedAt") if isinstance(term.get("finishedAt"), str) else None
+            return int(term["exitCode"]), term.get("reason") or "", str(term.get("message") or ""), finished
+    return None, "", "", None
 
 
 def _start_error(container_status: Mapping[str, Any]) -> str:

@@ -26,8 +26,8 @@ from ringleader_api import (
     shared_rank,
 )
 
-from .builders import rank_key, rank_of_key
 from .conditions import set_condition
+from .names import rank_key, rank_of_key
 from .observed import ObservedPod, own_ranks, parse_time
 from .rankbook import COUNTED, Observations, RankBook, settled
 

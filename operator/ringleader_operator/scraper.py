@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from ringleader_api import ConditionType, Progress, Reason, Role, RunPolicy
 
 from . import metrics, progress, stalls, stragglers
-from .builders import METRICS_PORT, rank_of
 from .jobmemory import JobMemory, Key
 from .kubeapi import EventSink, StatusApi
+from .names import METRICS_PORT, rank_of
 from .observed import parse_time, utcnow
 
 log = logging.getLogger("ringleader.scraper")

@@ -15,7 +15,7 @@ from kubernetes import client
 from ringleader_devcluster import cluster, images
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.realpods import on_real_node
-from ringleader_operator.builders import METRICS_PORT
+from ringleader_operator.names import METRICS_PORT
 
 from tests.support.cluster import kubectl, logs, python_pod, wait_for, wait_phase
 from tests.support.jobs import condition, create, get, pods_of

@@ -1,5 +1,5 @@
 """Run a training job as plain processes on this machine: every rank gets the environment the operator would
-write (`ringleader_operator.builders.rank_env`), with loopback addresses and free ports instead of pod DNS
+write (`ringleader_operator.rank_env.rank_env`), with loopback addresses and free ports instead of pod DNS
 names. Used by the trainer's tests and by bench/.
 
 The trainer's tests set `PREFORK`: their ranks are then forked from a server that imported torch once
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ringleader_api import Role, TrainingJob
-from ringleader_operator.builders import rank_env
+from ringleader_operator.rank_env import rank_env
 
 from tests.support import prefork
 from tests.support.ranks import free_port

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import ringleader_api as api
 from ringleader_api import CONTRACT_ENV, Role, TrainingJob
-from ringleader_operator.builders import desired_ranks, rank_env
+from ringleader_operator.builders import desired_ranks
 from ringleader_operator.launchers import TORCHRUN_ENV
+from ringleader_operator.rank_env import rank_env
 from ringleader_trainer import env as trainer_env
 from ringleader_trainer.env import READS, EnvError, from_env
 

@@ -11,7 +11,7 @@ from typing import Any
 from ringleader_api import ConditionType, Reason, TrainingJob
 
 from .. import admission, placement
-from ..builders import rank_of
+from ..names import rank_of
 from ..round_state import Round
 from .waiting import wait
 

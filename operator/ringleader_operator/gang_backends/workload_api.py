@@ -25,7 +25,7 @@ from typing import Any
 from ringleader_api import LABEL_JOB, ConditionType, Reason, TrainingJob
 
 from .. import admission
-from ..builders import owner_reference
+from ..names import owner_reference
 from ..round_state import Round
 from .own_gate import release
 from .waiting import wait

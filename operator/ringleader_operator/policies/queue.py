@@ -5,8 +5,8 @@ from __future__ import annotations
 from ringleader_api import ConditionType, JobPhase, Reason
 
 from .. import kueue
-from ..builders import rank_of
 from ..conditions import condition, is_true
+from ..names import rank_of
 from ..round_state import Event, Round
 from .suspend import stop_every_pod
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ringleader_api import ConditionType, JobPhase, Reason, Role
 
 from .. import admission
-from ..builders import rank_key
+from ..names import rank_key
 from ..round_state import Event, Round
 
 

@@ -18,14 +18,15 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from ringleader_api import ROLE_FIELDS, ROLE_NAMES, FailureRecord, RankStatus, Reason, Role, ranges
+from ringleader_api import ROLE_FIELDS, ROLE_NAMES, FailureCount, FailureRecord, RankStatus, Reason, Role, ranges
 
 from ..budgets import INCIDENT_SECONDS, Budget, Step, budget, charge, escalate, same_incident
-from ..builders import build_pod, pod_name, rank_key
+from ..builders import build_pod
 from ..failures import RESTART_REASONS, Decision, Failure, Kind, backoff_seconds, decide, failure_class
+from ..names import pod_name, rank_key
 from ..observed import ObservedPod, format_time, parse_time
 from ..rankbook import current, exited_under_always
-from ..round_state import NOTHING_KNOWN, Event, Round
+from ..round_state import NOTHING_KNOWN, Event, RankKey, Round
 from .goodput import note_lost_work
 
 # A pod still terminating this long after its grace period ended sits on a node that no longer answers (a
@@ -172,23 +173,34 @@ def count_failure(r: Round, role: Role, index: int, pod: str, failure: Failure) 
     if decision == Decision.FAIL:
         r.fail(Reason.ESCALATION_EXHAUSTED, f"{what}{by_rule}; {escalated}")
         return False
-    r.restarts[role] += 1
-    restarts = rank.restarts + 1
+    _schedule_restart(r, (role, index), rank.restarts + 1, failure, detail, (what, by_rule), (limits, count),
+                      decision == Decision.RESTART_GANG, escalated)  # fmt: skip
+    return True
+
+
+def _schedule_restart(
+    r: Round, rank: RankKey, restarts: int, failure: Failure, detail: str, said: tuple[str, str],
+    charged: tuple[Budget, FailureCount], gang: bool, escalated: str,
+) -> None:  # fmt: skip
+    """Replace `rank` (its `restarts`-th restart) after its class's back-off, with every other rank when `gang`;
+    `said`: what happened and the rule that matched (or ""), `charged` the class's budget and its count now,
+    `escalated` why a restart of the rank alone became more (or "")."""
+    (what, by_rule), (limits, count) = said, charged
+    r.restarts[rank[0]] += 1
     delay = backoff_seconds(restarts, limits.base_seconds, limits.cap_seconds)
     # `now` carries whole seconds (truncated, as status times do): one second more makes the wait at least
     # `delay` from the moment the failure was seen.
     after = r.after(math.ceil(delay) + 1)
-    gang = ", and every other rank with it," if decision == Decision.RESTART_GANG else ""
+    others = ", and every other rank with it," if gang else ""
     why = f"{escalated}; " if escalated else ""
     note = (
-        f"{what}{by_rule}; restarting it{gang} in {math.ceil(delay)} s ({why}restart {restarts} of this rank; "
+        f"{what}{by_rule}; restarting it{others} in {math.ceil(delay)} s ({why}restart {restarts} of this rank; "
         f"{limits.describe(count)})"
     )
-    replace_rank(r, key, failure, detail, after, note, "Warning", restarts=restarts)
+    replace_rank(r, rank_key(*rank), failure, detail, after, note, "Warning", restarts=restarts)
     r.wake_at(after)
-    if decision == Decision.RESTART_GANG:
-        _restart_gang(r, (role, index), what)
-    return True
+    if gang:
+        _restart_gang(r, rank, what)
 
 
 def _recreate_uncounted(r: Round, key: str, failure: Failure, detail: str, what: str, limits: Budget) -> None:

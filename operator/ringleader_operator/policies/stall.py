@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from ringleader_api import ROLE_NAMES, ConditionType, Reason, StallAction
 
-from ..builders import rank_key
 from ..conditions import condition, is_true
 from ..failures import Failure, Kind
+from ..names import rank_key
 from ..observed import ObservedPod, parse_time
 from ..round_state import NOTHING_KNOWN, Round
 from ..stalls import Stall, Unavailable

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from ringleader_api import ConditionType, Reason, StragglerPolicy
 
-from ..builders import rank_key
 from ..conditions import is_true
 from ..failures import Failure, Kind
+from ..names import rank_key
 from ..round_state import NOTHING_KNOWN, Round
 from ..stragglers import Slow, Stragglers
 from .restarts import replace_rank

@@ -16,7 +16,7 @@ from kubernetes.client import ApiException
 from ringleader_api import Role
 from ringleader_devcluster import controlplane, operatorprocess
 from ringleader_devcluster.layout import Layout
-from ringleader_operator.builders import rank_labels
+from ringleader_operator.names import rank_labels
 
 from tests.support.cluster import kubectl, logs, wait_for
 from tests.support.jobs import (

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from ringleader_api import Role
-from ringleader_operator.builders import rank_env
+from ringleader_operator.rank_env import rank_env
 from ringleader_trainer import models
 from ringleader_trainer.env import from_env as read_env
 from ringleader_trainer.strategies.pipeline import PipelineStrategy, split_stages

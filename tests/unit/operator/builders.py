@@ -7,7 +7,8 @@ from typing import Any
 
 from ringleader_api import Role, TrainingJob
 from ringleader_operator.admission import GATE
-from ringleader_operator.builders import desired_ranks, rank_labels
+from ringleader_operator.builders import desired_ranks
+from ringleader_operator.names import rank_labels
 from ringleader_operator.reading import Reading
 from ringleader_operator.reconcile import plan
 from ringleader_operator.round_state import Round

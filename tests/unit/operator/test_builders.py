@@ -9,16 +9,15 @@ from ringleader_api import Role, TrainingJob
 from ringleader_operator.builders import (
     InvalidTemplate,
     build_pod,
-    cpu_threads,
     delete_grace_seconds,
     desired_ranks,
-    rank_env,
     stop_grace_seconds,
     validate,
 )
 from ringleader_operator.gang_backends import choose, named_scheduler
 from ringleader_operator.gang_backends.pod_groups import PodGroupScheduler
 from ringleader_operator.job_objects import build_network_policy, build_service, build_token_secret
+from ringleader_operator.rank_env import cpu_threads, rank_env
 
 from .builders import training_job
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 import torch.distributed.run as torchrun
 from ringleader_api import Role, TrainingJob
-from ringleader_operator.builders import InvalidTemplate, build_pod, desired_ranks, rank_env, validate, worker_counts
+from ringleader_operator.builders import InvalidTemplate, build_pod, desired_ranks, validate
 from ringleader_operator.launchers import OPTIONS, TORCHRUN_ENV, split_world
+from ringleader_operator.rank_env import rank_env, worker_counts
 
 from .builders import training_job
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from ringleader_api import Role
-from ringleader_operator.builders import rank_labels
+from ringleader_operator.names import rank_labels
 from ringleader_operator.progress import MAX_BYTES, SCRAPE_TIMEOUT, ScrapeError, parse, parse_beat, scrape, session
 from ringleader_operator.scraper import scrape_interval, watches_progress
 from ringleader_operator.stalls import Stall

@@ -11,7 +11,7 @@ import pytest
 from ringleader_api import Role
 from ringleader_operator import admission, placement
 from ringleader_operator.admission import GATE, Cluster, Room
-from ringleader_operator.builders import rank_labels
+from ringleader_operator.names import rank_labels
 from ringleader_operator.placement import Topology, largest_fitting
 from ringleader_operator.policies import elastic
 from ringleader_operator.reading import Reading
