@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -15,10 +15,33 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.env import RankEnv
 from ringleader_trainer.logs import log_json
+from ringleader_trainer.metrics import TrainerMetrics
 
-if TYPE_CHECKING:
-    from ringleader_trainer.strategy import Strategy
+
+class Strategy(Protocol):
+    """What checkpoints use of the strategy they save for (strategy.Strategy is one): its rank, its store of
+    checkpoints, where it resumed from, its step, rounds and progress, its device, its metrics, and the
+    agreement on where the workers stop."""
+
+    env: RankEnv
+    checkpoints: ckpt.Checkpointer | None
+    resumed: dict[str, Any] | None
+    steps_done: int
+    communication_rounds: int
+    progress: Mapping[str, Any]
+    last_checkpoint: int | None
+    metrics: TrainerMetrics
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def stop_agreed(self) -> bool: ...
+
+    def stop_step(self, step: int) -> int: ...
+
+    def stopped(self, step: int) -> Exception: ...
 
 
 def agree_on_resume(strategy: Strategy) -> None:
