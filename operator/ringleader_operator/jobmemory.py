@@ -141,3 +141,12 @@ def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     """`obj` without its field bookkeeping (managedFields), which nothing here reads and which is often most of it."""
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
     return {**obj, "metadata": meta}
+
+
+class Jobs(dict[Key, JobMemory]):
+    """The records of every job this process knows, by (namespace, name): one dict shared by the reconciler, its
+    reader and its writer."""
+
+    def memory(self, key: Key) -> JobMemory:
+        """The job's record, made empty when there is none."""
+        return self.setdefault(key, JobMemory())

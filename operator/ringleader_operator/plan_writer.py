@@ -19,7 +19,7 @@ from ringleader_api import Goodput, Reason, TrainingJob
 from . import admission, metrics, status_writes
 from .builders import delete_grace_seconds
 from .job_objects import build_network_policy, build_service, build_token_secret
-from .jobmemory import JobMemory, Key
+from .jobmemory import Jobs
 from .kube_errors import RejectedObject
 from .kubeapi import EventSink, KubeApi
 from .observed import foreign_pods_message
@@ -54,14 +54,11 @@ class PlanWriter:
         self,
         kube: KubeApi,
         emit: EventSink,
-        jobs: dict[Key, JobMemory],
+        jobs: Jobs,
         operator_pods: tuple[str, dict[str, str]] | None,
         wake: Callable[[str, str, float], None],
     ) -> None:
         self.kube, self.emit, self.jobs, self.operator_pods, self.wake = kube, emit, jobs, operator_pods, wake
-
-    def memory(self, key: Key) -> JobMemory:
-        return self.jobs.setdefault(key, JobMemory())
 
     async def apply(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Status, events, the job's objects, pods: all of `p` but deleting the job."""
@@ -109,7 +106,7 @@ class PlanWriter:
         key = (job.namespace, job.name)
         for kind, reason, message in p.events:
             self.emit(obj, kind, reason, message)
-        record = self.memory(key)
+        record = self.jobs.memory(key)
         if tuple(p.foreign_pods) != record.foreign_pods:
             record.foreign_pods = tuple(p.foreign_pods)
             if p.foreign_pods:
@@ -126,7 +123,7 @@ class PlanWriter:
         if self.operator_pods is not None:
             await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
         await self.kube.create_if_absent(build_service(job))
-        self.memory((job.namespace, job.name)).service_uid = str(job.metadata.get("uid", ""))
+        self.jobs.memory((job.namespace, job.name)).service_uid = str(job.metadata.get("uid", ""))
 
     async def apply_pods(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Deletions, forced removals, gate releases, then creations (a refused pod fails the job)."""

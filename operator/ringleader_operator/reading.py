@@ -12,7 +12,7 @@ from ringleader_api import TrainingJob
 
 from . import kueue
 from .builders import DEFAULT_MAX_RANKS
-from .gang_backends import GangBackend
+from .gang_backends import GangBackend, choose
 from .rankbook import Observations
 from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
@@ -41,3 +41,14 @@ class Reading:
     seen: Observations | None = None
     gang: GangBackend | None = None  # None: gang_backends.choose(job), the operator's own gate its default
     gang_verdict: Any = None
+
+    @property
+    def backend(self) -> GangBackend:
+        """The backend that admits the job's gang: `gang`, else the one `gang_backends.choose` picks for it."""
+        return self.gang or choose(self.job)
+
+    @property
+    def sizes_world(self) -> bool:
+        """Whether the operator chooses an elastic job's world size from the room it sees: its backend places the
+        gang itself and Kueue does not queue the job (both size a job themselves)."""
+        return self.queued is None and self.backend.sizes_jobs

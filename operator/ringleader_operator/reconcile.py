@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ringleader_api import Reason
 
-from . import admission, gang_backends, kueue
+from . import admission, kueue
 from .builders import InvalidTemplate, desired_ranks, validate
 from .conditions import finished
 from .policies import (
@@ -48,7 +48,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     except InvalidTemplate as e:
         r.fail(Reason.INVALID_SPEC, str(e))
         return _close(r, queued)
-    gang = reading.gang or gang_backends.choose(job)
+    gang = reading.backend
     outcome.note_created(r)
     saves.note_saves(r)
     if suspend.suspend(r) or queue.hold(r, queued):
@@ -58,7 +58,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     if deadline.past_deadline(r):
         return _close(r, queued)
     r.plan.create_service = not reading.service_exists
-    elastic.size_world(r, job, cluster, own_gates=queued is None and gang.sizes_jobs)  # r.job: at that size
+    elastic.size_world(r, job, cluster, own_gates=reading.sizes_world)  # r.job: at that size
     resize.reform_resized_world(r)
     r.index_ranks(desired_ranks(r.job))  # after validate: a job over the cap is refused without listing its ranks
     resize.drop_unwanted_ranks(r)

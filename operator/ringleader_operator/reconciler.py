@@ -32,7 +32,7 @@ from ringleader_api import (
 from . import admission, metrics
 from .builders import DEFAULT_MAX_RANKS
 from .cluster_admission import ClusterAdmission
-from .jobmemory import POD_EVENTS_SECONDS, JobMemory, Key
+from .jobmemory import POD_EVENTS_SECONDS, JobMemory, Jobs, Key
 from .kube_errors import ApiUnavailable, Conflict
 from .kubeapi import EventSink, KubeApi
 from .observed import managed_elsewhere, utcnow
@@ -85,7 +85,7 @@ class Reconciler:
         self.kube = kube
         self.cache = cache
         self.emit = emit
-        self.jobs: dict[Key, JobMemory] = {}
+        self.jobs = Jobs()
         self.phases = metrics.PhaseGauge()
         self.queue: WorkQueue[Key] = WorkQueue(self._process, self._timer_failed, ROUNDS_AT_ONCE)
         self.admission = ClusterAdmission(kube, cache, ledger, clusterwide)
@@ -98,7 +98,7 @@ class Reconciler:
         self.writer = PlanWriter(kube, emit, self.jobs, operator_pods, self.wake_after)
 
     def memory(self, key: Key) -> JobMemory:
-        return self.jobs.setdefault(key, JobMemory())
+        return self.jobs.memory(key)
 
     # ---- the queue's side ---------------------------------------------------------------------------
     async def trigger(self, namespace: str, name: str, fresh: bool = False) -> None:
@@ -244,8 +244,7 @@ class Reconciler:
                 return plan(reading, now, cluster)
 
         # A job running smaller than it asks for (policies/elastic.py) weighs the cluster in each round, to grow.
-        sizes = reading.queued is None and reading.gang is not None and reading.gang.sizes_jobs
-        growing = sizes and elastic.below_replicas(job)
+        growing = reading.sizes_world and elastic.below_replicas(job)
         p = None if growing else decide(None)
         if p is None or record.any_gated(reading.pods) or any(admission.gated(x) for x in p.create_pods):
             # Gang admission: the round decides again with the cluster in view (a plan is pure: planning again

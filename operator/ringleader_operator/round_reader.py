@@ -18,7 +18,7 @@ from ringleader_api import TrainingJob
 from . import kueue
 from .builders import InvalidTemplate, validate
 from .gang_backends import OWN_GATE, GangBackend, choose, workload_api
-from .jobmemory import JobMemory, Key
+from .jobmemory import Jobs, Key
 from .kubeapi import KubeApi
 from .observed import earlier_job_leftovers
 from .podcache import PodCache, digest
@@ -41,7 +41,7 @@ class RoundReader:
     def __init__(
         self,
         kube: KubeApi,
-        jobs: dict[Key, JobMemory],
+        jobs: Jobs,
         cache: PodCache | None,
         max_ranks: int,
         pods_listed: asyncio.Event | None,
@@ -50,9 +50,6 @@ class RoundReader:
         self.pods_listed = pods_listed
         self.backend: GangBackend = OWN_GATE
         self.workloads = Workloads(kube)
-
-    def memory(self, key: Key) -> JobMemory:
-        return self.jobs.setdefault(key, JobMemory())
 
     def cached(self) -> PodCache | None:
         """The pod cache once the pod watch has filled it, else None (read from the API server)."""
@@ -71,7 +68,7 @@ class RoundReader:
             return record.body
         obj = await self.kube.get_job(*key)
         if obj is not None:
-            self.memory(key).saw(obj)
+            self.jobs.memory(key).saw(obj)
         return obj
 
     async def pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
@@ -101,7 +98,7 @@ class RoundReader:
         await self._pods_listed()
         pods = await self.pods(namespace, name, fresh)
         service = None
-        record = self.memory((namespace, name))
+        record = self.jobs.memory((namespace, name))
         if fresh or record.service_uid != uid:
             record.service_uid = None
             service = await self.kube.read_service(namespace, name)
@@ -145,7 +142,7 @@ class RoundReader:
     def gang_object_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
         """A watch event brought an object a gang backend watches (gang_backends: the Workload API's PodGroup) of
         the job (None: deleted); True when what its scheduler says of it changed (a round is due)."""
-        record = self.memory((namespace, job))
+        record = self.jobs.memory((namespace, job))
         backend = self.backend
         before = record.gang_seen[1] if record.gang_seen is not None else None
         said = backend.said(obj)
@@ -154,7 +151,7 @@ class RoundReader:
 
     def workload_seen(self, namespace: str, job: str, obj: Mapping[str, Any] | None) -> bool:
         """A watch event brought the job's Kueue Workload (None: it was deleted); a round is due."""
-        self.memory((namespace, job)).saw_workload(obj)
+        self.jobs.memory((namespace, job)).saw_workload(obj)
         return True
 
     def _queued(self, job: TrainingJob) -> bool:
