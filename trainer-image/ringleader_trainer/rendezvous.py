@@ -63,10 +63,6 @@ def candidates_key(incarnation: str) -> str:
     return f"ringleader/{incarnation}/candidates"
 
 
-def count_key(incarnation: str) -> str:
-    return f"ringleader/{incarnation}/count"
-
-
 def next_key(incarnation: str) -> str:
     """Where worker 0 names the group after `incarnation`: ranks waiting for it are woken by the store."""
     return f"ringleader/{incarnation}/next"
@@ -151,7 +147,6 @@ class Rendezvous:
         """Say this rank comes to `incarnation`; the roster worker 0 decides (`_decide`) once enough have."""
         me = self.env.global_rank
         store.append(candidates_key(incarnation), f"{me},")
-        store.add(count_key(incarnation), 1)
         if me == 0:
             decided = self._decide(store, incarnation, quorum, deadline)
             store.set(roster_key(incarnation), ",".join(map(str, decided)))
@@ -165,18 +160,20 @@ class Rendezvous:
 
     def _decide(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
         """Worker 0: the members of `incarnation`: every rank once all have come; with `quorum`, those that have
-        come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS."""
+        come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS. Ranks are counted once each:
+        a process that came and was then lost (the sibling of a lost rank in its pod, before its pod ended)
+        leaves its rank named, and its replacement coming too must not make it count twice."""
         world, seen, since = self.env.global_world_size, 0, time.monotonic()
-        while (count := int(store.add(count_key(incarnation), 0))) < world:
+        while len(came := _came(store, incarnation, world)) < world:
             now = time.monotonic()
-            if count != seen:
-                seen, since = count, now
-            if quorum is not None and count >= quorum and now - since >= QUORUM_SETTLE_SECONDS:
+            if len(came) != seen:
+                seen, since = len(came), now
+            if quorum is not None and seen >= quorum and now - since >= QUORUM_SETTLE_SECONDS:
                 break
             if now >= deadline:
-                raise TimeoutError(f"{count} of {world} ranks came to group {incarnation}")
+                raise TimeoutError(f"{seen} of {world} ranks came to group {incarnation}")
             time.sleep(0.02)
-        return sorted({r for r in _ranks(store.get(candidates_key(incarnation))) if r < world})
+        return sorted(came)
 
     def _connect(self, remaining: float) -> Any:
         """The store, hosted here (worker 0) or reached as a client, its timeout what is left of the join's."""
@@ -335,6 +332,11 @@ def _roster(store: Any, incarnation: str) -> list[int] | None:
     if not store.check([roster_key(incarnation)]):
         return None
     return _ranks(store.get(roster_key(incarnation)))
+
+
+def _came(store: Any, incarnation: str, world: int) -> set[int]:
+    """The distinct ranks of the job that have come to `incarnation` so far."""
+    return {r for r in _ranks(store.get(candidates_key(incarnation))) if r < world}
 
 
 def _ranks(raw: bytes) -> list[int]:

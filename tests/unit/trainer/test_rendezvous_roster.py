@@ -1,0 +1,57 @@
+"""Who worker 0 names as a group's members (rendezvous.Rendezvous._decide), over an in-process store: every rank
+once each has come, each counted once however many of its processes came (a lost rank's process that came before
+it ended, and its replacement), and with a quorum those there once it is met and nobody more came for a while."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch.distributed as dist
+from ringleader_trainer import rendezvous
+from ringleader_trainer.rendezvous import Rendezvous, candidates_key
+
+WORLD = 4
+
+
+def decide(came: list[int], quorum: int | None, wait: float = 0.3) -> list[int]:
+    store = dist.HashStore()
+    for rank in came:
+        store.append(candidates_key("g1"), f"{rank},")
+    env = SimpleNamespace(global_world_size=WORLD, master_port=1, metrics_port=2)
+    return Rendezvous(env, wait, wait)._decide(store, "g1", quorum, time.monotonic() + wait)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("came", "quorum", "members"),
+    [
+        ([0, 1, 2, 3], None, [0, 1, 2, 3]),
+        ([0, 2, 1, 3], 2, [0, 1, 2, 3]),  # everyone came: the quorum does not wait
+        ([0, 1, 2, 2, 3], None, [0, 1, 2, 3]),  # rank 2's lost process and its replacement: one member
+        ([0, 1, 2], 2, [0, 1, 2]),  # a quorum met, nobody more within the settling time
+        ([0, 1, 2, 2], 3, [0, 1, 2]),
+        ([0, 1, 7, 3, 2], None, [0, 1, 2, 3]),  # a rank outside the job is no member
+    ],
+)
+def test_members_are_the_distinct_ranks_that_came(came: list[int], quorum: int | None, members: list[int]) -> None:
+    assert decide(came, quorum, wait=5.0) == members
+
+
+@pytest.mark.parametrize(
+    ("came", "quorum"),
+    [
+        ([0, 1, 2, 2], None),  # four processes came, but rank 3 did not: no group without it
+        ([0, 1, 1, 1], None),
+        ([0, 0, 1], 3),  # short of the quorum in distinct ranks
+    ],
+)
+def test_without_every_rank_or_a_quorum_no_group_forms(came: list[int], quorum: int | None) -> None:
+    with pytest.raises(TimeoutError, match=r"of 4 ranks came"):
+        decide(came, quorum)
+
+
+def test_the_quorum_waits_the_settling_time_after_the_last_rank_came() -> None:
+    started = time.monotonic()
+    assert decide([0, 1], 2, wait=5.0) == [0, 1]
+    assert time.monotonic() - started >= rendezvous.QUORUM_SETTLE_SECONDS
