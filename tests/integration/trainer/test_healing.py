@@ -100,7 +100,10 @@ def heals_and_ends_bit_identical(tmp_path: Path, strategy: str, victim: int, ext
         assert len(heals) == 1 and heals[0]["step"] >= KILLED_AFTER - back, job.logs()
         assert not r.events("recover") and not r.events("resume"), job.logs()
     healed = target.events("healed")
-    assert len(healed) == 1 and KILLED_AFTER - back <= healed[0]["step"] <= killed_at, job.logs()
+    # killed_at + 1: the victim may have done its part of the next step's exchange, which the survivors then
+    # completed, and died before logging that step (the survivors logged it after killed_at was read).
+    assert len(healed) == 1 and KILLED_AFTER - back <= healed[0]["step"] <= killed_at + 1, job.logs()
+    assert {healed[0]["step"]} == {r.events("heal")[0]["step"] for r in survivors}, job.logs()  # one agreed step
     assert not target.events("resume"), job.logs()
     assert_read_nothing_and_ended_alike(job, whole_final, final)
 
