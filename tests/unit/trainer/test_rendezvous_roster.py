@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch.distributed as dist
@@ -16,7 +17,7 @@ WORLD = 4
 
 
 def decide(came: list[int], quorum: int | None, wait: float = 0.3) -> list[int]:
-    store = dist.HashStore()
+    store: Any = dist.HashStore()  # type: ignore[attr-defined]
     for rank in came:
         store.append(candidates_key("g1"), f"{rank},")
     env = SimpleNamespace(global_world_size=WORLD, master_port=1, metrics_port=2)
