@@ -1,5 +1,5 @@
-"""Allreduce bus bandwidth on CPU processes over loopback: our ring (`ringleader_trainer.ring`, over its own TCP
-links between neighbours) vs gloo's all_reduce, same run.
+"""Allreduce bus bandwidth on CPU processes over loopback: our ring (`ringleader_trainer.strategies.ring`, over its
+own TCP links between neighbours) vs gloo's all_reduce, same run.
 
     python -m bench.allreduce_bench [--ranks 2 4] [--sizes 1K 64K 1M 16M 64M 256M] [--reps 5]
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.strategies.ring import ring_allreduce
 
 from bench.record import write_result
 from tests.support.ranks import run_ranks

@@ -1,4 +1,4 @@
-"""What the job-token handshake costs (trainer auth.py): it runs once per connection, never per step, so a
+"""What the job-token handshake costs (trainer transport/auth.py): it runs once per connection, never per step, so a
 parameter-server step or a ring allreduce carries none of it; this measures the one-time cost.
 
     python -m bench.auth_bench [--reps 200] [--ranks 2 4]
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from ringleader_trainer import auth
-from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.strategies.ring import ring_allreduce
+from ringleader_trainer.transport import auth
 
 from bench.record import range_verdict, summary, write_result
 from tests.support.ranks import run_ranks

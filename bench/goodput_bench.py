@@ -7,7 +7,7 @@ seconds, the subjects in one invocation, interleaved (their order alternating fr
 Subjects (the built-in trainer, allreduce, `--workers` ranks as processes on this machine, tests.support.launch):
 - `checkpoint`: `--recover-from checkpoint`, checkpoints every 100 steps: the survivors start a fresh process
   and every rank resumes from the newest checkpoint (what the trainer did before it healed).
-- `heal`: `--recover-from peer`: the survivors keep their state and serve it to the replacement (healing.py).
+- `heal`: `--recover-from peer`: the survivors keep their state and serve it to the replacement (elastic/healing.py).
 - `heal-short`: as `heal`, with `minReplicas` one less than the workers: the survivors train on while the
   replacement starts, and take it in at a step boundary.
 - `torchft`: torchft 0.2.0 from PyPI (bench/peer/torchft: its own venv, built by setup.sh on first use), each

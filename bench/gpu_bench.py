@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.strategies.ring import ring_allreduce
 
 from bench.allreduce_bench import parse_size
 from bench.record import range_verdict, step_times, write_result

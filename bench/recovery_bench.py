@@ -36,7 +36,7 @@ from kubernetes import client, config
 from ringleader_devcluster import cluster, images, operatorprocess
 from ringleader_devcluster.layout import Layout
 from ringleader_devcluster.processes import kill_pod_processes
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 
 from bench.common import delete_namespace, new_namespace
 from bench.record import write_result

@@ -90,7 +90,7 @@ def in_process(blocks: int = 40, steps: int = 100, control: bool = False) -> Int
     from ringleader_api import Role
     from ringleader_operator.rank_env import rank_env
     from ringleader_trainer.env import from_env as read_env
-    from ringleader_trainer.models import digits_mlp
+    from ringleader_trainer.examples.models import digits_mlp
     from ringleader_trainer.strategies.allreduce import AllreduceStrategy
     from ringleader_trainer.strategy import Options
 

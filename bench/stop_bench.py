@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 
 from bench.record import write_result
 from tests.support.launch import job_spec, launch

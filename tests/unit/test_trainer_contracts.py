@@ -13,9 +13,9 @@ from ringleader_operator import evidence, progress
 from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart
 from ringleader_operator.stalls import Beat
 from ringleader_trainer import exitrecord
+from ringleader_trainer.examples.train import ConfigError
 from ringleader_trainer.exitcodes import ExitCode
 from ringleader_trainer.metrics import TrainerMetrics
-from ringleader_trainer.train import ConfigError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -114,4 +114,4 @@ def test_operator_reads_the_trainers_exit_record() -> None:
     stopped = evidence.read(exitrecord.record(ExitCode.STOPPED, saved_step=540))
     assert (stopped.saved_step, stopped.code, stopped.exception) == (540, 202, "")
     qualified = evidence.read(exitrecord.record(3, ConfigError("--steps must be at least 1")))
-    assert qualified.exception == "ringleader_trainer.train.ConfigError"
+    assert qualified.exception == "ringleader_trainer.examples.train.ConfigError"

@@ -145,7 +145,7 @@ class RankEnv:
     master_addr: str
     master_port: int
     metrics_port: int
-    token_file: str = ""  # the job's token, for the parameter server's and the ring's handshakes (auth.py)
+    token_file: str = ""  # the job's token, for the parameter server's and the ring's handshakes (transport/auth.py)
     worker: WorkerRank | None = None
     ps: ParameterServers | None = None
     local_sgd_period: int | None = None

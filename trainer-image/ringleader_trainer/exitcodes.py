@@ -24,7 +24,7 @@ class ExitCode(IntEnum):
     RENDEZVOUS_TIMEOUT = 200  # the master or a parameter server was not reachable in time
     PEER_LOST = 201  # a collective or parameter-server exchange failed or timed out (a rank died)
     # Not a failure: asked to stop (SIGTERM), the rank wrote its checkpoint at the step it stopped at
-    # (stopping.py). The operator recreates the rank if the job still wants it and counts no restart.
+    # (elastic/stopping.py). The operator recreates the rank if the job still wants it and counts no restart.
     STOPPED = 202
 
     @property

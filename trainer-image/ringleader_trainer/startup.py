@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ringleader_trainer import auth
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 from ringleader_trainer.env import StrategyName
 from ringleader_trainer.env import from_env as read_env
 from ringleader_trainer.logs import emit
 from ringleader_trainer.strategies import strategy_class
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Options, Strategy
+from ringleader_trainer.transport import auth
 
 
 def from_env(environ: Mapping[str, str] | None = None, options: Options | None = None, **overrides: Any) -> Strategy:

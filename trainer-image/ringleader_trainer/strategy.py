@@ -23,7 +23,7 @@ and parameter-server exchanges by `timeout`. Failures raise the exceptions `exit
 the documented exit codes.
 
 This module holds the API every strategy offers (`Strategy`, `Options`); the strategies are in `strategies/`,
-the rendezvous in `rendezvous.py`, checkpoints and the resume agreement in `checkpointing.py`, and
+the rendezvous in `elastic/rendezvous.py`, checkpoints and the resume agreement in `checkpoints/training.py`, and
 `startup.from_env` puts them together.
 """
 
@@ -42,9 +42,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ringleader_trainer import checkpoint as ckpt
-from ringleader_trainer import flightrecorder, healing, recovery
-from ringleader_trainer.checkpointing import (
+from ringleader_trainer import flightrecorder
+from ringleader_trainer.checkpoints import store as ckpt
+from ringleader_trainer.checkpoints.training import (
     HEALED_FROM,
     LAST_CHECKPOINT,
     TrainingCheckpointer,
@@ -52,14 +52,15 @@ from ringleader_trainer.checkpointing import (
     load_state,
     worker_state,
 )
+from ringleader_trainer.elastic import healing, recovery
+from ringleader_trainer.elastic.rendezvous import Rendezvous
+from ringleader_trainer.elastic.stopping import Stopped, StopSignal, StopVote
 from ringleader_trainer.env import RankEnv, Role
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
-from ringleader_trainer.ps import ServerStats, flat_views
-from ringleader_trainer.rendezvous import Rendezvous
-from ringleader_trainer.ring import ring_allreduce
-from ringleader_trainer.stopping import Stopped, StopSignal, StopVote
+from ringleader_trainer.strategies.parameter_server.shards import ServerStats, flat_views
+from ringleader_trainer.strategies.ring import ring_allreduce
 
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (model's output, targets) -> the loss
@@ -88,7 +89,7 @@ class Strategy:
     # Whether distributed_model() takes a model built on the meta device (no memory yet) and allocates it:
     # under sharded each worker then allocates only its shard.
     materializes_meta = False
-    # Whether a live peer can serve this rank's state to a lost rank's replacement (healing.py): the survivors
+    # Whether a live peer can serve this rank's state to a lost rank's replacement (elastic/healing.py): the survivors
     # of a loss then continue from the step it interrupted. The others resume from the newest checkpoint.
     heals = False
     # Whether, with spec.workers.minReplicas, the survivors of a loss train on without the lost rank until its
@@ -298,7 +299,7 @@ class Strategy:
     def finish(self) -> None:
         """After the last step: complete any pending exchange."""
 
-    # ---- lossless stop (stopping.py) ----------------------------------------------------------------
+    # ---- lossless stop (elastic/stopping.py) ----------------------------------------------------------------
     def enable_stop(self) -> None:
         """Take SIGTERM as a request to stop at an agreed step with a checkpoint there (`from_env` calls
         this once the group is formed, when the job checkpoints)."""
@@ -338,7 +339,7 @@ class Strategy:
         """The exception that ends this rank after its checkpoint at `step` (the stop it agreed to)."""
         return Stopped(step, signalled=self.stop.requested)
 
-    # ---- where to continue from: a live peer's state (healing.py) or the newest checkpoint ---------------
+    # ---- where to continue from: a live peer's state (elastic/healing.py) or the newest checkpoint ---------------
     def join(self) -> None:
         """Join the job's first process group and agree where to continue from (`from_env` calls this once):
         from a live peer's state when some rank holds one (this rank replaces a lost one), else from the
@@ -411,7 +412,7 @@ class Strategy:
             present=len(roster), seconds=round(time.perf_counter() - started, 3),
         )  # fmt: skip
 
-    # The healing protocol (healing.py) a strategy that heals implements; these serve where every worker holds
+    # The healing protocol (elastic/healing.py) a strategy that heals implements; these serve where every worker holds
     # the whole model and optimizer (allreduce).
     def heal_report(self) -> healing.Report:
         """What this rank holds to serve a replacement: the step of its live state, and whether it holds the

@@ -31,8 +31,8 @@ from datetime import timedelta
 from typing import Any
 
 import torch
-from ringleader_trainer import data
-from ringleader_trainer.train import EXAMPLES
+from ringleader_trainer.examples import data
+from ringleader_trainer.examples.train import EXAMPLES
 from torch import nn
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torchft import Manager, Optimizer, ProcessGroupGloo

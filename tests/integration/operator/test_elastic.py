@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from ringleader_devcluster.layout import Layout
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 
 from tests.support.cluster import COUNTS_GPUS, kubectl, logs, wait_for
 from tests.support.jobs import (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from ringleader_devcluster.processes import kill_pod_processes
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 
 from tests.support.cluster import logs, wait_for
 from tests.support.jobs import condition, create, finished, get, pods_of, training_job

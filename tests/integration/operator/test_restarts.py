@@ -169,7 +169,7 @@ def test_each_failure_is_named_and_classed_and_the_same_exception_thrice_is_not_
 
     failed = condition(seen["config"][1], "Failed") or {}
     assert failed["reason"] == "RankFailed" and (
-        "class UserCode: ringleader_trainer.train.ConfigError: --steps must be at least 1" in failed["message"]
+        "class UserCode: ringleader_trainer.examples.train.ConfigError: --steps must be at least 1" in failed["message"]
     ), failed
 
     job = seen["thrice"][1]

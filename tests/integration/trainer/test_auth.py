@@ -1,4 +1,4 @@
-"""Peer authentication on the trainer's ports: the handshake (auth.py) accepts only a peer holding the job's
+"""Peer authentication on the trainer's ports: the handshake (transport/auth.py) accepts only a peer holding the job's
 token, for this connection's purpose, with fresh nonces; the parameter-server shard and the ring keep accepting
 past bare, silent, garbage, unproven and duplicate connections until every slot is claimed by a proven peer."""
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from ringleader_trainer import auth, gate
-from ringleader_trainer.auth import AuthError
 from ringleader_trainer.env import EnvError
-from ringleader_trainer.ps import SYNCHRONOUS
-from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.strategies.parameter_server.shards import SYNCHRONOUS
+from ringleader_trainer.strategies.ring import ring_allreduce
+from ringleader_trainer.transport import auth, gate
+from ringleader_trainer.transport.auth import AuthError
 from torch import nn
 
 from tests.integration.trainer.test_ps_wire import TOKEN, client_for, serve_one_shard

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from ringleader_trainer import checkpoint as ckpt
-from ringleader_trainer.checkpoint import Checkpointer, CheckpointError
+from ringleader_trainer.checkpoints import store as ckpt
+from ringleader_trainer.checkpoints.store import Checkpointer, CheckpointError
 
 
 def rank(

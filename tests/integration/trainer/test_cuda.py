@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT
-from ringleader_trainer import healing
-from ringleader_trainer.checkpointing import rng_states, set_rng_states
-from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.checkpoints.training import rng_states, set_rng_states
+from ringleader_trainer.elastic import healing
+from ringleader_trainer.strategies.ring import ring_allreduce
 
 from tests.integration.trainer.test_healing import heals_and_ends_bit_identical
 from tests.support.launch import LocalJob, job_spec, launch

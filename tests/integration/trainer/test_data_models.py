@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from ringleader_trainer.data import digits, load_digits, shard_loader, stratified_split
-from ringleader_trainer.models import digits_mlp, parameter_count, wide_mlp
+from ringleader_trainer.examples.data import digits, load_digits, shard_loader, stratified_split
+from ringleader_trainer.examples.models import digits_mlp, parameter_count, wide_mlp
 
 
 def indices_of(loader: torch.utils.data.DataLoader) -> list[int]:  # type: ignore[type-arg]

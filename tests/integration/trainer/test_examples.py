@@ -10,7 +10,7 @@ import pytest
 import yaml
 from ringleader_api import TrainingJob
 from ringleader_devcluster.layout import REPO_ROOT
-from ringleader_trainer.train import EXAMPLES as BUILT_IN
+from ringleader_trainer.examples.train import EXAMPLES as BUILT_IN
 
 from tests.support.launch import job_spec, launch
 

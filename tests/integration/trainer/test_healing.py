@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 
 from tests.support.launch import LocalJob, Rank, job_spec, launch
 

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 from ringleader_api import Role
 from ringleader_operator.rank_env import rank_env
-from ringleader_trainer import models
 from ringleader_trainer.env import from_env as read_env
+from ringleader_trainer.examples import models
 from ringleader_trainer.strategies.pipeline import PipelineStrategy, split_stages
 from ringleader_trainer.strategy import Options
 from torch import nn

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 
 from tests.support.launch import LocalJob, children, job_spec, launch
 

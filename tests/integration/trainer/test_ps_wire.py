@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from ringleader_trainer import ps_backup, wire
-from ringleader_trainer.ps import (
+from ringleader_trainer.strategies.parameter_server import backup as ps_backup
+from ringleader_trainer.strategies.parameter_server.shards import (
     ASYNCHRONOUS,
     SYNCHRONOUS,
     Backups,
@@ -23,7 +23,8 @@ from ringleader_trainer.ps import (
     probe,
     shard_parameters,
 )
-from ringleader_trainer.wire import Op, PeerLost
+from ringleader_trainer.transport import wire
+from ringleader_trainer.transport.wire import Op, PeerLost
 from torch import nn
 
 

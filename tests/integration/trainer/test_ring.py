@@ -12,8 +12,8 @@ import weakref
 import pytest
 import torch
 import torch.distributed as dist
-from ringleader_trainer.ring import ring_allreduce
-from ringleader_trainer.ring_transport import RingError, link_for
+from ringleader_trainer.strategies.ring import ring_allreduce
+from ringleader_trainer.transport.ring_links import RingError, link_for
 
 from tests.support.ranks import run_ranks
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from ringleader_trainer import sharded_checkpoint
-from ringleader_trainer.checkpoint import CheckpointError
+from ringleader_trainer.checkpoints import sharded as sharded_checkpoint
+from ringleader_trainer.checkpoints.store import CheckpointError
 from ringleader_trainer.strategies.sharded import FLAT_OPTIMIZER, local_optimizer, shard_units
 from ringleader_trainer.strategy import unwrap
 from torch import nn

@@ -1,4 +1,4 @@
-"""Lossless stop (ringleader_trainer.stopping) with the trainer as plain processes: SIGTERM at an arbitrary
+"""Lossless stop (ringleader_trainer.elastic.stopping) with the trainer as plain processes: SIGTERM at an arbitrary
 step makes every rank write its checkpoint at one agreed step and end STOPPED (202), and the resumed run ends
 exactly where an uninterrupted one does; a rank whose peer alone was told to stop recovers in place."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 from ringleader_trainer.exitcodes import ExitCode
 
 from tests.support.launch import LocalJob, Rank, job_spec, launch

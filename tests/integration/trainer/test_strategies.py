@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch
-from ringleader_trainer import checkpoint as ckpt
-from ringleader_trainer import models
+from ringleader_trainer.checkpoints import store as ckpt
+from ringleader_trainer.examples import models
 from ringleader_trainer.exitcodes import ExitCode
 
 from tests.support.launch import LocalJob, job_spec, launch

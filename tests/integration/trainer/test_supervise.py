@@ -19,7 +19,7 @@ from tests.support.cluster import wait_for
 PROGRAM = textwrap.dedent(
     """
     import os, signal, sys, time
-    from ringleader_trainer import recovery
+    from ringleader_trainer.elastic import recovery
     from ringleader_trainer.exitcodes import exit_now
 
     behaviour, record = sys.argv[1], sys.argv[2]

@@ -184,8 +184,8 @@ def ended(code: int, exception: str = "", message: str = "", reason: str = "Erro
          (INF, "a network or collective failure: torch.distributed.DistNetworkError")),
         (ended(1, "RuntimeError", "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)"),
          (INF, "a network or collective failure")),
-        (ended(201, "ringleader_trainer.ring.PeerLost", "worker 2 closed the connection"),
-         (INF, "a collective failed or timed out (a peer lost): ringleader_trainer.ring.PeerLost")),
+        (ended(201, "ringleader_trainer.strategies.ring.PeerLost", "worker 2 closed the connection"),
+         (INF, "a collective failed or timed out (a peer lost): ringleader_trainer.strategies.ring.PeerLost")),
         (ended(200), (INF, "the rendezvous timed out")),
         # A peer's name that does not resolve yet (a headless service's records come a moment after its pods).
         (ended(1, "socket.gaierror", "[Errno -3] Temporary failure in name resolution"),

@@ -1,11 +1,11 @@
-"""Who serves whom when a group re-forms after a loss (healing.py): every rank reports the step of its live state
+"""Who serves whom when a group re-forms after a loss (`elastic.healing`): each rank reports the step of its live state
 and, under local SGD, whether it keeps its predecessor's state; the plan names the step the group continues
 from and each receiver's source, or refuses (Unhealable) where no live rank can serve a receiver."""
 
 from __future__ import annotations
 
 import pytest
-from ringleader_trainer.healing import (
+from ringleader_trainer.elastic.healing import (
     NO_STATE,
     UNSERVABLE,
     Plan,

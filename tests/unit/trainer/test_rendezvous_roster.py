@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
-from ringleader_trainer import rendezvous
-from ringleader_trainer.rendezvous import Rendezvous, candidates_key
+from ringleader_trainer.elastic import rendezvous
+from ringleader_trainer.elastic.rendezvous import Rendezvous, candidates_key
 
 WORLD = 4
 

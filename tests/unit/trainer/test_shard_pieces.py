@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from ringleader_trainer.healing import HealError
+from ringleader_trainer.elastic.healing import HealError
 from ringleader_trainer.strategies.sharded import fill
 
 

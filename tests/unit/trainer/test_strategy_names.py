@@ -24,7 +24,7 @@ def test_a_name_no_strategy_has_is_a_key_error() -> None:
 def test_a_rank_that_is_not_a_pipeline_or_sharded_does_not_import_their_modules() -> None:
     # Asserted in a fresh interpreter: this one may have imported them for another test.
     code = (
-        "import sys; import ringleader_trainer.startup, ringleader_trainer.train; "
+        "import sys; import ringleader_trainer.startup, ringleader_trainer.examples.train; "
         "from ringleader_trainer.strategies import strategy_class; strategy_class('allreduce'); "
         "print(sorted(m for m in sys.modules if m.startswith(('torch.distributed.pipelining', "
         "'ringleader_trainer.strategies.'))))"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 _CLASSES: dict[str, tuple[str, str]] = {  # name -> (module, class)
     StrategyName.ALLREDUCE: ("allreduce", "AllreduceStrategy"),
-    StrategyName.PARAMETER_SERVER: ("parameter_server", "ParameterServerStrategy"),
+    StrategyName.PARAMETER_SERVER: ("parameter_server.strategy", "ParameterServerStrategy"),
     StrategyName.LOCAL_SGD: ("local_sgd", "LocalSGDStrategy"),
     StrategyName.SHARDED: ("sharded", "ShardedStrategy"),
     StrategyName.PIPELINE: ("pipeline", "PipelineStrategy"),

@@ -13,9 +13,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ringleader_trainer.checkpointing import HEALED_FROM
+from ringleader_trainer.checkpoints.training import HEALED_FROM
 from ringleader_trainer.metrics import TrainerMetrics
-from ringleader_trainer.ring import ring_allreduce
+from ringleader_trainer.strategies.ring import ring_allreduce
 from ringleader_trainer.strategy import Strategy, patch_step
 
 BUCKETS = "ddp_buckets"  # in a live peer's state: DDP's gradient buckets there (parameter indices)

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ringleader_trainer import healing
-from ringleader_trainer.checkpointing import HEALED_FROM, LAST_CHECKPOINT
+from ringleader_trainer.checkpoints.training import HEALED_FROM, LAST_CHECKPOINT
+from ringleader_trainer.elastic import healing
 from ringleader_trainer.strategy import Strategy, StrategyUsageError, patch_step
 
 
@@ -119,7 +119,7 @@ class LocalSGDStrategy(Strategy):
         if self.steps_done % self.period:  # a partial period at the end: average it too
             self._sync()
 
-    # ---- healing (healing.py) ----------------------------------------------------------------------------
+    # ---- healing (elastic/healing.py) ----------------------------------------------------------------------------
     def heal_report(self) -> healing.Report:
         if self.quorum is not None:  # its live state; behind if this sync's average did not complete here
             due = self.steps_done % self.period == 0 and self.steps_done > 0

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-from ringleader_trainer import healing
+from ringleader_trainer.elastic import healing
 from ringleader_trainer.strategy import (
     LossFn,
     Strategy,
@@ -194,7 +194,7 @@ class PipelineStrategy(Strategy):
         dist.broadcast(value, src=self.last_stage_rank, group=self.pipeline_group)
         return float(value.item())
 
-    # ---- healing (healing.py) ----------------------------------------------------------------------------
+    # ---- healing (elastic/healing.py) ----------------------------------------------------------------------------
     def heal_plan(self, reports: Sequence[healing.Report]) -> healing.Plan | None:
         """Each rank short of the newest step receives its stage from a replica of that stage (worker i holds
         stage i % stages; a group heals with every worker, never short of one)."""

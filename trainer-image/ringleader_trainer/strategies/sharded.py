@@ -56,8 +56,9 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from ringleader_trainer import healing, sharded_checkpoint
-from ringleader_trainer.checkpointing import HEALED_FROM, TrainingCheckpointer, load_state, worker_state
+from ringleader_trainer.checkpoints import sharded as sharded_checkpoint
+from ringleader_trainer.checkpoints.training import HEALED_FROM, TrainingCheckpointer, load_state, worker_state
+from ringleader_trainer.elastic import healing
 from ringleader_trainer.strategies.allreduce import stamp_exchange
 from ringleader_trainer.strategy import (
     LossFn,
@@ -245,7 +246,7 @@ class ShardedStrategy(Strategy):
         self.commit_step()
         return loss
 
-    # ---- healing (healing.py): a replica group's rank of the same shard serves ------------------------------
+    # ---- healing (elastic/healing.py): a replica group's rank of the same shard serves ------------------------------
     def heal_plan(self, reports: Any) -> healing.Plan | None:
         return healing.newest_serves(reports, parts=self.world_size // self.replicas)
 

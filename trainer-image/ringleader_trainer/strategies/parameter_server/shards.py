@@ -11,7 +11,7 @@ same number of values, and applies the optimizer the user configured to them:
 - bounded-staleness: as asynchronous, but a worker more than `max_staleness` steps ahead of the slowest
   unfinished worker waits until the slowest catches up.
 
-A stop (stopping.py) travels with the exchange, and shard 0 decides the step: a worker asked to stop sets
+A stop (elastic/stopping.py) travels with the exchange, and shard 0 decides the step: a worker asked to stop sets
 Flag.STOP on its pushes; another shard asked to stop sets it on its replies, and the workers pass it on to
 shard 0 with their next push. Shard 0, once it knows, names the step every worker stops at (STOP_AT, sent
 before its next PARAMS to each worker): in synchronous mode the round just completed, which every worker
@@ -27,7 +27,7 @@ opened by `auth`'s handshake (both ends prove the job's token). A shard admits c
 until every worker's slot is claimed by a proven peer, connections that fail the handshake or the hello, or
 claim a taken slot, are dropped and logged, and the shard keeps accepting.
 
-A lost worker stops no shard (`rejoin`, the default; healing.py for the other strategies): its slot is given
+A lost worker stops no shard (`rejoin`, the default; elastic/healing.py for the other strategies): its slot is given
 back and the shards keep serving the others (asynchronous and bounded-staleness workers train on; a synchronous
 round waits for the lost worker's push). Its replacement asks every shard where it is (a probe: HELLO with
 "probe", answered by STATE with this worker's clock) and takes its slot back at that clock (HELLO with
@@ -51,9 +51,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ringleader_trainer import auth, ps_backup, wire
-from ringleader_trainer.gate import Answered, Gate, Refused
-from ringleader_trainer.wire import Flag, Op, PeerLost, context
+from ringleader_trainer.strategies.parameter_server import backup as ps_backup
+from ringleader_trainer.transport import auth, wire
+from ringleader_trainer.transport.gate import Answered, Gate, Refused
+from ringleader_trainer.transport.wire import Flag, Op, PeerLost, context
 
 SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
 

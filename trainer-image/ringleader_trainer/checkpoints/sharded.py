@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ringleader_trainer.checkpoint import CheckpointError
+from ringleader_trainer.checkpoints.store import CheckpointError
 from ringleader_trainer.exitcodes import one_line
 
 SHARDS_DIR = "shards"

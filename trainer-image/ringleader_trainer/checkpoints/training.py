@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ringleader_trainer import checkpoint as ckpt
+from ringleader_trainer.checkpoints import store as ckpt
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
@@ -104,7 +104,7 @@ class TrainingCheckpointer:
 
     def maybe_save(self, step: int, progress: Mapping[str, Any]) -> None:
         """Call after every step: save when the interval says so, and when the ranks agree to stop (SIGTERM;
-        stopping.py) save at this step and raise `Stopped`, which ends the process with its exit code."""
+        elastic/stopping.py) save at this step and raise `Stopped`, which ends the process with its exit code."""
         self.strategy.progress = progress  # what a peer's replacement gets with this rank's state (healing)
         stop = self.strategy.stop_agreed()  # a vote also where no checkpoint is kept: on taking a rank in
         checkpoints = self.strategy.checkpoints
@@ -135,7 +135,7 @@ class TrainingCheckpointer:
         )  # fmt: skip
 
 
-# Keys of a worker's state beyond a checkpoint's: set when a live peer sent it (healing.py).
+# Keys of a worker's state beyond a checkpoint's: set when a live peer sent it (elastic/healing.py).
 HEALED_FROM = "healed_from"  # the rank that sent it
 LAST_CHECKPOINT = "last_checkpoint"  # the step of the job's newest checkpoint then (None: none yet)
 

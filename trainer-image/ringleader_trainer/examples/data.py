@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-DIGITS_FILE = "digits.csv.gz"  # in ringleader_trainer/datasets/; its README says where it comes from
+DIGITS_FILE = "digits.csv.gz"  # in ringleader_trainer/examples/datasets/; its README says where it comes from
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tup
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
     """The 1797 digits: 64 pixel counts (0..16) per image, and the labels 0..9."""
-    path = resources.files("ringleader_trainer").joinpath("datasets", DIGITS_FILE)
+    path = resources.files("ringleader_trainer.examples").joinpath("datasets", DIGITS_FILE)
     with path.open("rb") as raw, gzip.open(raw) as text:
         table = np.loadtxt(text, delimiter=",", dtype=np.float32)
     return table[:, :-1], table[:, -1].astype(np.int64)

@@ -34,10 +34,10 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ringleader_trainer import auth
-from ringleader_trainer.gate import Gate, Refused
 from ringleader_trainer.logs import log_json
-from ringleader_trainer.wire import recv_exact, tensor_bytes
+from ringleader_trainer.transport import auth
+from ringleader_trainer.transport.gate import Gate, Refused
+from ringleader_trainer.transport.wire import recv_exact, tensor_bytes
 
 MAGIC = b"RLRG"
 LEFT = "left ring neighbour"

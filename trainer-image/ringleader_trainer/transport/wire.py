@@ -51,7 +51,7 @@ class Op(IntEnum):
 
 class Flag(IntFlag):
     NONE = 0
-    STOP = 1  # PUSH/DONE: this worker stops (stopping.py); PARAMS: a stop was asked for, agree on a step
+    STOP = 1  # PUSH/DONE: this worker stops (elastic/stopping.py); PARAMS: a stop was asked for, agree on a step
     REJOINED = 2  # PARAMS from shard 0: a lost worker's replacement took its place since the last reply
     ROUND = 4  # UPDATE: a synchronous round, every worker's clock moved
 

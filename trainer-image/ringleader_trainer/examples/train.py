@@ -20,12 +20,14 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from ringleader_trainer import data, exitrecord, healing, memory, models, recovery
-from ringleader_trainer.data import Split
+from ringleader_trainer import exitrecord
+from ringleader_trainer.elastic import healing, recovery
+from ringleader_trainer.elastic.stopping import Stopped
+from ringleader_trainer.examples import data, memory, models
+from ringleader_trainer.examples.data import Split
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import emit, log_json
 from ringleader_trainer.startup import from_env
-from ringleader_trainer.stopping import Stopped
 from ringleader_trainer.strategies import strategy_class
 from ringleader_trainer.strategy import ALLREDUCE_IMPLEMENTATIONS, Strategy
 

@@ -18,8 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ringleader_trainer.auth import AuthError
-from ringleader_trainer.wire import PeerLost
+from ringleader_trainer.transport.auth import AuthError
+from ringleader_trainer.transport.wire import PeerLost
 
 MAX_PENDING = 32
 MAX_REPORTED = 10  # rejections reported one by one; later ones are only counted

@@ -1,7 +1,7 @@
 """Parameter servers: the parameters sharded over the PS ranks; workers push gradients and pull parameters.
 
-A lost worker stops no shard (ps.py; not with --recover-from checkpoint): the shards hold the whole training
-state but the worker's step, so its replacement asks them where it was (`ps.probe`) and takes its place back
+A lost worker stops no shard (`shards`; not with --recover-from checkpoint): the shards hold the whole training
+state but the worker's step, so its replacement asks them where it was (`shards.probe`) and takes its place back
 there without joining a process group, the others training on meanwhile (a synchronous round waits for it).
 With backups (`spec.parameterServer.backup`) a lost shard heals too: its replacement serves from the copy the
 next shard kept (ps_backup), and the workers wait for it instead of starting again from a checkpoint.
@@ -15,14 +15,22 @@ import time
 import torch
 from torch import nn
 
-from ringleader_trainer import auth, ps_backup
-from ringleader_trainer.checkpointing import TrainingCheckpointer
+from ringleader_trainer.checkpoints.training import TrainingCheckpointer
+from ringleader_trainer.elastic.healing import HealError
+from ringleader_trainer.elastic.stopping import Stopped
 from ringleader_trainer.env import PSMode, RankEnv
-from ringleader_trainer.healing import HealError
 from ringleader_trainer.logs import log_json
-from ringleader_trainer.ps import Backups, ServerStats, ShardClient, ShardServer, probe, shard_parameters
-from ringleader_trainer.stopping import Stopped
+from ringleader_trainer.strategies.parameter_server import backup as ps_backup
+from ringleader_trainer.strategies.parameter_server.shards import (
+    Backups,
+    ServerStats,
+    ShardClient,
+    ShardServer,
+    probe,
+    shard_parameters,
+)
 from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
+from ringleader_trainer.transport import auth
 
 PROBE_SECONDS = 2.0  # one attempt to reach a shard when a worker starts: is a run being served?
 
@@ -192,7 +200,7 @@ class ParameterServerStrategy(Strategy):
         log_json(role="ps", index=self.env.index, event="healed", step=self.steps_done,
                  source=f"shard {self._backup_index}'s backup")  # fmt: skip
 
-    # ---- lossless stop: the request travels with the exchange, shard 0 names the step (ps.py) ----------
+    # ---- lossless stop: the request travels with the exchange, shard 0 names the step (shards.py) ---
     def enable_stop(self) -> None:
         self.stop.install()
 

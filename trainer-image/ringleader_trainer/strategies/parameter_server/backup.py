@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
-from ringleader_trainer import auth, healing, wire
-from ringleader_trainer.wire import Flag, Op, PeerLost, context
+from ringleader_trainer.elastic import healing
+from ringleader_trainer.transport import auth, wire
+from ringleader_trainer.transport.wire import Flag, Op, PeerLost, context
 
 RELINK_SECONDS = 0.5  # between two attempts to reach a lost backup's replacement
 SLACK_BYTES = 1 << 20  # a state's plain values beside its tensors

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ringleader_trainer.ring_transport import link_for
+from ringleader_trainer.transport.ring_links import link_for
 
 # Of 256 KB to 4 MB, 1 MB chunks measured fastest at 16-256 MB (2 and 4 ranks): smaller ones pay more per-chunk
 # Python work, larger ones start forwarding later.
