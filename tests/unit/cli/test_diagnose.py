@@ -21,7 +21,7 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     ]),
     "rendezvous-timeout": ("rendezvous-timeout: Failed (RankFailed)", [
         ("exit-200", "error", "worker-1's last line: ringleader-trainer: error: rendezvous with rendezvous-timeout-w"),
-        ("failure-class", "error", "Infrastructure the rendezvous timed out: ringleader_trainer.elastic.rendezvous."
+        ("failure-class", "error", "Infrastructure the rendezvous timed out: ringleader_trainer.rendezvous."
                                    "RendezvousError: rendezvous with rendezvous-timeout-w"),
     ]),
     "backoff-limit": ("backoff-limit: Failed (BackoffLimitExceeded)", [
