@@ -59,7 +59,8 @@ from ringleader_trainer.env import RankEnv, Role
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
-from ringleader_trainer.strategies.parameter_server.shards import ServerStats, flat_views
+from ringleader_trainer.strategies.parameter_server.layout import flat_views
+from ringleader_trainer.strategies.parameter_server.shards import ServerStats
 from ringleader_trainer.strategies.ring import ring_allreduce
 
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
@@ -96,7 +97,15 @@ class Strategy:
     # replacement joins (a per-step quorum; gradients averaged over the workers present).
     trains_short = False
 
-    def __init__(self, env: RankEnv, options: Options, rendezvous: Rendezvous | None = None) -> None:
+    def __init__(
+        self,
+        env: RankEnv,
+        options: Options,
+        checkpoints: ckpt.Checkpointer | None = None,
+        rendezvous: Rendezvous | None = None,
+    ) -> None:
+        """Built once, with everything it needs (`from_env`: the environment contract read, the options, the job's
+        checkpoints when it keeps them); `start` then joins the group."""
         self.env, self.options = env, options
         self.rendezvous = rendezvous or Rendezvous(env, options.rendezvous_timeout, options.timeout)
         self.timeout = datetime.timedelta(seconds=options.timeout)
@@ -108,7 +117,7 @@ class Strategy:
         self.point_to_point_groups: set[str] = set()
         self.metrics.watch_collectives(lambda: flightrecorder.read(self.point_to_point_groups))
         self.workers_group: dist.ProcessGroup | None = None
-        self.checkpoints: ckpt.Checkpointer | None = None
+        self.checkpoints = checkpoints  # None: the job keeps no checkpoints
         self.resumed: dict[str, Any] | None = None
         self.stop = StopSignal()  # installed by `enable_stop`
         self._vote: StopVote | None = None
@@ -340,6 +349,19 @@ class Strategy:
         return Stopped(step, signalled=self.stop.requested)
 
     # ---- where to continue from: a live peer's state (elastic/healing.py) or the newest checkpoint ---------------
+    def start(self) -> None:
+        """What `from_env` does once with the strategy it built: join the job's first group and agree where to
+        continue from (`join`), take SIGTERM as a stop at an agreed step when the job checkpoints (else, with a
+        quorum, vote on taking a lost rank's replacement in), and serve this rank's metrics page (on its pod's
+        port plus its local rank: worker 0's holds the job's progress, each rank's says where it is)."""
+        self.join()
+        if self.checkpoints is not None:
+            self.enable_stop()
+        elif self.quorum is not None:
+            self.enable_votes()
+        self._log_window = (time.perf_counter(), self.steps_done)
+        self.metrics.serve(self.env.metrics_port)
+
     def join(self) -> None:
         """Join the job's first process group and agree where to continue from (`from_env` calls this once):
         from a live peer's state when some rank holds one (this rank replaces a lost one), else from the

@@ -13,16 +13,9 @@ from typing import Any
 import pytest
 import torch
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
-from ringleader_trainer.strategies.parameter_server.shards import (
-    ASYNCHRONOUS,
-    SYNCHRONOUS,
-    Backups,
-    ShardClient,
-    ShardServer,
-    assign_shards,
-    probe,
-    shard_parameters,
-)
+from ringleader_trainer.strategies.parameter_server.client import ShardClient, probe
+from ringleader_trainer.strategies.parameter_server.layout import assign_shards, shard_parameters
+from ringleader_trainer.strategies.parameter_server.shards import ASYNCHRONOUS, SYNCHRONOUS, Backups, ShardServer
 from ringleader_trainer.transport import wire
 from ringleader_trainer.transport.wire import Op, PeerLost
 from torch import nn

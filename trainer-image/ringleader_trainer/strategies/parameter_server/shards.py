@@ -1,42 +1,6 @@
-"""Parameter server: the model's parameters sharded over the PS ranks; workers push gradients, pull parameters.
-
-Each shard (`ShardServer`) owns whole parameter tensors, assigned by `assign_shards` so shards hold about the
-same number of values, and applies the optimizer the user configured to them:
-
-- synchronous: one update per step from the mean of all workers' gradients, summed in worker order (so a run
-  is reproducible); every worker waits for that update.
-- asynchronous: each push is applied on arrival, scaled by 1/workers so that one push from every worker
-  moves the parameters as far as one synchronous step (the same learning rate works under both); the
-  pusher gets the parameters as they are then.
-- bounded-staleness: as asynchronous, but a worker more than `max_staleness` steps ahead of the slowest
-  unfinished worker waits until the slowest catches up.
-
-A stop (elastic/stopping.py) travels with the exchange, and shard 0 decides the step: a worker asked to stop sets
-Flag.STOP on its pushes; another shard asked to stop sets it on its replies, and the workers pass it on to
-shard 0 with their next push. Shard 0, once it knows, names the step every worker stops at (STOP_AT, sent
-before its next PARAMS to each worker): in synchronous mode the round just completed, which every worker
-has reached; otherwise one past the furthest clock, which no worker can have passed (each pushes to shard 0
-first and reads every reply before its next push). Workers behind it do not train on up to it (a worker far
-behind would take it past its pod's grace period): each stops as soon as it hears the step and saves as of
-it, skipping the steps between (ParameterServerStrategy.stop_step). Once a worker has finished, no step is
-named: the others finish too. Workers that stop say DONE with Flag.STOP; the shard then checkpoints at that
-step and its strategy ends it as stopped.
-
-Workers talk to every shard through `ShardClient` over the raw-bytes protocol of `wire`, each connection
-opened by `auth`'s handshake (both ends prove the job's token). A shard admits connections through a `Gate`:
-until every worker's slot is claimed by a proven peer, connections that fail the handshake or the hello, or
-claim a taken slot, are dropped and logged, and the shard keeps accepting.
-
-A lost worker stops no shard (`rejoin`, the default; elastic/healing.py for the other strategies): its slot is given
-back and the shards keep serving the others (asynchronous and bounded-staleness workers train on; a synchronous
-round waits for the lost worker's push). Its replacement asks every shard where it is (a probe: HELLO with
-"probe", answered by STATE with this worker's clock) and takes its slot back at that clock (HELLO with
-"resume"), receiving the parameters as they are: it redoes the step it was lost in, if its push had not
-completed the round, with the same parameters and data. Shard 0 then tells every worker (Flag.REJOINED) that
-the job continued. A lost worker not replaced within the timeout, a lost shard, or anything else ends everyone
-with `PeerLost` (exit 201): the operator recreates the ranks and they resume from the newest checkpoint all of
-them have, which keeps synchronous runs exact.
-"""
+"""One parameter-server shard (`ShardServer`): it admits the workers' connections, applies their gradients in
+the job's mode (synchronous, asynchronous, bounded staleness), decides a stop's step (shard 0) and gives a lost
+worker's slot back to its replacement. The protocol is the package's docstring."""
 
 from __future__ import annotations
 
@@ -52,54 +16,12 @@ import torch
 from torch import nn
 
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
+from ringleader_trainer.strategies.parameter_server.layout import shard_buffers
 from ringleader_trainer.transport import auth, wire
 from ringleader_trainer.transport.gate import Answered, Gate, Refused
 from ringleader_trainer.transport.wire import Flag, Op, PeerLost, context
 
 SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
-
-
-def assign_shards(sizes: Sequence[int], num_shards: int) -> list[int]:
-    """The shard of each parameter: largest first onto the least-loaded shard (ties to the lower index).
-    Deterministic, so every rank computes the same assignment from the same model."""
-    loads = [0] * num_shards
-    out = [0] * len(sizes)
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        shard = min(range(num_shards), key=lambda s: (loads[s], s))
-        out[i] = shard
-        loads[shard] += sizes[i]
-    return out
-
-
-def shard_parameters(model: nn.Module, num_shards: int) -> list[list[nn.Parameter]]:
-    """The model's parameters grouped by shard, each group in model order."""
-    params = list(model.parameters())
-    owner = assign_shards([p.numel() for p in params], num_shards)
-    return [[p for p, o in zip(params, owner, strict=True) if o == s] for s in range(num_shards)]
-
-
-def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Views into `flat`, one shaped like each of `like`, laid end to end."""
-    out, offset = [], 0
-    for t in like:
-        out.append(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()
-    return out
-
-
-def shard_buffers(
-    model_params: Sequence[nn.Parameter], optimizer: torch.optim.Optimizer
-) -> tuple[torch.Tensor, torch.Tensor, torch.optim.Optimizer]:
-    """A shard's values in one flat buffer (a copy of `model_params`'), its gradient buffer, and the user's
-    optimizer over parameters that are views into them."""
-    dtype = model_params[0].dtype if model_params else torch.float32
-    flat = torch.cat([p.detach().reshape(-1) for p in model_params]) if model_params else torch.empty(0)
-    flat = flat.to(dtype).contiguous()
-    grad = torch.zeros(flat.numel(), dtype=dtype)
-    params = [nn.Parameter(v) for v in flat_views(flat, model_params)]
-    for p, g in zip(params, flat_views(grad, model_params), strict=True):
-        p.grad = g
-    return flat, grad, shard_optimizer(optimizer, model_params, params)
 
 
 @dataclass(frozen=True)
@@ -111,20 +33,6 @@ class Backups:
     addr: tuple[str, int]
     of: int
     of_params: Sequence[nn.Parameter]
-
-
-def shard_optimizer(
-    optimizer: torch.optim.Optimizer, originals: Sequence[nn.Parameter], shard: Sequence[nn.Parameter]
-) -> torch.optim.Optimizer:
-    """The user's optimizer class and per-group settings, over the shard's own parameters (`shard[i]` stands
-    for `originals[i]`)."""
-    stand_in = {id(o): s for o, s in zip(originals, shard, strict=True)}
-    groups = []
-    for group in optimizer.param_groups:
-        mine = [stand_in[id(p)] for p in group["params"] if id(p) in stand_in]
-        if mine:
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": mine})
-    return type(optimizer)(groups)  # type: ignore[call-arg]
 
 
 class ShardFailed(PeerLost):
@@ -528,168 +436,3 @@ class ShardServer:
     def _released(self, worker: int) -> None:
         lead = self.clock[worker] - self.slowest
         self.stats.max_lead_on_release = max(self.stats.max_lead_on_release, lead)
-
-
-class ShardClient:
-    """A worker's connections to every shard. `push_pull(step)` sends this step's gradients and replaces the
-    model's parameters with the shards' answers."""
-
-    def __init__(
-        self,
-        addrs: Sequence[tuple[str, int]],
-        worker: int,
-        shards: Sequence[Sequence[nn.Parameter]],
-        step: int,
-        connect_timeout: float,
-        timeout: float,
-        token: bytes,
-        resume: bool = False,
-        backups: bool = False,
-    ) -> None:
-        """`resume`: take back this worker's place, which the shards gave up when it was lost, at `step` (the
-        clock `probe` found on every shard). `backups`: a lost shard is waited for, up to `timeout`, and this
-        worker's place taken back at its replacement (ps_backup), instead of giving up."""
-        self.worker, self.shards, self.token = worker, shards, token
-        self.addrs, self.timeout, self.backups = list(addrs), timeout, backups
-        self.healed: list[int] = []  # shards lost and taken back at their replacements, since last looked at
-        self.socks: list[socket.socket] = []
-        self.flats = [torch.empty(sum(p.numel() for p in s), dtype=s[0].dtype if s else torch.float32) for s in shards]
-        self.wait_seconds = 0.0  # time spent waiting for the shards' replies (includes staleness waits)
-        self.stop_heard = False  # a shard's reply carried Flag.STOP: pass it on to shard 0
-        self.stop_at: int | None = None  # the step shard 0 named (STOP_AT)
-        self.rejoined = False  # shard 0 said a lost worker's replacement took its place (Flag.REJOINED)
-        try:
-            for i in range(len(addrs)):
-                self.socks.append(self._open(i, step, resume, connect_timeout))
-            for i in range(len(addrs)):
-                self._receive(i, step)
-        except BaseException:
-            self.close()
-            raise
-
-    def _open(self, i: int, step: int, resume: bool, connect_timeout: float) -> socket.socket:
-        """A proven connection to shard `i`, its HELLO sent (taking this worker's place back with `resume`)."""
-        host, port = self.addrs[i]
-        sock = wire.connect(host, port, connect_timeout, self.timeout)
-        try:
-            auth.initiate(sock, self.token, context(i))
-            flat = self.flats[i]
-            hello = {"shard": i, "numel": flat.numel(), "dtype": str(flat.dtype)}
-            wire.send_json(sock, Op.HELLO, self.worker, step, hello | ({"resume": True} if resume else {}))
-        except auth.AuthError as e:
-            sock.close()
-            raise PeerLost(f"shard {i} at {host}:{port}: {e}") from e
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-
-    def _receive(self, i: int, step: int) -> int:
-        """Shard `i`'s parameters into the model; the clock it sent them at (`step` unless taking a place back)."""
-        sock = self.socks[i]
-        header = wire.recv_header(sock)
-        if header.op == Op.STOP_AT and i == 0 and self.stop_at is None:
-            self.stop_at = header.step
-            header = wire.recv_header(sock)
-        wire.expect(sock, header, Op.PARAMS)
-        self.stop_heard |= bool(header.flags & Flag.STOP)
-        self.rejoined |= bool(header.flags & Flag.REJOINED)
-        wire.recv_tensor_into(sock, header, self.flats[i])
-        with torch.no_grad():
-            for p, v in zip(self.shards[i], flat_views(self.flats[i], self.shards[i]), strict=True):
-                p.copy_(v)
-        return header.step
-
-    def _push(self, i: int, step: int, flags: Flag) -> None:
-        """This step's gradients of shard `i`'s parameters, sent."""
-        # The wire carries host memory: .cpu() is free on CPU and one copy on GPU.
-        grads = [
-            p.grad.reshape(-1).cpu() if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
-            for p in self.shards[i]
-        ]
-        if grads:
-            torch.cat(grads, out=self.flats[i])
-        wire.send(self.socks[i], Op.PUSH, self.worker, step, wire.tensor_bytes(self.flats[i]), flags)
-
-    def _take_back(self, i: int, step: int, flags: Flag, lost: PeerLost) -> None:
-        """Shard `i` was lost during `step` (`lost`): take this worker's place back at its replacement, which
-        serves from the backup, pushing the step again if the lost shard had not applied it. PeerLost (`lost`'s
-        text) without backups, or when no replacement answers within the timeout."""
-        if not self.backups:
-            raise lost
-        self.socks[i].close()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                self.socks[i] = self._open(i, step, True, min(2.0, max(0.1, deadline - time.monotonic())))
-                clock = self._receive(i, step)
-                if clock == step:  # the update had not been applied: push it again
-                    self._push(i, step, flags)
-                    clock = self._receive(i, step + 1)
-                if clock != step + 1:
-                    raise PeerLost(f"shard {i} took worker {self.worker} back at step {clock}, not {step}")
-                self.healed.append(i)
-                return
-            except (PeerLost, TimeoutError, OSError) as e:
-                self.socks[i].close()
-                if time.monotonic() >= deadline:
-                    raise PeerLost(f"{lost}; and shard {i} did not take worker {self.worker} back within "
-                                   f"{self.timeout:g} s: {e}") from e  # fmt: skip
-                time.sleep(0.2)
-
-    def push_pull(self, step: int, stop: bool = False) -> None:
-        """Push this step's gradients (with Flag.STOP when this worker was asked to stop, or a shard's reply
-        said one was), take the new parameters, and `stop_at` once shard 0 names it. A shard lost (or not
-        answering in time) makes every other shard give up too (ERROR): they would otherwise wait for this
-        worker's replacement while the job starts again from the checkpoint."""
-        try:
-            self._push_pull(step, stop)
-        except PeerLost as e:
-            for sock in self.socks:
-                wire.send_error(sock, f"worker {self.worker} lost a shard: {e}")
-            raise
-
-    def _push_pull(self, step: int, stop: bool) -> None:
-        flags = Flag.STOP if stop or self.stop_heard else Flag.NONE
-        lost: dict[int, PeerLost] = {}
-        for i in range(len(self.socks)):
-            try:
-                self._push(i, step, flags)
-            except PeerLost as e:
-                lost[i] = e
-        t0 = time.perf_counter()
-        for i in range(len(self.socks)):
-            if i not in lost:
-                try:
-                    self._receive(i, step + 1)
-                    continue
-                except PeerLost as e:
-                    lost[i] = e
-            self._take_back(i, step, flags, lost[i])
-        self.wait_seconds += time.perf_counter() - t0
-
-    def done(self, stop: bool = False) -> None:
-        """Tell every shard this worker is finished (or, with `stop`, stopped at its current step)."""
-        for sock in self.socks:
-            wire.send(sock, Op.DONE, self.worker, 0, flags=Flag.STOP if stop else Flag.NONE)
-        for sock in self.socks:
-            wire.expect(sock, wire.recv_header(sock), Op.DONE)
-        self.close()
-
-    def close(self) -> None:
-        for sock in self.socks:
-            sock.close()
-        self.socks = []
-
-
-def probe(addrs: Sequence[tuple[str, int]], worker: int, token: bytes, timeout: float) -> list[dict[str, Any]] | None:
-    """Every shard's answer for `worker` (STATE: its clock there, whether the shard lost it, whether the shard
-    gives a lost worker's place back) when every shard is serving; None when one is not (nothing listens: the
-    job is starting, or every rank is starting again). One attempt per shard, each bounded by `timeout`."""
-    answers = []
-    for i, addr in enumerate(addrs):
-        answer = ps_backup.ask(addr, i, token, timeout, {"shard": i, "probe": True}, Op.STATE, worker=worker)
-        if answer is None:
-            return None
-        answers.append(answer)
-    return answers

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,14 +22,9 @@ from ringleader_trainer.elastic.stopping import Stopped
 from ringleader_trainer.env import PSMode, RankEnv
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
-from ringleader_trainer.strategies.parameter_server.shards import (
-    Backups,
-    ServerStats,
-    ShardClient,
-    ShardServer,
-    probe,
-    shard_parameters,
-)
+from ringleader_trainer.strategies.parameter_server.client import ShardClient, probe
+from ringleader_trainer.strategies.parameter_server.layout import shard_parameters
+from ringleader_trainer.strategies.parameter_server.shards import Backups, ServerStats, ShardServer
 from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
 from ringleader_trainer.transport import auth
 
@@ -40,8 +36,8 @@ class ParameterServerStrategy(Strategy):
 
     name = "parameter-server"
 
-    def __init__(self, env: RankEnv, options: Options) -> None:
-        super().__init__(env, options)
+    def __init__(self, env: RankEnv, options: Options, **kwargs: Any) -> None:
+        super().__init__(env, options, **kwargs)
         self.client: ShardClient | None = None
         if env.ps is None:  # the env reader requires it under parameter-server
             raise StrategyUsageError("the parameter-server settings (RINGLEADER_PS_*) are not set")
