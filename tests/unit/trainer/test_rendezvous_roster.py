@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 from ringleader_trainer.elastic import rendezvous
-from ringleader_trainer.elastic.rendezvous import Rendezvous, candidates_key
+from ringleader_trainer.elastic.rendezvous import Rendezvous
+from ringleader_trainer.elastic.store_keys import candidates_key
 
 WORLD = 4
 

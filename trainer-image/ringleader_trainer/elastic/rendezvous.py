@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
-import socket
-import stat
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +13,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ringleader_trainer.elastic.group_watch import GroupWatch, connection_port, open_sockets
+from ringleader_trainer.elastic.store_keys import (
+    CONNECT_SECONDS,
+    INCARNATION_KEY,
+    candidates_key,
+    formed_key,
+    news_key,
+    next_key,
+    roster_key,
+    tell_lost,
+)
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
 from ringleader_trainer.logs import log_json
@@ -28,44 +35,11 @@ class RendezvousError(TrainerError):
     exit_code = ExitCode.RENDEZVOUS_TIMEOUT
 
 
-INCARNATION_KEY = "ringleader/incarnation"
-CONNECT_SECONDS = 5.0
-
-
 # Seconds a rank waits on the store for the next group before looking again (the wait ends as soon as the key is
 # set; each slice that runs out makes torch's store log a warning, hence not every second).
 WAIT_SLICE = 10.0
 # With a quorum, the seconds worker 0 waits after the last rank came before it forms the group of those there.
 QUORUM_SETTLE_SECONDS = 0.5
-
-
-def formed_key(incarnation: str) -> str:
-    return f"ringleader/{incarnation}/formed"
-
-
-def broken_key(incarnation: str) -> str:
-    """Set when a member of `incarnation` is known lost: its ranks leave it (`GroupWatch`)."""
-    return f"ringleader/{incarnation}/broken"
-
-
-def news_key(incarnation: str) -> str:
-    """What its members hear of `incarnation`: "lost" (a member is lost: leave it now, `broken_key` says why) or
-    "joiner" (a rank outside a group of fewer than every rank waits to join: re-form at a step boundary)."""
-    return f"ringleader/{incarnation}/news"
-
-
-def roster_key(incarnation: str) -> str:
-    """The members of `incarnation`, as worker 0 decided them: their global ranks, comma-separated, in order."""
-    return f"ringleader/{incarnation}/roster"
-
-
-def candidates_key(incarnation: str) -> str:
-    return f"ringleader/{incarnation}/candidates"
-
-
-def next_key(incarnation: str) -> str:
-    """Where worker 0 names the group after `incarnation`: ranks waiting for it are woken by the store."""
-    return f"ringleader/{incarnation}/next"
 
 
 class Rendezvous:
@@ -98,10 +72,7 @@ class Rendezvous:
         env, rendezvous_timeout = self.env, self.rendezvous_timeout
         deadline = time.monotonic() + rendezvous_timeout
         is_host, me = env.global_rank == 0, env.global_rank
-        where = (f"rendezvous with {env.master_addr}:{env.master_port} as rank {env.global_rank} of "
-                 f"{env.global_world_size}")  # fmt: skip
-        named = False  # whether worker 0 has named this join's group yet
-        waiting = False
+        named = waiting = False  # worker 0 named this join's group; this rank said it waits for the next one
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -137,10 +108,11 @@ class Rendezvous:
                 if dist.is_initialized():
                     dist.destroy_process_group()
                 if is_host or time.monotonic() >= deadline:
-                    raise RendezvousError(f"{where} failed within {rendezvous_timeout:g} s: {one_line(e)}") from e
+                    raise RendezvousError(f"rendezvous with {env.master_addr}:{env.master_port} as rank {me} of "
+                                          f"{env.global_world_size} failed within {rendezvous_timeout:g} s: "
+                                          f"{one_line(e)}") from e  # fmt: skip
                 log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
-                self.store = None  # reconnect: worker 0 may be a new process by now
-                waiting = False
+                self.store, waiting = None, False  # reconnect: worker 0 may be a new process by now
                 time.sleep(0.5)
 
     def _enrol(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
@@ -195,7 +167,7 @@ class Rendezvous:
         """Build the group `incarnation` of `roster` (worker 0 marks it formed), and watch it."""
         env = self.env
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-        before = _sockets()
+        before = open_sockets()
         dist.init_process_group(
             backend, store=dist.PrefixStore(f"ringleader/{incarnation}/", store),  # type: ignore[attr-defined]
             rank=roster.index(env.global_rank), world_size=len(roster),
@@ -204,14 +176,14 @@ class Rendezvous:
         if env.global_rank == 0:  # gloo connected worker 0 to every member: the group takes no one new from now on
             store.set(formed_key(incarnation), "1")
         self.roster = roster
-        self.watch = GroupWatch(self, incarnation, self._connections_since(before))
+        self.watch = GroupWatch(env, incarnation, self._connections_since(before))
 
     @contextlib.contextmanager
     def watched(self) -> Iterator[None]:
         """Within: the process groups built on this rank's group (`dist.new_group`: a pipeline's, the workers')
         are watched with it, their connections shut down when it breaks. Every member builds them, in the same
         order, right after it joins."""
-        before = _sockets()
+        before = open_sockets()
         yield
         if self.watch is not None:
             self.watch.add(self._connections_since(before))
@@ -219,7 +191,7 @@ class Rendezvous:
     def _connections_since(self, before: set[int]) -> set[int]:
         """The connections this rank's groups opened since `before` was taken: not the store's (worker 0 accepts
         peers' store connections meanwhile) nor a metrics page's."""
-        return {fd for fd in _sockets() - before if _connection_port(fd) not in (None, *self._others)}
+        return {fd for fd in open_sockets() - before if connection_port(fd) not in (None, *self._others)}
 
     def leave(self) -> None:
         """Drop the process group a lost peer broke, keeping the store (`join` forms the next one), and tell its
@@ -240,91 +212,6 @@ class Rendezvous:
             self.watch = None
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class GroupWatch:
-    """Ends this rank's part in a process group as soon as the group is known broken, so that a collective
-    blocked in it fails at once (and the rank heals or recovers) instead of after the collective's timeout; and
-    raises `joiner` when a rank waits to join a group of fewer than every rank.
-
-    A group is broken when one of its members is lost: a member that saw a collective fail says so in the
-    store (`tell_lost`), and so does a rank that finds the group formed without it (the replacement of a lost
-    member: the operator replaced its pod, as after a node's loss, where no connection ever reports the loss). A
-    thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
-    the store, which worker 0 hosts, is gone), shuts down the group's connections: gloo then fails every pending
-    operation on them here, and on the other end, as if this rank had been lost. Shutting them down, not
-    closing them, leaves gloo's threads their sockets until the group is dropped."""
-
-    SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
-
-    def __init__(self, rendezvous: Rendezvous, incarnation: str, sockets: set[int]) -> None:
-        self.rendezvous, self.incarnation = rendezvous, incarnation
-        # Each descriptor with the socket it held when recorded: once gloo closes a connection (its peer was
-        # lost) the number may be reused by another of this rank's connections, which must not be shut down.
-        self.sockets = _identities(sockets)
-        self.ended = threading.Event()
-        self.joiner = threading.Event()  # a rank waits to join this group (of fewer than every rank)
-        # Held while the connections are shut down, which happens once: after this rank leaves the group its
-        # descriptors' numbers may be reused by the next group's connections.
-        self.lock = threading.Lock()
-        self.down = False  # the connections were shut down (the group is broken, or this rank left it)
-        self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
-        self.thread.start()
-
-    def tell(self, store: Any) -> None:
-        """Say in the store that this group is broken (where the store is still there to hear it)."""
-        with contextlib.suppress(Exception):
-            tell_lost(store, self.incarnation, "lost")
-
-    def add(self, sockets: set[int]) -> None:
-        """Watch these connections too (a group built on this one); shut down at once if it is already broken."""
-        with self.lock:
-            self.sockets |= _identities(sockets)
-            if self.down:
-                self._shut_down()
-
-    def end(self) -> None:
-        """Stop watching (this rank leaves the group), shutting its connections down for the peers' sake."""
-        with self.lock:
-            self.ended.set()
-            self._shut_down()
-
-    def _run(self) -> None:
-        env = self.rendezvous.env
-        try:
-            client = dist.TCPStore(  # type: ignore[attr-defined]
-                env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
-                timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
-            )  # fmt: skip
-            key = news_key(self.incarnation)
-            while not self.ended.is_set():
-                try:
-                    client.wait([key], datetime.timedelta(seconds=self.SLICE))
-                except dist.DistStoreError as e:
-                    if "timeout" not in str(e).lower():
-                        raise
-                    continue
-                if key == broken_key(self.incarnation) or client.get(key) != b"joiner":
-                    break
-                self.joiner.set()  # from now on only a loss is news
-                key = broken_key(self.incarnation)
-        except Exception as e:  # the store is gone: so is worker 0, a member
-            reason = f"the store is unreachable: {one_line(e)}"
-        else:
-            reason = "a member was lost"
-        with self.lock:
-            if not self.ended.is_set():
-                log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
-                self._shut_down()
-
-    def _shut_down(self) -> None:
-        for fd, inode in self.sockets.items():
-            with contextlib.suppress(OSError):
-                if os.fstat(fd).st_ino != inode:
-                    continue  # closed by gloo, and the number reused since
-                with _second_handle(fd) as s:
-                    s.shutdown(socket.SHUT_RDWR)
-        self.sockets, self.down = {}, True
 
 
 def _roster(store: Any, incarnation: str) -> list[int] | None:
@@ -353,51 +240,9 @@ def _tell_outsider(store: Any, incarnation: str, roster: list[int] | None, world
         tell_lost(store, incarnation, "replaced")
 
 
-def tell_lost(store: Any, incarnation: str, reason: str) -> None:
-    """Say in the store that a member of `incarnation` is lost: its members leave it at once (`GroupWatch`)."""
-    store.set(broken_key(incarnation), reason)
-    store.set(news_key(incarnation), "lost")
-
-
 def _name_next(store: Any) -> None:
     """Worker 0 names the group it forms next, and tells those waiting in the previous group which it is."""
     new = uuid.uuid4().hex
     if store.check([INCARNATION_KEY]):
         store.set(next_key(store.get(INCARNATION_KEY).decode()), new)
     store.set(INCARNATION_KEY, new)
-
-
-def _sockets() -> set[int]:
-    """This process's open socket descriptors (none where /proc is not there)."""
-    found = set()
-    with contextlib.suppress(OSError):
-        for name in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
-                    found.add(int(name))
-    return found
-
-
-def _identities(fds: set[int]) -> dict[int, int]:
-    """Each still open descriptor of `fds` with its socket's inode (unique while the socket lives)."""
-    found = {}
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            found[fd] = os.fstat(fd).st_ino
-    return found
-
-
-def _connection_port(fd: int) -> int | None:
-    """The local port of a TCP connection; None for anything else (a listening socket: gloo's listener must
-    stay open, its accept() failing would end the process)."""
-    with contextlib.suppress(OSError), _second_handle(fd) as s:
-        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-            return None
-        address = s.getsockname()
-        return address[1] if isinstance(address, tuple) else None
-    return None
-
-
-def _second_handle(fd: int) -> socket.socket:
-    """A socket object on a duplicate of `fd` (a context manager): closing it leaves `fd`, gloo's, open."""
-    return socket.socket(fileno=os.dup(fd))

@@ -1,0 +1,141 @@
+"""A rank's watch over the process group it is in (`GroupWatch`): the group's connections shut down as soon as the
+group is known broken, so a collective blocked in it fails at once; and the connections a group opened, told
+apart from the store's and a metrics page's."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import stat
+import threading
+from typing import Any
+
+import torch.distributed as dist
+
+from ringleader_trainer.elastic.store_keys import CONNECT_SECONDS, broken_key, news_key, tell_lost
+from ringleader_trainer.env import RankEnv
+from ringleader_trainer.exitcodes import one_line
+from ringleader_trainer.logs import log_json
+
+
+class GroupWatch:
+    """Ends this rank's part in a process group as soon as the group is known broken, so that a collective
+    blocked in it fails at once (and the rank heals or recovers) instead of after the collective's timeout; and
+    raises `joiner` when a rank waits to join a group of fewer than every rank.
+
+    A group is broken when one of its members is lost: a member that saw a collective fail says so in the
+    store (`tell_lost`), and so does a rank that finds the group formed without it (the replacement of a lost
+    member: the operator replaced its pod, as after a node's loss, where no connection ever reports the loss). A
+    thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
+    the store, which worker 0 hosts, is gone), shuts down the group's connections: gloo then fails every pending
+    operation on them here, and on the other end, as if this rank had been lost. Shutting them down, not
+    closing them, leaves gloo's threads their sockets until the group is dropped."""
+
+    SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
+
+    def __init__(self, env: RankEnv, incarnation: str, sockets: set[int]) -> None:
+        self.env, self.incarnation = env, incarnation
+        # Each descriptor with the socket it held when recorded: once gloo closes a connection (its peer was
+        # lost) the number may be reused by another of this rank's connections, which must not be shut down.
+        self.sockets = _identities(sockets)
+        self.ended = threading.Event()
+        self.joiner = threading.Event()  # a rank waits to join this group (of fewer than every rank)
+        # Held while the connections are shut down, which happens once: after this rank leaves the group its
+        # descriptors' numbers may be reused by the next group's connections.
+        self.lock = threading.Lock()
+        self.down = False  # the connections were shut down (the group is broken, or this rank left it)
+        self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
+        self.thread.start()
+
+    def tell(self, store: Any) -> None:
+        """Say in the store that this group is broken (where the store is still there to hear it)."""
+        with contextlib.suppress(Exception):
+            tell_lost(store, self.incarnation, "lost")
+
+    def add(self, sockets: set[int]) -> None:
+        """Watch these connections too (a group built on this one); shut down at once if it is already broken."""
+        with self.lock:
+            self.sockets |= _identities(sockets)
+            if self.down:
+                self._shut_down()
+
+    def end(self) -> None:
+        """Stop watching (this rank leaves the group), shutting its connections down for the peers' sake."""
+        with self.lock:
+            self.ended.set()
+            self._shut_down()
+
+    def _run(self) -> None:
+        env = self.env
+        try:
+            client = dist.TCPStore(  # type: ignore[attr-defined]
+                env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
+                timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
+            )  # fmt: skip
+            key = news_key(self.incarnation)
+            while not self.ended.is_set():
+                try:
+                    client.wait([key], datetime.timedelta(seconds=self.SLICE))
+                except dist.DistStoreError as e:
+                    if "timeout" not in str(e).lower():
+                        raise
+                    continue
+                if key == broken_key(self.incarnation) or client.get(key) != b"joiner":
+                    break
+                self.joiner.set()  # from now on only a loss is news
+                key = broken_key(self.incarnation)
+        except Exception as e:  # the store is gone: so is worker 0, a member
+            reason = f"the store is unreachable: {one_line(e)}"
+        else:
+            reason = "a member was lost"
+        with self.lock:
+            if not self.ended.is_set():
+                log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
+                self._shut_down()
+
+    def _shut_down(self) -> None:
+        for fd, inode in self.sockets.items():
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_ino != inode:
+                    continue  # closed by gloo, and the number reused since
+                with _second_handle(fd) as s:
+                    s.shutdown(socket.SHUT_RDWR)
+        self.sockets, self.down = {}, True
+
+
+def open_sockets() -> set[int]:
+    """This process's open socket descriptors (none where /proc is not there)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                    found.add(int(name))
+    return found
+
+
+def _identities(fds: set[int]) -> dict[int, int]:
+    """Each still open descriptor of `fds` with its socket's inode (unique while the socket lives)."""
+    found = {}
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            found[fd] = os.fstat(fd).st_ino
+    return found
+
+
+def connection_port(fd: int) -> int | None:
+    """The local port of a TCP connection; None for anything else (a listening socket: gloo's listener must
+    stay open, its accept() failing would end the process)."""
+    with contextlib.suppress(OSError), _second_handle(fd) as s:
+        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            return None
+        address = s.getsockname()
+        return address[1] if isinstance(address, tuple) else None
+    return None
+
+
+def _second_handle(fd: int) -> socket.socket:
+    """A socket object on a duplicate of `fd` (a context manager): closing it leaves `fd`, gloo's, open."""
+    return socket.socket(fileno=os.dup(fd))

@@ -1,0 +1,46 @@
+"""What the ranks of a job say to one another in the rendezvous store that worker 0 hosts: which group is the
+current one (its incarnation), who came to it, who worker 0 named its members, whether it is formed, and its news
+(a member lost, a rank waiting to join)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+INCARNATION_KEY = "ringleader/incarnation"
+# Seconds a client gives one attempt to connect to the store (worker 0's name may still point at a lost pod).
+CONNECT_SECONDS = 5.0
+
+
+def formed_key(incarnation: str) -> str:
+    return f"ringleader/{incarnation}/formed"
+
+
+def broken_key(incarnation: str) -> str:
+    """Set when a member of `incarnation` is known lost: its ranks leave it (`GroupWatch`)."""
+    return f"ringleader/{incarnation}/broken"
+
+
+def news_key(incarnation: str) -> str:
+    """What its members hear of `incarnation`: "lost" (a member is lost: leave it now, `broken_key` says why) or
+    "joiner" (a rank outside a group of fewer than every rank waits to join: re-form at a step boundary)."""
+    return f"ringleader/{incarnation}/news"
+
+
+def roster_key(incarnation: str) -> str:
+    """The members of `incarnation`, as worker 0 decided them: their global ranks, comma-separated, in order."""
+    return f"ringleader/{incarnation}/roster"
+
+
+def candidates_key(incarnation: str) -> str:
+    return f"ringleader/{incarnation}/candidates"
+
+
+def next_key(incarnation: str) -> str:
+    """Where worker 0 names the group after `incarnation`: ranks waiting for it are woken by the store."""
+    return f"ringleader/{incarnation}/next"
+
+
+def tell_lost(store: Any, incarnation: str, reason: str) -> None:
+    """Say in the store that a member of `incarnation` is lost: its members leave it at once (`GroupWatch`)."""
+    store.set(broken_key(incarnation), reason)
+    store.set(news_key(incarnation), "lost")
