@@ -39,6 +39,12 @@ class TrainerError(Exception):
     exit_code: ClassVar[ExitCode] = ExitCode.CRASH
 
 
+class StrategyUsageError(TrainerError):
+    """The script called the API in a way this rank's strategy cannot honour."""
+
+    exit_code = ExitCode.BAD_CONFIG
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as the one line an error message quotes: its first line, or its type if it has no text."""
     text = str(exc).strip()

@@ -22,68 +22,49 @@ run in a sub-group of the workers. Every wait is bounded: the rendezvous by `ren
 and parameter-server exchanges by `timeout`. Failures raise the exceptions `exitcodes.exit_code_for` maps to
 the documented exit codes.
 
-This module holds the API every strategy offers (`Strategy`, `Options`); the strategies are in `strategies/`,
+This module holds the API every strategy offers (`Strategy`, `Options`; its healing half is
+`elastic/heal_protocol.py`, the helpers strategies share `strategies/tools.py`); the strategies are in `strategies/`,
 the rendezvous in `elastic/rendezvous.py`, checkpoints and the resume agreement in `checkpoints/training.py`, and
 `startup.from_env` puts them together.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from ringleader_trainer import flightrecorder
 from ringleader_trainer.checkpoints import store as ckpt
-from ringleader_trainer.checkpoints.training import (
-    HEALED_FROM,
-    LAST_CHECKPOINT,
-    TrainingCheckpointer,
-    agree_on_resume,
-    load_state,
-    worker_state,
-)
-from ringleader_trainer.elastic import healing, recovery
+from ringleader_trainer.checkpoints.training import TrainingCheckpointer, agree_on_resume, worker_state
+from ringleader_trainer.elastic import healing
+from ringleader_trainer.elastic.heal_protocol import HealingProtocol
 from ringleader_trainer.elastic.rendezvous import Rendezvous
 from ringleader_trainer.elastic.stopping import Stopped, StopSignal, StopVote
 from ringleader_trainer.env import RankEnv, Role
-from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
+from ringleader_trainer.exitcodes import StrategyUsageError
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
+from ringleader_trainer.options import Options
 from ringleader_trainer.strategies.parameter_server.layout import flat_views
 from ringleader_trainer.strategies.parameter_server.shards import ServerStats
 from ringleader_trainer.strategies.ring import ring_allreduce
+from ringleader_trainer.strategies.tools import unwrap
+
+# The API (Options and StrategyUsageError live in modules of their own, which the healing half imports too).
+__all__ = ["ALLREDUCE_IMPLEMENTATIONS", "LossFn", "Options", "Strategy", "StrategyUsageError"]
 
 ALLREDUCE_IMPLEMENTATIONS = ("native", "ring")
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (model's output, targets) -> the loss
 
 
-class StrategyUsageError(TrainerError):
-    """The script called the API in a way this rank's strategy cannot honour."""
-
-    exit_code = ExitCode.BAD_CONFIG
-
-
-@dataclass(frozen=True)
-class Options:
-    rendezvous_timeout: float = 300.0  # seconds to reach the master and every peer at start
-    timeout: float = 300.0  # seconds any one collective or parameter-server exchange may take
-    allreduce: str = "native"  # "native": torch.distributed (gloo on CPU, NCCL on GPU); "ring": ours
-    log_every: int = 20  # steps between JSON log lines (`report`)
-    max_recoveries: int = 10  # times a rank heals or recovers in place after losing a peer before it exits 201
-    heal: bool = True  # where the strategy heals, continue from a live peer's state; else from the newest checkpoint
-
-
-class Strategy:
+class Strategy(HealingProtocol):
     """What every strategy offers; `from_env` returns the subclass the environment names."""
 
     name = ""
@@ -386,126 +367,10 @@ class Strategy:
         log_json(role=self.env.role, index=self.env.index, event="healed", step=agreed.step,
                  source=self.rendezvous.roster[source])  # fmt: skip
 
-    def hold(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Keep `model` and `optimizer` as the state this rank serves a lost peer's replacement, and take the
-        state a live peer sent if this rank is one (distributed_optimizer calls this under a strategy that
-        heals, so a script that does not restore() still continues from it)."""
-        self._held = (unwrap(model), optimizer)
-        if self.resumed is not None and HEALED_FROM in self.resumed:
-            self.take_state(self.resumed)
-
-    def heal(self, reason: str, counted: bool = True) -> None:
-        """Continue after a lost peer with no checkpoint read: leave the broken group, form the next with the
-        peer's replacement (or, with a `quorum`, with the survivors alone until it comes: they train on short of
-        it, and re-form with it at a step boundary, `stop_agreed`), and send the agreed state to the ranks short
-        of it (or receive it). A collective: every survivor calls it once it sees the loss; the replacement's
-        side is `join`. Unhealable (on every rank of the group) when no live rank can serve a rank short of it.
-        `counted`: against `max_recoveries` (not the re-forming that takes a replacement in)."""
-        if self._held is None:
-            raise StrategyUsageError("heal() needs the model and optimizer: call distributed_optimizer() first")
-        started = time.perf_counter()
-        log_json(role=self.env.role, index=self.env.index, event="heal-start", step=self.steps_done, reason=reason)
-        self.rendezvous.leave()
-        self.rendezvous.join(self.quorum)
-        rank, roster = dist.get_rank(), self.rendezvous.roster
-        agreed = self.heal_plan(healing.gather(self.heal_report()))
-        assert agreed is not None  # this rank holds live state
-        self._pending = False
-        if rank in agreed.advance:  # a peer completed the commit this rank's failed in: apply the step it holds
-            self._held[1].step()
-        source = agreed.sources.get(rank)
-        self.caught_up = source is not None
-        if source is not None:
-            state = healing.receive(source)
-            self.take_state(state)
-            self.steps_done, self.communication_rounds = agreed.step, int(state.get("rounds", 0))
-        served = sorted(r for r, s in agreed.sources.items() if s == rank)
-        for receiver in served:
-            healing.send(self.state_for(receiver), receiver)
-        # After the exchange of states, where the replacement builds its own (its distributed_model): groups
-        # built on the new one (dist.new_group) are built by every member in the same order.
-        self._regroup()
-        self.heals_done += counted
-        self._votes_from = self.first_vote_after(agreed.step)
-        self.metrics.resumed(self.steps_done)  # its own step: under local SGD a survivor keeps its steps
-        log_json(
-            role=self.env.role, index=self.env.index, event="heal", step=agreed.step,
-            source=None if source is None else roster[source], served=[roster[r] for r in served],
-            present=len(roster), seconds=round(time.perf_counter() - started, 3),
-        )  # fmt: skip
-
-    # The healing protocol (elastic/healing.py) a strategy that heals implements; these serve where every worker holds
-    # the whole model and optimizer (allreduce).
-    def heal_report(self) -> healing.Report:
-        """What this rank holds to serve a replacement: the step of its live state, and whether it holds the
-        next one pending (`commit_step`)."""
-        return healing.Report(self.steps_done, pending=self._pending)
-
-    def heal_plan(self, reports: Sequence[healing.Report]) -> healing.Plan | None:
-        """Who serves whom, from every rank's report; None when no rank holds live state."""
-        return healing.newest_serves(reports)
-
-    def state_for(self, receiver: int) -> dict[str, Any]:
-        """What this rank sends `receiver`, which continues from it: a worker's whole state (`live_state`)."""
-        return self.live_state()
-
-    def first_vote_after(self, step: int) -> int:
-        """The first step at whose boundary the workers vote on stopping once a group continues from `step`: the
-        next, where every rank of the group is, however it reached it."""
-        return step + 1
-
-    def live_state(self) -> dict[str, Any]:
-        """What this rank's checkpoint would hold at this step, and the newest checkpoint's step (a replacement
-        reports it)."""
-        if self._held is None:
-            raise StrategyUsageError("no state to serve before distributed_optimizer()")
-        state = self.held_state(*self._held)
-        return state | {
-            "step": self.steps_done,
-            HEALED_FROM: self.env.global_rank,
-            LAST_CHECKPOINT: self.last_checkpoint,
-        }
-
     def held_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """This rank's model and optimizer state, with its progress and RNGs, as plain tensors and values (what
         `take_state` takes back): a worker's checkpoint (`worker_state`)."""
         return worker_state(self, model, optimizer, self.progress)
-
-    def take_state(self, state: Mapping[str, Any]) -> None:
-        """Load a live peer's state (`live_state`) into the model and optimizer held, and this process's RNGs."""
-        if self._held is None:
-            raise StrategyUsageError("no model to load a peer's state into before distributed_optimizer()")
-        load_state(state, *self._held, self.device)
-
-    def _regroup(self) -> None:
-        """Move what this strategy built on the broken group (DDP, the stop vote, a pipeline's groups) to the new
-        one, once the ranks short of the agreed state have received it."""
-        if self._vote is not None:
-            self._vote = StopVote(self.workers_group, self.metrics)
-
-    def _healed_after(self, error: BaseException) -> bool:
-        """Whether this rank healed after `error`, so the caller does again what failed: True when the error is
-        a lost peer, the strategy heals and holds its state, no stop was asked for and recoveries are left.
-        A peer lost again while healing is healed from too."""
-        while True:
-            used = recovery.recoveries() + self.heals_done
-            heals = self.heals and self.options.heal and self._held is not None
-            if not heals or self.stop.requested or not healing.peer_lost(error):
-                return False
-            if isinstance(error, healing.Unhealable):
-                raise error
-            if used >= self.options.max_recoveries:
-                return False
-            try:
-                self.heal(one_line(error))
-                return True
-            except Exception as e:
-                error = e
-
-    def _take_skip(self) -> bool:
-        """Whether this optimizer step is void (a heal moved this rank past it), clearing the mark."""
-        skip, self._skip_step = self._skip_step, False
-        return skip
 
     def close(self) -> None:
         """Leave the process group once every rank is done (worker 0 hosts the rendezvous store)."""
@@ -518,83 +383,3 @@ class Strategy:
     # ---- shared helpers -----------------------------------------------------------------------------
     def _advance(self) -> None:
         self.steps_done += 1
-
-
-def patch_step(
-    optimizer: torch.optim.Optimizer,
-    before: Callable[[], None],
-    local: bool,
-    after: Callable[[], None],
-    void: Callable[[], bool] = lambda: False,
-) -> torch.optim.Optimizer:
-    """`optimizer` with its step() running `before`, then (if `local`) the original step, then `after`; nothing
-    when `void()` says the step is void (a heal moved the rank past it)."""
-    if getattr(optimizer, "_ringleader_distributed", False):
-        raise StrategyUsageError("distributed_optimizer() was already applied to this optimizer")
-    original = optimizer.step
-
-    def step(closure: Callable[[], float] | None = None) -> float | None:
-        if void():
-            return None
-        before()
-        loss = original(closure) if local else None
-        after()
-        return loss
-
-    optimizer.step = step  # type: ignore[method-assign,assignment]
-    optimizer._ringleader_distributed = True  # type: ignore[attr-defined]
-    return optimizer
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The model itself, out of DistributedDataParallel's wrapper if it is in one."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
-
-
-def own_stream(index: int) -> int:
-    """A seed of its own for the `index`-th part of a model (a shard, a stage), derived from the seed the
-    script set, so the parts' initial values are not copies of one another."""
-    return torch.initial_seed() + 1_000_003 * (index + 1)
-
-
-def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
-    """Allocate a module built on the meta device (or what a strategy kept of it) on `device`, initialized as
-    its modules' reset_parameters() do, drawing from `seed` (the caller's random state is left as it was)."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model.to_empty(device=device)
-        for module in model.modules():
-            if callable(reset := getattr(module, "reset_parameters", None)):
-                reset()
-
-
-def rebuild_optimizer(
-    optimizer: torch.optim.Optimizer, names: dict[int, str] | None, model: nn.Module, keep_missing: bool = True
-) -> torch.optim.Optimizer:
-    """A new optimizer of `optimizer`'s class and settings over `model`'s parameters now, found by the names
-    (`names`: id of each parameter the optimizer was built over -> its name in the model then) after a strategy
-    replaced or dropped them (sharding, a pipeline stage). With `keep_missing` False, parameters the model no
-    longer has are left out (another stage's); otherwise they are an error."""
-    if names is None:
-        raise StrategyUsageError("call distributed_model(model) before distributed_optimizer()")
-    current = dict(unwrap(model).named_parameters())
-    groups = []
-    for group in optimizer.param_groups:
-        try:
-            params = [current[names[id(p)]] for p in group["params"] if keep_missing or names.get(id(p)) in current]
-        except KeyError:
-            raise StrategyUsageError("the optimizer holds parameters that are not the model's") from None
-        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
-    return type(optimizer)(groups, **optimizer.defaults)
-
-
-@contextlib.contextmanager
-def unpatched(optimizer: torch.optim.Optimizer) -> Iterator[torch.optim.Optimizer]:
-    """`optimizer` with its own step() for the duration: for code that steps it to create its state (DCP's
-    get_state_dict does, with zero gradients and lr), which is no training step to count or exchange."""
-    patched = optimizer.__dict__.pop("step", None)
-    try:
-        yield optimizer
-    finally:
-        if patched is not None:
-            optimizer.step = patched  # type: ignore[method-assign]

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from ringleader_trainer.checkpoints import sharded as sharded_checkpoint
 from ringleader_trainer.checkpoints.store import CheckpointError
 from ringleader_trainer.strategies.sharded import FLAT_OPTIMIZER, local_optimizer, shard_units
-from ringleader_trainer.strategy import unwrap
+from ringleader_trainer.strategies.tools import unwrap
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh

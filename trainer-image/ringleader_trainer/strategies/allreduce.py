@@ -16,7 +16,8 @@ from torch.nn.parallel import DistributedDataParallel
 from ringleader_trainer.checkpoints.training import HEALED_FROM
 from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.strategies.ring import ring_allreduce
-from ringleader_trainer.strategy import Strategy, patch_step
+from ringleader_trainer.strategies.tools import patch_step
+from ringleader_trainer.strategy import Strategy
 
 BUCKETS = "ddp_buckets"  # in a live peer's state: DDP's gradient buckets there (parameter indices)
 

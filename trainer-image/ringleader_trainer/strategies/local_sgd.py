@@ -23,7 +23,9 @@ from torch import nn
 
 from ringleader_trainer.checkpoints.training import HEALED_FROM, LAST_CHECKPOINT
 from ringleader_trainer.elastic import healing
-from ringleader_trainer.strategy import Strategy, StrategyUsageError, patch_step
+from ringleader_trainer.exitcodes import StrategyUsageError
+from ringleader_trainer.strategies.tools import patch_step
+from ringleader_trainer.strategy import Strategy
 
 
 class LocalSGDStrategy(Strategy):

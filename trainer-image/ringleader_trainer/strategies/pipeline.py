@@ -38,15 +38,9 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from ringleader_trainer.elastic import healing
-from ringleader_trainer.strategy import (
-    LossFn,
-    Strategy,
-    StrategyUsageError,
-    materialize,
-    own_stream,
-    patch_step,
-    rebuild_optimizer,
-)
+from ringleader_trainer.exitcodes import StrategyUsageError
+from ringleader_trainer.strategies.tools import materialize, own_stream, patch_step, rebuild_optimizer
+from ringleader_trainer.strategy import LossFn, Strategy
 
 
 def split_stages(sizes: Sequence[int], stages: int) -> list[range]:

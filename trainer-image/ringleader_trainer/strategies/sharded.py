@@ -59,11 +59,9 @@ from torch.nn.parallel import DistributedDataParallel
 from ringleader_trainer.checkpoints import sharded as sharded_checkpoint
 from ringleader_trainer.checkpoints.training import HEALED_FROM, TrainingCheckpointer, load_state, worker_state
 from ringleader_trainer.elastic import healing
+from ringleader_trainer.exitcodes import StrategyUsageError
 from ringleader_trainer.strategies.allreduce import stamp_exchange
-from ringleader_trainer.strategy import (
-    LossFn,
-    Strategy,
-    StrategyUsageError,
+from ringleader_trainer.strategies.tools import (
     materialize,
     own_stream,
     patch_step,
@@ -71,6 +69,7 @@ from ringleader_trainer.strategy import (
     unpatched,
     unwrap,
 )
+from ringleader_trainer.strategy import LossFn, Strategy
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 # The optimizer state in checkpoints: keyed by parameter name (`state.<name>.<key>`), never by position, so

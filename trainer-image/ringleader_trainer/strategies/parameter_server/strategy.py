@@ -20,12 +20,14 @@ from ringleader_trainer.checkpoints.training import TrainingCheckpointer
 from ringleader_trainer.elastic.healing import HealError
 from ringleader_trainer.elastic.stopping import Stopped
 from ringleader_trainer.env import PSMode, RankEnv
+from ringleader_trainer.exitcodes import StrategyUsageError
 from ringleader_trainer.logs import log_json
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
 from ringleader_trainer.strategies.parameter_server.client import ShardClient, probe
 from ringleader_trainer.strategies.parameter_server.layout import shard_parameters
 from ringleader_trainer.strategies.parameter_server.shards import Backups, ServerStats, ShardServer
-from ringleader_trainer.strategy import Options, Strategy, StrategyUsageError, patch_step
+from ringleader_trainer.strategies.tools import patch_step
+from ringleader_trainer.strategy import Options, Strategy
 from ringleader_trainer.transport import auth
 
 PROBE_SECONDS = 2.0  # one attempt to reach a shard when a worker starts: is a run being served?
