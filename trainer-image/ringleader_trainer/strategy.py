@@ -53,7 +53,7 @@ from ringleader_trainer.logs import log_json
 from ringleader_trainer.metrics import TrainerMetrics
 from ringleader_trainer.options import Options
 from ringleader_trainer.strategies.parameter_server.layout import flat_views
-from ringleader_trainer.strategies.parameter_server.shards import ServerStats
+from ringleader_trainer.strategies.parameter_server.shard_records import ServerStats
 from ringleader_trainer.strategies.ring import ring_allreduce
 from ringleader_trainer.strategies.tools import unwrap
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from ringleader_trainer.env import EnvError
-from ringleader_trainer.strategies.parameter_server.shards import SYNCHRONOUS
+from ringleader_trainer.strategies.parameter_server.shard_records import SYNCHRONOUS
 from ringleader_trainer.strategies.ring import ring_allreduce
 from ringleader_trainer.transport import auth, gate
 from ringleader_trainer.transport.auth import AuthError

@@ -15,7 +15,8 @@ import torch
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
 from ringleader_trainer.strategies.parameter_server.client import ShardClient, probe
 from ringleader_trainer.strategies.parameter_server.layout import assign_shards, shard_parameters
-from ringleader_trainer.strategies.parameter_server.shards import ASYNCHRONOUS, SYNCHRONOUS, Backups, ShardServer
+from ringleader_trainer.strategies.parameter_server.shard_records import ASYNCHRONOUS, SYNCHRONOUS, Backups, ShardHooks
+from ringleader_trainer.strategies.parameter_server.shards import ShardServer
 from ringleader_trainer.transport import wire
 from ringleader_trainer.transport.wire import Op, PeerLost
 from torch import nn
@@ -114,12 +115,12 @@ TOKEN = secrets.token_hex(32).encode()
 def serve_one_shard(
     mode: str, workers: int, model: nn.Module, lr: float = 0.5, accept_timeout: float = 5, rejoin: bool = False
 ) -> tuple[ShardServer, socket.socket, threading.Thread]:
+    rejections: list[str] = []
     server = ShardServer(
         0, list(model.parameters()), torch.optim.SGD(model.parameters(), lr=lr), workers, mode, None, 5, TOKEN,
-        rejoin=rejoin,
+        rejoin=rejoin, hooks=ShardHooks(reject=lambda peer, reason: rejections.append(reason)),
     )  # fmt: skip
-    server.rejections = []  # type: ignore[attr-defined]
-    server.on_reject = lambda peer, reason: server.rejections.append(reason)  # type: ignore[attr-defined]
+    server.rejections = rejections  # type: ignore[attr-defined]
     listener = socket.create_server(("127.0.0.1", 0))
 
     def run() -> None:

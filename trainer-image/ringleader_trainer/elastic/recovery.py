@@ -115,6 +115,13 @@ def supervise(main: Callable[[], int], preload: Callable[[], None] = lambda: Non
 
     for local in ranks:
         start(local)
+    return _reap(children, done, start)
+
+
+def _reap(children: dict[int, int], done: dict[int, int], start: Callable[[int], None]) -> int:
+    """Wait on the children (pid -> its local rank) until all have ended: start again each that asks to recover
+    (counted in `done`), keep the clean ends, and at the first failure kill the rest and end as it did (its exit
+    code returned; its signal, which this process then dies of). The first non-zero clean end, else 0."""
     ended: list[int] = []
     while children:
         pid, status = os.waitpid(-1, 0)  # retried by Python after each forwarded signal (PEP 475)

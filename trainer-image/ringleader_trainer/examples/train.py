@@ -158,6 +158,13 @@ def accuracy(strategy: Strategy, model: nn.Module, test: torch.utils.data.Tensor
     return strategy.evaluate(model, x, lambda out: float((out.argmax(dim=1).cpu() == y).float().mean()))
 
 
+def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.Optimizer:
+    """The optimizer the command line names, over `model`'s parameters."""
+    if args.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+
+
 def train(args: argparse.Namespace, strategy: Strategy) -> None:
     example = EXAMPLES[args.example]
     torch.manual_seed(args.seed)  # every rank builds the same initial model
@@ -165,12 +172,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
     baseline = memory.in_use(strategy.device)  # before the model: what training adds is measured from here
     with torch.device("meta") if example.meta and strategy.materializes_meta else contextlib.nullcontext():
         model = example.model(split)
-    optimizer: torch.optim.Optimizer
-    if args.optimizer == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                    weight_decay=args.weight_decay)  # fmt: skip
+    optimizer = build_optimizer(args, model)
     if strategy.is_server:
         strategy.serve(model, optimizer)
         return
@@ -180,7 +182,6 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
     checkpoints = strategy.checkpointer(model, optimizer)
     checkpoints.restore()
     time.sleep(args.start_delay)
-    loss_fn = nn.CrossEntropyLoss()
     rank, shard, shards = strategy.rank, strategy.data_rank, strategy.data_parallel_size
     steps_per_epoch = len(split.train) // (shards * args.batch_size)
     if steps_per_epoch < 1:
@@ -192,7 +193,7 @@ def train(args: argparse.Namespace, strategy: Strategy) -> None:
         loader = data.shard_loader(split.train, shard, shards, args.batch_size, args.seed, epoch)
         for x, y in itertools.islice(loader, offset, None):  # a resumed run continues mid-epoch
             optimizer.zero_grad()
-            loss = strategy.forward_backward(model, x, y, loss_fn)
+            loss = strategy.forward_backward(model, x, y, nn.functional.cross_entropy)
             optimizer.step()
             step += 1
             strategy.report(step, loss, args.batch_size, epoch=epoch)

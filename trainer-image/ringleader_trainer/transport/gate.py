@@ -90,28 +90,30 @@ class Gate:
                 ready = {key.fd for key, _ in events.select(min(remaining, 1.0))}
                 if self._wake_r in ready:
                     os.read(self._wake_r, 64)
-                if self.listener.fileno() not in ready:
-                    continue
-                try:
-                    conn, addr = self.listener.accept()
-                except (BlockingIOError, InterruptedError, TimeoutError):
-                    continue
-                peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "a peer"
-                with self._lock:
-                    evicted = (
-                        self._pending.pop(next(iter(self._pending))) if len(self._pending) >= self.max_pending else None
-                    )
-                    self._pending[id(conn)] = conn
-                if evicted is not None:  # its thread's handshake fails now and reports it
-                    with contextlib.suppress(OSError):
-                        evicted.shutdown(socket.SHUT_RDWR)
-                threading.Thread(target=self._admit, args=(conn, peer, slots, admitted), daemon=True).start()
+                if self.listener.fileno() in ready:
+                    self._accept(slots, admitted)
         finally:
             events.close()
             with self._lock:  # under the lock: a claiming thread writes to the pipe only while it is open
                 os.close(self._wake_r)
                 os.close(self._wake_w)
                 self._wake_r = self._wake_w = -1
+
+    def _accept(self, slots: int, admitted: Callable[[socket.socket, int], None]) -> None:
+        """Take a connection off the listener and start its handshake on a thread of its own; with `max_pending`
+        handshakes already in flight, the oldest is dropped."""
+        try:
+            conn, addr = self.listener.accept()
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "a peer"
+        with self._lock:
+            evicted = self._pending.pop(next(iter(self._pending))) if len(self._pending) >= self.max_pending else None
+            self._pending[id(conn)] = conn
+        if evicted is not None:  # its thread's handshake fails now and reports it
+            with contextlib.suppress(OSError):
+                evicted.shutdown(socket.SHUT_RDWR)
+        threading.Thread(target=self._admit, args=(conn, peer, slots, admitted), daemon=True).start()
 
     def release(self, slot: int) -> None:
         """Give `slot` back (its peer was lost): the next proven peer claiming it is admitted (`keep_open`)."""

@@ -96,14 +96,12 @@ class RingLink:
             recv_exact(conn, memoryview(hello), Refused, LEFT)
             if HELLO.unpack(hello) != (MAGIC, generation, left):
                 raise Refused("not this ring's left neighbour")
+            _no_delay(conn)
             return 0  # the one slot: the left link
 
         def admit() -> None:
-            gate = Gate(
-                listener,
-                handshake,
-                lambda peer, why: log_json(event="ring-connection-rejected", group_rank=rank, peer=peer, reason=why),
-            )
+            gate = Gate(listener, handshake, lambda peer, why: log_json(
+                event="ring-connection-rejected", group_rank=rank, peer=peer, reason=why))  # fmt: skip
             try:
                 gate.run(1, time.monotonic() + self.timeout, lambda conn, _: accepted.append(conn))
             except TimeoutError:
@@ -113,22 +111,13 @@ class RingLink:
             store.set(f"{prefix}/{generation}/{rank}", f"{_advertised_host()}:{listener.getsockname()[1]}")
             admitting = threading.Thread(target=admit, name="ring-admit", daemon=True)
             admitting.start()  # before connecting right: every rank's handshake waits for its right's answer
-            host, port = store.get(f"{prefix}/{generation}/{right}").decode().rsplit(":", 1)
-            try:
-                self._out = socket.create_connection((host, int(port)), timeout=self.timeout)
-                auth.initiate(self._out, token, link(rank, right))
-                self._out.sendall(HELLO.pack(MAGIC, generation, rank))
-            except (OSError, auth.AuthError) as e:  # TimeoutError included
-                raise RingError(f"cannot reach right ring neighbour at {host}:{port}: {e}") from e
+            address = store.get(f"{prefix}/{generation}/{right}").decode()
+            self._out = _dial(address, self.timeout, token, link(rank, right), HELLO.pack(MAGIC, generation, rank))
             admitting.join(self.timeout + 1)
         if not accepted:
             self._out.close()
             raise RingError(failure[0] if failure else f"left ring neighbour (group rank {left}) did not connect")
         self._in = accepted[0]  # under the group's timeout, as the handshake left it
-        for sock in (self._in, self._out):
-            # The small header must not wait for an ACK. Buffer sizes stay with the kernel's autotuning: fixed
-            # 4 MB buffers (the rmem_max here) measured slower.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._queue: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
         self._error: str | None = None  # the first failure's message
         self._sender = threading.Thread(target=self._send_loop, name="ring-sender", daemon=True)
@@ -228,3 +217,26 @@ def link_for(group: dist.ProcessGroup) -> RingLink:
         link = _links[group] = RingLink(group)
         weakref.finalize(group, link.close)
     return link
+
+
+def _dial(address: str, timeout: float, token: bytes, context: bytes, hello: bytes) -> socket.socket:
+    """A connection to the right neighbour at `address` (host:port) that proved the job's token and sent its
+    `hello`; RingError (the socket closed) when it cannot be made within `timeout`."""
+    host, port = address.rsplit(":", 1)
+    conn: socket.socket | None = None
+    try:
+        conn = socket.create_connection((host, int(port)), timeout=timeout)
+        auth.initiate(conn, token, context)
+        conn.sendall(hello)
+        _no_delay(conn)
+        return conn
+    except (OSError, ValueError, auth.AuthError) as e:  # TimeoutError included
+        if conn is not None:
+            conn.close()
+        raise RingError(f"cannot reach right ring neighbour at {host}:{port}: {e}") from e
+
+
+def _no_delay(conn: socket.socket) -> None:
+    """A link's small header must not wait for an ACK. Buffer sizes stay with the kernel's autotuning: fixed 4 MB
+    buffers (the rmem_max here) measured slower."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

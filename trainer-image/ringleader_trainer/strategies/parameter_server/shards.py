@@ -9,51 +9,33 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
+from ringleader_trainer.strategies.parameter_server.hello import admit
 from ringleader_trainer.strategies.parameter_server.layout import shard_buffers
-from ringleader_trainer.transport import auth, wire
-from ringleader_trainer.transport.gate import Answered, Gate, Refused
-from ringleader_trainer.transport.wire import Flag, Op, PeerLost, context
-
-SYNCHRONOUS, ASYNCHRONOUS, BOUNDED = "synchronous", "asynchronous", "bounded-staleness"
-
-
-@dataclass(frozen=True)
-class Backups:
-    """Primary/backup (ps_backup): where this shard's backup lives (shard `to` at `addr`), and the parameters of
-    the shard whose backup this one keeps (the shard before it)."""
-
-    to: int
-    addr: tuple[str, int]
-    of: int
-    of_params: Sequence[nn.Parameter]
-
-
-class ShardFailed(PeerLost):
-    """The shard itself failed (another worker lost past the timeout, a round not completed in time): everyone
-    ends, even where a lost worker's slot would be given back."""
-
-
-@dataclass
-class ServerStats:
-    updates: int = 0
-    max_lead_on_release: int = 0  # the most steps any worker was ahead of the slowest when let go
-    waits: int = 0  # releases held back by the staleness bound
-    rejected: int = 0  # connections dropped: no proof of the job's token, a bad hello, a taken slot
+from ringleader_trainer.strategies.parameter_server.shard_records import (
+    ASYNCHRONOUS,
+    BOUNDED,
+    SYNCHRONOUS,
+    Backups,
+    ServerStats,
+    ShardFailed,
+    ShardHooks,
+)
+from ringleader_trainer.transport import wire
+from ringleader_trainer.transport.gate import Gate
+from ringleader_trainer.transport.wire import Flag, Op, PeerLost
 
 
 class ShardServer:
     """One parameter-server shard. `serve(listener)` runs until every worker has said DONE.
 
     Parameters live in one flat buffer (the optimizer's parameters are views into it), so replies go out
-    without a copy. `on_progress(slowest_clock)` is called under the lock whenever the slowest worker's clock
-    advances, and once more at the end: the strategy checkpoints the shard there.
+    without a copy. The strategy hears of progress, losses and rejections through its `ShardHooks`.
     """
 
     def __init__(
@@ -69,49 +51,41 @@ class ShardServer:
         start_step: int = 0,
         rejoin: bool = False,
         backups: Backups | None = None,
+        hooks: ShardHooks | None = None,
     ) -> None:
         """`rejoin`: a lost worker's slot is given back and its replacement takes it (the others go on); else a
         lost worker ends the shard. `backups` (with `rejoin`): this shard's state is kept on the next shard and
-        it keeps the previous shard's (ps_backup)."""
+        it keeps the previous shard's (ps_backup). `hooks`: what it tells its strategy and asks it."""
         if mode not in (SYNCHRONOUS, ASYNCHRONOUS, BOUNDED):
             raise ValueError(f"unknown parameter-server mode {mode!r}")
         if mode == BOUNDED and not max_staleness:
             raise ValueError("bounded-staleness needs max_staleness >= 1")
-        self.shard, self.mode, self.max_staleness = shard, mode, max_staleness or 0
-        self.num_workers, self.timeout, self.token = num_workers, timeout, token
+        self.shard, self.mode, self.max_staleness, self.hooks = shard, mode, max_staleness or 0, hooks or ShardHooks()
+        self.num_workers, self.timeout, self.token, self.rejoin = num_workers, timeout, token, rejoin
         self.flat, self.grad, self.optimizer = shard_buffers(model_params, optimizer)
         self.cond = threading.Condition()
         self.clock = [start_step] * num_workers
         self.done: set[int] = set()
         self.pending: dict[int, torch.Tensor] = {}
         self.failure: str | None = None
-        self.finished = False  # every worker said DONE; on_progress is being called a last time
+        self.finished = False  # every worker said DONE; hooks.progress is being called a last time
         self.stop_heard = False  # a worker asked to stop (Flag.STOP on a push)
         self.stop_at: int | None = None  # shard 0: the step every worker stops at, once decided
         self.stopping = False  # a worker said DONE with Flag.STOP: the workers stopped, not finished
-        self.asked_to_stop: Callable[[], bool] = lambda: False  # this shard's own stop signal
         self.stats = ServerStats()
-        self.on_progress: Callable[[int], None] = lambda slowest: None
-        self.on_reject: Callable[[str, str], None] = lambda peer, reason: None  # (peer address, why)
-        # Called, under the lock, before and after each update is applied (the strategy stamps its metrics).
-        self.on_apply: tuple[Callable[[], None], Callable[[], None]] = (lambda: None, lambda: None)
         self._conns: list[socket.socket] = []
-        self.rejoin = rejoin
         self.lost: dict[int, float] = {}  # worker -> when its connection was lost (rejoin), until replaced
         self.rejoins = 0  # replacements taken in
-        self.on_lost: Callable[[int, str], None] = lambda worker, why: None
-        self.on_rejoined: Callable[[int, int], None] = lambda worker, clock: None
         self._gate: Gate | None = None
         self._by_worker: dict[int, socket.socket] = {}  # each admitted worker's connection
         self.returning: set[int] = set()  # workers to take back after this shard was restored from its backup
-        self.on_backup: Callable[[str, str], None] = lambda event, detail: None  # its link linked or lost
         self.replica: ps_backup.Replica | None = None
         self.link: ps_backup.BackupLink | None = None
         if backups is not None and rejoin:
             self.replica = ps_backup.Replica(backups.of, lambda: shard_buffers(backups.of_params, optimizer))
             self.link = ps_backup.BackupLink(
                 shard, backups.to, backups.addr, token, timeout, self.flat.numel(), self.whole_state, self.cond,
-                self._backup_event,
+                self.hooks.backup,
             )  # fmt: skip
 
     # ---- state the strategy checkpoints -------------------------------------------------------------
@@ -144,7 +118,7 @@ class ShardServer:
 
     @property
     def stop_requested(self) -> bool:
-        return self.stop_heard or self.asked_to_stop()
+        return self.stop_heard or self.hooks.asked_to_stop()
 
     @property
     def slowest(self) -> int:
@@ -156,7 +130,7 @@ class ShardServer:
         """Admit one proven connection per worker and serve them; return when all are DONE. Raise PeerLost if
         not every worker connected within `accept_timeout` or a worker's connection fails (after closing the
         others so their workers fail fast too)."""
-        gate = self._gate = Gate(listener, self._handshake, self.on_reject)
+        gate = self._gate = Gate(listener, lambda conn: admit(self, conn), self.hooks.reject)
         if self.link is not None:
             self.link.start()
         slots = self.num_workers + (self.replica is not None)  # the last: the previous shard's backup link
@@ -180,7 +154,7 @@ class ShardServer:
             raise PeerLost(self.failure)
         with self.cond:
             self.finished = True
-            self.on_progress(self.slowest)
+            self.hooks.progress(self.slowest)
 
     def _ended(self) -> bool:
         """Whether to stop admitting: a failure, or (rejoin) every worker done; a worker lost for longer than
@@ -205,7 +179,7 @@ class ShardServer:
         conn.close()
         if self._gate is not None:
             self._gate.release(worker)
-        self.on_lost(worker, why)
+        self.hooks.lost(worker, why)
 
     def _fail(self, message: str) -> None:
         with self.cond:
@@ -216,76 +190,13 @@ class ShardServer:
                         c.shutdown(socket.SHUT_RDWR)
             self.cond.notify_all()
 
-    def _handshake(self, conn: socket.socket) -> int:
-        """Authenticate a new connection and read its hello; the worker index it claims. Refused (after telling
-        the peer why, once it has proven the token) for a hello this shard cannot serve."""
-        conn.settimeout(self.timeout)
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        auth.accept(conn, self.token, context(self.shard))
-        header = wire.recv_header(conn)
-        wire.expect(conn, header, Op.HELLO)
-        info = wire.recv_json(conn, header)
-        worker = header.worker
-        problem = None
-        if self.replica is not None and ("backup_of" in info or "restore" in info):
-            return self._backup_hello(conn, info)
-        if worker >= self.num_workers:
-            problem = f"worker index {worker} is out of range for {self.num_workers} workers"
-        elif info.get("shard") != self.shard:
-            problem = f"this is shard {self.shard}, not shard {info.get('shard')}"
-        elif info.get("probe") is True:  # a replacement asks where its worker was: answer, then hang up
-            with self.cond:
-                state = {"clock": self.clock[worker], "lost": worker in self.lost, "rejoin": self.rejoin}
-            self._end_stale(worker)  # its predecessor is gone (a node lost sends no FIN)
-            wire.send_json(conn, Op.STATE, worker, state["clock"], state)  # the clock read under the lock
-            raise Answered()
-        elif info.get("numel") != self.flat.numel() or info.get("dtype") != str(self.flat.dtype):
-            problem = (
-                f"shard {self.shard} holds {self.flat.numel()} {self.flat.dtype} values, worker {worker} expects "
-                f"{info.get('numel')} {info.get('dtype')}: do all ranks build the same model?"
-            )
-        elif info.get("resume") is True:
-            if worker not in self.lost:
-                problem = f"worker {worker} is not lost on shard {self.shard}: there is no place to take back"
-        elif header.step != self.clock[worker]:
-            problem = f"worker {worker} resumes at step {header.step}, shard {self.shard} at {self.clock[worker]}"
-        if problem:
-            wire.send_error(conn, problem)  # the peer proved the token: it is one of this job's ranks
-            raise Refused(problem)
-        return worker
-
-    def _backup_event(self, event: str, detail: str) -> None:
-        self.on_backup(event, detail)  # looked up now: the strategy sets it after construction
-
-    def _end_stale(self, worker: int) -> None:
+    def end_stale(self, worker: int) -> None:
         """End `worker`'s connection here (rejoin): its process is gone, which a node lost never says."""
         with self.cond:
             stale = self._by_worker.get(worker) if self.rejoin else None
         if stale is not None:
             with contextlib.suppress(OSError):
                 stale.shutdown(socket.SHUT_RDWR)
-
-    def _backup_hello(self, conn: socket.socket, info: dict[str, Any]) -> int:
-        """The previous shard links its backup here (its slot, after the workers'), or its replacement asks for
-        the copy (answered, no slot)."""
-        assert self.replica is not None
-        if info.get("restore") == self.replica.of:
-            probe = info.get("probe") is True
-            try:
-                self.replica.hand_over(conn, probe)
-            except PeerLost as e:
-                wire.send_error(conn, str(e))
-                raise Refused(str(e)) from e
-            if not probe:
-                self.on_backup("backup-handed-over", f"to shard {self.replica.of}'s replacement")
-            raise Answered()
-        if info.get("backup_of") != self.replica.of or info.get("numel") != self.replica.flat.numel():
-            problem = (
-                f"shard {self.shard} keeps the backup of shard {self.replica.of} ({self.replica.flat.numel()} values)"
-            )
-            wire.send_error(conn, problem)
-            raise Refused(problem)
-        return self.num_workers
 
     def _connection(self, conn: socket.socket, worker: int) -> None:
         """Serve one admitted worker (on its connection's thread) until it says DONE; or the previous shard's
@@ -309,11 +220,10 @@ class ShardServer:
             self.rejoins += rejoined
             heard = self.rejoins  # the replacements this worker knows of
         if rejoined:
-            self.on_rejoined(worker, self.clock[worker])
+            self.hooks.rejoined(worker, self.clock[worker])
         try:
             wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(snapshot))
-            inbox = torch.empty_like(self.grad)
-            outbox = torch.empty_like(self.flat)
+            inbox, outbox = torch.empty_like(self.grad), torch.empty_like(self.flat)
             told = False  # this worker has been sent STOP_AT
             while True:
                 header = wire.recv_header(conn)
@@ -333,7 +243,7 @@ class ShardServer:
                 if stop_at is not None and not told:
                     wire.send(conn, Op.STOP_AT, worker, stop_at)
                     told = True
-                flags = Flag.STOP if self.asked_to_stop() else Flag.NONE
+                flags = Flag.STOP if self.hooks.asked_to_stop() else Flag.NONE
                 if self.shard == 0 and self.rejoins > heard:  # tell the worker the job continued
                     heard, flags = self.rejoins, flags | Flag.REJOINED
                 wire.send(conn, Op.PARAMS, worker, self.clock[worker], wire.tensor_bytes(reply), flags)
@@ -354,7 +264,7 @@ class ShardServer:
         try:
             self.replica.serve(conn)
         except PeerLost as e:
-            self.on_backup("primary-lost", f"shard {self.replica.of}: {e}")
+            self.hooks.backup("primary-lost", f"shard {self.replica.of}: {e}")
         finally:
             conn.close()
             if self._gate is not None:
@@ -372,18 +282,18 @@ class ShardServer:
             raise ShardFailed(self.failure)
 
     def _apply(self, grad: torch.Tensor) -> None:
-        self.on_apply[0]()
+        self.hooks.apply[0]()
         self.grad.copy_(grad)
         self.optimizer.step()
         self.stats.updates += 1
-        self.on_apply[1]()
+        self.hooks.apply[1]()
 
     def _advance(self, worker: int, clock: int) -> None:
         before = self.slowest
         self.clock[worker] = clock
         after = self.slowest
         for step in range(before + 1, after + 1):
-            self.on_progress(step)
+            self.hooks.progress(step)
 
     def _push(
         self, worker: int, step: int, grad: torch.Tensor, outbox: torch.Tensor, stops: bool = False

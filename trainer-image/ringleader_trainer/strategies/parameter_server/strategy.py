@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,7 +26,8 @@ from ringleader_trainer.logs import log_json
 from ringleader_trainer.strategies.parameter_server import backup as ps_backup
 from ringleader_trainer.strategies.parameter_server.client import ShardClient, probe
 from ringleader_trainer.strategies.parameter_server.layout import shard_parameters
-from ringleader_trainer.strategies.parameter_server.shards import Backups, ServerStats, ShardServer
+from ringleader_trainer.strategies.parameter_server.shard_records import Backups, ServerStats, ShardHooks
+from ringleader_trainer.strategies.parameter_server.shards import ShardServer
 from ringleader_trainer.strategies.tools import patch_step
 from ringleader_trainer.strategy import Options, Strategy
 from ringleader_trainer.transport import auth
@@ -146,22 +148,6 @@ class ParameterServerStrategy(Strategy):
         if self.backups:
             before = (index - 1) % self.env.num_ps
             backups = Backups(self._backup_index, self.addrs[self._backup_index], before, shards[before])
-        server = ShardServer(
-            index, shards[index], optimizer, self.env.num_workers, self.shards.mode, self.shards.max_staleness,
-            self.options.timeout, self.token, start_step=self.steps_done, rejoin=self.options.heal, backups=backups,
-        )  # fmt: skip
-        server.on_reject = lambda peer, reason: log_json(
-            role="ps", index=index, event="connection-rejected", peer=peer, reason=reason
-        )
-        server.on_lost = lambda worker, why: log_json(role="ps", index=index, event="worker-lost", worker=worker,
-                                                      reason=why)  # fmt: skip
-        server.on_rejoined = lambda worker, step: log_json(role="ps", index=index, event="worker-rejoined",
-                                                           worker=worker, step=step)  # fmt: skip
-        server.on_backup = lambda event, detail: log_json(role="ps", index=index, event=event, detail=detail)
-        if self.resumed is not None:
-            server.load_state_dict(self.resumed["shard"])
-        if self.restoring:
-            self._restore(server)
         checkpoints, saved = self.checkpoints, {self.steps_done}
 
         def on_progress(slowest: int) -> None:
@@ -170,11 +156,17 @@ class ParameterServerStrategy(Strategy):
                 checkpoints.save(slowest, {"shard": server.state_dict()})
                 saved.add(slowest)
 
-        server.on_progress = on_progress
-        # A shard waits on its workers except while it applies an update (then it is the one they wait for).
-        server.on_apply = (self.metrics.left_exchange, self.metrics.entered_exchange)
+        hooks = self._shard_hooks(index, on_progress)
+        server = ShardServer(
+            index, shards[index], optimizer, self.env.num_workers, self.shards.mode, self.shards.max_staleness,
+            self.options.timeout, self.token, start_step=self.steps_done, rejoin=self.options.heal, backups=backups,
+            hooks=hooks,
+        )  # fmt: skip
+        if self.resumed is not None:
+            server.load_state_dict(self.resumed["shard"])
+        if self.restoring:
+            self._restore(server)
         self.metrics.entered_exchange()
-        server.asked_to_stop = lambda: self.stop.requested
         log_json(role="ps", index=index, event="serving", values=server.flat.numel(), mode=server.mode)
         # Listening only while serving: a worker starting finds no listener before (the job is starting) and
         # after (everyone is starting again), and a serving shard when it replaces a lost worker (`join`).
@@ -187,6 +179,23 @@ class ParameterServerStrategy(Strategy):
         log_json(role="ps", index=index, event="done", updates=stats.updates, waits=stats.waits,
                  max_lead_on_release=stats.max_lead_on_release, rejected=stats.rejected)  # fmt: skip
         return stats
+
+    def _shard_hooks(self, index: int, progress: Callable[[int], None]) -> ShardHooks:
+        """What shard `index` tells this rank (its log lines, its metrics) and asks it (whether it stops)."""
+
+        def say(event: str, *names: str) -> Callable[..., None]:
+            return lambda *args: log_json(role="ps", index=index, event=event, **dict(zip(names, args, strict=True)))
+
+        return ShardHooks(
+            progress,
+            # A shard waits on its workers except while it applies an update (then it is the one they wait for).
+            (self.metrics.left_exchange, self.metrics.entered_exchange),
+            reject=say("connection-rejected", "peer", "reason"),
+            lost=say("worker-lost", "worker", "reason"),
+            rejoined=say("worker-rejoined", "worker", "step"),
+            backup=lambda event, detail: log_json(role="ps", index=index, event=event, detail=detail),
+            asked_to_stop=lambda: self.stop.requested,
+        )
 
     def _restore(self, server: ShardServer) -> None:
         """Serve from the copy this shard's backup kept (this shard replaces a lost one: `join`)."""
