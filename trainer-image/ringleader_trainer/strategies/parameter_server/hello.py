@@ -5,17 +5,37 @@ previous shard linking its backup here, or that shard's replacement asking for t
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import Any, Protocol
 
+import torch
+
+from ringleader_trainer.strategies.parameter_server import backup as ps_backup
+from ringleader_trainer.strategies.parameter_server.shard_records import ShardHooks
 from ringleader_trainer.transport import auth, wire
 from ringleader_trainer.transport.gate import Answered, Refused
 from ringleader_trainer.transport.wire import Op, PeerLost, context
 
-if TYPE_CHECKING:
-    from ringleader_trainer.strategies.parameter_server.shards import ShardServer
+
+class Shard(Protocol):
+    """What `admit` reads of the shard it admits for (`shards.ShardServer` is one)."""
+
+    shard: int
+    num_workers: int
+    timeout: float
+    token: bytes
+    rejoin: bool
+    flat: torch.Tensor
+    cond: threading.Condition
+    clock: list[int]
+    lost: dict[int, float]
+    replica: ps_backup.Replica | None
+    hooks: ShardHooks
+
+    def end_stale(self, worker: int) -> None: ...
 
 
-def admit(shard: ShardServer, conn: socket.socket) -> int:
+def admit(shard: Shard, conn: socket.socket) -> int:
     """Authenticate a new connection and read its hello; the worker index it claims. Refused (after telling
     the peer why, once it has proven the token) for a hello this shard cannot serve."""
     conn.settimeout(shard.timeout)
@@ -54,7 +74,7 @@ def admit(shard: ShardServer, conn: socket.socket) -> int:
     return worker
 
 
-def _backup_hello(shard: ShardServer, conn: socket.socket, info: dict[str, Any]) -> int:
+def _backup_hello(shard: Shard, conn: socket.socket, info: dict[str, Any]) -> int:
     """The previous shard links its backup here (its slot, after the workers'), or its replacement asks for
     the copy (answered, no slot)."""
     assert shard.replica is not None
