@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 from ringleader_trainer.elastic import rendezvous
 from ringleader_trainer.elastic.rendezvous import Rendezvous
-from ringleader_trainer.elastic.store_keys import candidates_key
+from ringleader_trainer.elastic.store_keys import arrivals_key, candidates_key
 
 WORLD = 4
 
@@ -21,6 +21,7 @@ def decide(came: list[int], quorum: int | None, wait: float = 0.3) -> list[int]:
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
     for rank in came:
         store.append(candidates_key("g1"), f"{rank},")
+        store.add(arrivals_key("g1"), 1)  # as Rendezvous._enrol does
     env = SimpleNamespace(global_world_size=WORLD, master_port=1, metrics_port=2)
     return Rendezvous(env, wait, wait)._decide(store, "g1", quorum, time.monotonic() + wait)  # type: ignore[arg-type]
 

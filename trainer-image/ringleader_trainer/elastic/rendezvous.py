@@ -17,6 +17,7 @@ from ringleader_trainer.elastic.group_watch import GroupWatch, connection_port, 
 from ringleader_trainer.elastic.store_keys import (
     CONNECT_SECONDS,
     INCARNATION_KEY,
+    arrivals_key,
     candidates_key,
     formed_key,
     news_key,
@@ -119,6 +120,7 @@ class Rendezvous:
         """Say this rank comes to `incarnation`; the roster worker 0 decides (`_decide`) once enough have."""
         me = self.env.global_rank
         store.append(candidates_key(incarnation), f"{me},")
+        store.add(arrivals_key(incarnation), 1)
         if me == 0:
             decided = self._decide(store, incarnation, quorum, deadline)
             store.set(roster_key(incarnation), ",".join(map(str, decided)))
@@ -135,8 +137,15 @@ class Rendezvous:
         come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS. Ranks are counted once each:
         a process that came and was then lost (the sibling of a lost rank in its pod, before its pod ended)
         leaves its rank named, and its replacement coming too must not make it count twice."""
-        world, seen, since = self.env.global_world_size, 0, time.monotonic()
-        while len(came := _came(store, incarnation, world)) < world:
+        world, arrivals, seen, since = self.env.global_world_size, 0, 0, time.monotonic()
+        came: set[int] = set()
+        while True:
+            # The list is read again only when someone came (a counter's read is a few bytes; the list grows
+            # with the world).
+            if (now_arrived := int(store.add(arrivals_key(incarnation), 0))) != arrivals:
+                arrivals, came = now_arrived, _came(store, incarnation, world)
+            if len(came) >= world:
+                break
             now = time.monotonic()
             if len(came) != seen:
                 seen, since = len(came), now

@@ -32,7 +32,13 @@ def roster_key(incarnation: str) -> str:
 
 
 def candidates_key(incarnation: str) -> str:
+    """The global ranks that came to `incarnation`, each followed by a comma, a rank once per process that came."""
     return f"ringleader/{incarnation}/candidates"
+
+
+def arrivals_key(incarnation: str) -> str:
+    """How many processes came to `incarnation` (each adds 1 after naming itself in `candidates_key`)."""
+    return f"ringleader/{incarnation}/arrivals"
 
 
 def next_key(incarnation: str) -> str:

@@ -5,7 +5,7 @@ tells and asks its strategy (`ShardHooks`), its counts (`ServerStats`), and the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -51,7 +51,7 @@ class ShardHooks:
     detail: its link linked or lost). `asked_to_stop`: whether this shard's own rank was asked to stop."""
 
     progress: Callable[[int], None] = _nothing
-    apply: tuple[Callable[[], None], Callable[[], None]] = field(default=(_nothing, _nothing))
+    apply: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
     reject: Callable[[str, str], None] = _nothing
     lost: Callable[[int, str], None] = _nothing
     rejoined: Callable[[int, int], None] = _nothing
