@@ -11,6 +11,7 @@ exists from before the kill.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -117,6 +118,31 @@ def heals_and_ends_bit_identical(tmp_path: Path, strategy: str, victim: int, ext
     assert {healed[0]["step"]} == {r.events("heal")[0]["step"] for r in survivors}, job.logs()  # one agreed step
     assert not target.events("resume"), job.logs()
     assert_read_nothing_and_ended_alike(job, whole_final, final)
+
+
+def test_under_local_sgd_a_rank_killed_soon_after_a_resume_heals_from_the_resumed_state(tmp_path: Path) -> None:
+    """Local SGD, resumed from the checkpoint of step 24 (a sync), worker 1 killed at step 30, before the next
+    sync: its successor backed up its state when the group formed, which must be the checkpoint's state, not the
+    model as the script built it before restoring; the replacement continues from it and the run ends
+    bit-identical to an uninterrupted one."""
+    workers, resumed_at = SHAPES["local-sgd"][0], 3 * PERIOD
+    whole, _, whole_final = start(tmp_path, "whole", "local-sgd", workers)
+    assert whole.wait(600) == [0] * workers, whole.logs()
+    first, first_directory, _ = start(tmp_path, "first", "local-sgd", workers, extra=["--steps", str(resumed_at)])
+    assert first.wait(600) == [0] * workers, first.logs()
+    shutil.copytree(first_directory, tmp_path / "healed" / "ckpt")
+
+    hang = ["--hang-at-step", f"{KILLED_AFTER}:1"]
+    job, directory, final = start(tmp_path, "healed", "local-sgd", workers, extra=hang)
+    target = job.workers[1]
+    pids, _ = kill_and_replace(job, directory, target)
+    assert job.wait(600) == [0] * workers, job.logs()
+    assert {r.proc.pid for r in job.ranks if r is not target} == pids, job.logs()  # nobody else exited
+    assert [e["step"] for e in target.events("healed")] == [resumed_at], job.logs()
+    assert not any(r.events("recover") for r in job.ranks), job.logs()
+    a, b = torch.load(whole_final, weights_only=True), torch.load(final, weights_only=True)
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs after healing"
 
 
 def assert_read_nothing_and_ended_alike(job: LocalJob, whole_final: Path, final: Path, exact: bool = True) -> None:

@@ -69,6 +69,9 @@ def agree_on_resume(strategy: Strategy) -> None:
         state = ckpt.load(source)
     strategy.resumed, strategy.steps_done = state, agreed
     strategy.communication_rounds = int(state.get("rounds", 0)) if state else 0
+    # What a peer's replacement gets with this rank's state until the script's first step says otherwise (local
+    # SGD backs its state up before that step).
+    strategy.progress, strategy.last_checkpoint = dict(state.get("progress", {})) if state else {}, agreed
     log_json(role=strategy.env.role, index=strategy.env.index, event="resume", step=agreed)
 
 

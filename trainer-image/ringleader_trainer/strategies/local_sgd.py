@@ -57,6 +57,8 @@ class LocalSGDStrategy(Strategy):
         else:
             if self.steps_done == 0:  # start from the same point (resumed ranks load their own)
                 self._average_parameters(count=False)
+            elif self.resumed is not None:  # the checkpoint's state is what its successor backs up, not the model
+                self.take_state(self.resumed)  # as built (the script's restore() loads the same again)
             self._synced = self.steps_done
             if self.quorum is None:
                 self._exchange_states()
