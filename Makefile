@@ -147,7 +147,7 @@ bench-scale: dev-cluster ## one job of 1,000 to 10,000 workers, 1,000 jobs of 8:
 	@$(PY) -m bench.scale_bench --subjects floor floor/worker-0-named --workers 5000 --small-jobs 0 --reps 3
 	@$(PY) -m bench.report
 
-bench-trainer: venv ## ring vs gloo; step time per strategy and with OMP_NUM_THREADS; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble; goodput under repeated kills
+bench-trainer: venv ## ring vs gloo; step time per strategy and with OMP_NUM_THREADS; checkpoint, stop, stall-export costs; sharding memory; pipeline bubble; DiLoCo vs local SGD; goodput under repeated kills
 	@$(PY) -m bench.allreduce_bench
 	@$(PY) -m bench.strategy_bench
 	@$(PY) -m bench.omp_threads_bench
@@ -157,6 +157,7 @@ bench-trainer: venv ## ring vs gloo; step time per strategy and with OMP_NUM_THR
 	@$(PY) -m bench.stall_bench recorder
 	@$(PY) -m bench.sharded_bench
 	@$(PY) -m bench.pipeline_bench
+	@$(PY) -m bench.diloco_bench
 	@$(PY) -m bench.goodput_bench
 	@$(PY) -m bench.report
 

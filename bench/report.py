@@ -446,6 +446,33 @@ def pipeline(result: Result) -> list[str]:
     return [provenance(result, reps), "", *table(head, rows)]
 
 
+def diloco(result: Result) -> list[str]:
+    """Loss, accuracy and step time of DiLoCo beside local SGD at the same sync period; the wide model's step time."""
+    s = result["settings"]
+
+    def cell(d: dict[str, float], fmt: str, scale: float = 1.0) -> str:
+        return f"{fmt.format(d['median'] * scale)} ({fmt.format(d['lo'] * scale)}-{fmt.format(d['hi'] * scale)})"
+
+    rows = [
+        [r["subject"], cell(r["loss"], "{:.4f}"), r.get("loss_verdict", "-"), cell(r["test_accuracy"], "{:.4f}"),
+         cell(r["median_step_s"], "{:.1f}", 1000)]
+        for r in result["rows"]
+    ]  # fmt: skip
+    reps = (f"{s['example']}, {s['workers']} workers x batch {s['batch_per_worker']}, {s['inner']}, {s['steps']} "
+            f"steps, {s['reps']} seeds per subject, interleaved in a rotating order; loss: {s['loss']}; median "
+            "(min-max) over the seeds; the verdict compares DiLoCo's loss range with local SGD's at the same "
+            "period")  # fmt: skip
+    head = ["subject", "loss", "vs local SGD, same period", "test accuracy", "step (ms)"]
+    out = [provenance(result, reps), "", *table(head, rows)]
+    wide = result.get("wide_mlp", {})
+    if "diloco_vs_local_sgd" in wide:
+        w, r = wide["settings"], wide["diloco_vs_local_sgd"]
+        out += ["", f"Step time where communication counts (wide-mlp, {w['workers']} workers, {w['steps']} steps, "
+                f"period {w['period']}): DiLoCo / local SGD {r['median']:.3f}x ({r['lo']:.3f}-{r['hi']:.3f}, 95 % "
+                f"bootstrap interval over {r['n']} pairs run back to back): **{wide['verdict']}**."]  # fmt: skip
+    return out
+
+
 def gang_backends(result: Result) -> list[str]:
     """Capacity freed -> the next gang Running, per way of admitting gangs."""
     s = result["settings"]
@@ -710,6 +737,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], list[str]]]] = [
         sharded,
     ),
     ("pipeline", "Pipeline: GPipe's bubble against micro-batches", "make bench-trainer", pipeline),
+    (
+        "diloco",
+        "DiLoCo beside local SGD: loss after a fixed number of steps, and step time",
+        "make bench-trainer",
+        diloco,
+    ),
     (
         "gang_backends",
         "Gang admission backends: capacity freed to the next gang Running",

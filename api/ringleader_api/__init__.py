@@ -90,6 +90,8 @@ from .status import (
     shared_rank,
 )
 from .strategies import (
+    SETTINGS,
+    DiLoCoSettings,
     LocalSGDSettings,
     ParameterServerSettings,
     PipelineSettings,
@@ -127,6 +129,7 @@ __all__ = [
     "ROLE_NAMES",
     "ROLE_VALUES",
     "RULE_MATCHES",
+    "SETTINGS",
     "SHARED_RANKS_LIMIT",
     "SHORT_NAMES",
     "SINGULAR",
@@ -135,6 +138,7 @@ __all__ = [
     "CleanPodPolicy",
     "Condition",
     "ConditionType",
+    "DiLoCoSettings",
     "ElasticReason",
     "ElasticStatus",
     "Escalation",

@@ -77,14 +77,16 @@ class ReplicaSpec(Model):
         None,
         ge=1,
         le=MAX_REPLICAS,
-        description="Workers only, allreduce, local-sgd and sharded: the fewest workers `replicas` may be scaled to, "
-        "and the fewest the job runs with when `replicas` do not fit (auto-elastic admission: status.elastic).",
+        description="Workers only, every strategy but parameter-server and pipeline: the fewest workers `replicas` "
+        "may be scaled to, and the fewest the job runs with when `replicas` do not fit (auto-elastic admission: "
+        "status.elastic).",
     )
     max_replicas: int | None = Field(
         None,
         ge=1,
         le=MAX_REPLICAS,
-        description="Workers only, allreduce, local-sgd and sharded: the most workers `replicas` may be scaled to.",
+        description="Workers only, every strategy but parameter-server and pipeline: the most workers `replicas` may "
+        "be scaled to.",
     )
     gpus: int = Field(
         0, ge=0, le=MAX_GPUS, description="GPUs per pod; becomes the nvidia.com/gpu limit of the trainer container."

@@ -1,9 +1,11 @@
-"""How a job trains: the strategy's name and each strategy's settings (parameter server, local SGD, sharded, pipeline),
-and torchrun's."""
+"""How a job trains: the strategy's name and each strategy's settings (parameter server, local SGD, DiLoCo, sharded,
+pipeline), and torchrun's. A strategy with settings is a name here, a settings model, a field of `StrategySettings`
+and its variables in `STRATEGY_ENV` (`SETTINGS` ties the field to the name: the CRD allows it only with it)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, ClassVar, get_args
 
 from pydantic import (
     Field,
@@ -16,6 +18,7 @@ class Strategy(StrEnum):
     ALLREDUCE = "allreduce"
     PARAMETER_SERVER = "parameter-server"
     LOCAL_SGD = "local-sgd"
+    DILOCO = "diloco"
     SHARDED = "sharded"
     PIPELINE = "pipeline"
 
@@ -45,7 +48,34 @@ class ParameterServerSettings(Model):
 
 
 class LocalSGDSettings(Model):
+    ENV: ClassVar[dict[str, str]] = {"period": "RINGLEADER_LOCAL_SGD_PERIOD"}  # see `StrategySettings.settings_env`
+
     period: int = Field(8, ge=1, le=MAX_STEPS, description="Local steps between parameter averaging rounds (tau).")
+
+
+class DiLoCoSettings(Model):
+    """DiLoCo (Douillard et al. 2023; torchft's DiLoCo): local SGD whose syncs average each worker's change since
+    the last sync (the pseudo-gradient) and apply it with an outer SGD with Nesterov momentum."""
+
+    ENV: ClassVar[dict[str, str]] = {
+        "period": "RINGLEADER_DILOCO_PERIOD",
+        "outer_learning_rate": "RINGLEADER_DILOCO_OUTER_LR",
+        "outer_momentum": "RINGLEADER_DILOCO_OUTER_MOMENTUM",
+    }
+
+    period: int = Field(
+        100,
+        ge=1,
+        le=MAX_STEPS,
+        description="Inner (local) steps between syncs (H). The paper trains with 500: the fewer syncs, the less "
+        "bandwidth, traded against the workers drifting apart.",
+    )
+    outer_learning_rate: float = Field(
+        0.7, gt=0, le=10, description="The outer SGD's learning rate on the averaged pseudo-gradient."
+    )
+    outer_momentum: float = Field(
+        0.9, ge=0, lt=1, description="The outer SGD's Nesterov momentum (0: plain SGD, no momentum)."
+    )
 
 
 class ShardedSettings(Model):
@@ -116,7 +146,8 @@ class TorchrunSettings(Model):
 STRATEGY_ENV = frozenset(
     {
         "RINGLEADER_PS_MODE", "RINGLEADER_PS_MAX_STALENESS", "RINGLEADER_PS_PORT", "RINGLEADER_PS_ADDRS",
-        "RINGLEADER_PS_BACKUP", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_SHARDED_STAGE",
+        "RINGLEADER_PS_BACKUP", "RINGLEADER_LOCAL_SGD_PERIOD", "RINGLEADER_DILOCO_PERIOD",
+        "RINGLEADER_DILOCO_OUTER_LR", "RINGLEADER_DILOCO_OUTER_MOMENTUM", "RINGLEADER_SHARDED_STAGE",
         "RINGLEADER_SHARDED_REPLICAS", "RINGLEADER_PIPELINE_STAGES", "RINGLEADER_PIPELINE_MICRO_BATCHES",
     }
 )  # fmt: skip
@@ -129,5 +160,28 @@ class StrategySettings(Model):
     strategy: Strategy = Field(Strategy.ALLREDUCE, description="How ranks synchronize. Immutable.")
     parameter_server: ParameterServerSettings | None = Field(None, description="parameter-server settings.")
     local_sgd: LocalSGDSettings | None = Field(None, alias="localSGD", description="local-sgd settings.")
+    diloco: DiLoCoSettings | None = Field(None, description="diloco settings.")
     sharded: ShardedSettings | None = Field(None, description="sharded settings.")
     pipeline: PipelineSettings | None = Field(None, description="pipeline settings.")
+
+    def settings_env(self) -> dict[str, str]:
+        """The variables this job's strategy's settings travel in, where its settings model declares them (`ENV`:
+        field -> variable), each with the field's value or, the settings absent, its default. Empty for a strategy
+        whose variables the operator derives itself (rank_env.py)."""
+        field = SETTINGS.get(self.strategy)
+        if field is None:
+            return {}
+        settings: Any = getattr(self, field)
+        if settings is None:
+            settings = get_args(type(self).model_fields[field].annotation)[0]()
+        return {variable: str(getattr(settings, name)) for name, variable in getattr(settings, "ENV", {}).items()}
+
+
+# Each strategy's settings field of `StrategySettings`, allowed only with that strategy.
+SETTINGS: dict[Strategy, str] = {
+    Strategy.PARAMETER_SERVER: "parameter_server",
+    Strategy.LOCAL_SGD: "local_sgd",
+    Strategy.DILOCO: "diloco",
+    Strategy.SHARDED: "sharded",
+    Strategy.PIPELINE: "pipeline",
+}

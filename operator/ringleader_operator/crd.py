@@ -20,12 +20,18 @@ from ringleader_api import (
     GROUP,
     KIND,
     PLURAL,
+    SETTINGS,
     SHORT_NAMES,
     SINGULAR,
     VERSION,
     TrainingJobSpec,
     TrainingJobStatus,
 )
+
+# Each strategy's settings field as the spec spells it (localSGD).
+SETTINGS_FIELDS = {
+    strategy.value: TrainingJobSpec.model_fields[name].alias or name for strategy, name in SETTINGS.items()
+}
 
 # Rules on spec (self = spec). Messages name the field and say why.
 SPEC_RULES: list[dict[str, str]] = [
@@ -42,30 +48,15 @@ SPEC_RULES: list[dict[str, str]] = [
         "fieldPath": ".parameterServers",
         "reason": "FieldValueForbidden",
     },
-    {
-        "rule": "self.strategy == 'parameter-server' || !has(self.parameterServer)",
-        "message": "spec.parameterServer is only allowed when spec.strategy is parameter-server",
-        "fieldPath": ".parameterServer",
-        "reason": "FieldValueForbidden",
-    },
-    {
-        "rule": "self.strategy == 'local-sgd' || !has(self.localSGD)",
-        "message": "spec.localSGD is only allowed when spec.strategy is local-sgd",
-        "fieldPath": ".localSGD",
-        "reason": "FieldValueForbidden",
-    },
-    {
-        "rule": "self.strategy == 'sharded' || !has(self.sharded)",
-        "message": "spec.sharded is only allowed when spec.strategy is sharded",
-        "fieldPath": ".sharded",
-        "reason": "FieldValueForbidden",
-    },
-    {
-        "rule": "self.strategy == 'pipeline' || !has(self.pipeline)",
-        "message": "spec.pipeline is only allowed when spec.strategy is pipeline",
-        "fieldPath": ".pipeline",
-        "reason": "FieldValueForbidden",
-    },
+    *(
+        {
+            "rule": f"self.strategy == '{strategy}' || !has(self.{field})",
+            "message": f"spec.{field} is only allowed when spec.strategy is {strategy}",
+            "fieldPath": f".{field}",
+            "reason": "FieldValueForbidden",
+        }
+        for strategy, field in SETTINGS_FIELDS.items()
+    ),
     {
         "rule": "!has(self.pipeline) || !has(self.pipeline.stages) || "
         "(self.workers.replicas * (has(self.workers.procsPerPod) ? self.workers.procsPerPod : 1)) "
@@ -145,8 +136,8 @@ SPEC_RULES += [
     },
     {
         "rule": f"(self.strategy != 'parameter-server' && self.strategy != 'pipeline') || !({ELASTIC})",
-        "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the allreduce, local-sgd "
-        "and sharded strategies, not parameter-server or pipeline",
+        "message": "spec.workers.minReplicas and maxReplicas (elastic resize) are for the strategies whose workers "
+        "resize in place, not parameter-server or pipeline",
         "fieldPath": ".workers",
         "reason": "FieldValueForbidden",
     },
@@ -249,6 +240,10 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         node["items"] = structural(node["items"], defs)
     if "enum" in node and "type" not in node:
         node["type"] = "string"
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if isinstance(node.get(exclusive), int | float) and not isinstance(node[exclusive], bool):
+            # JSON Schema's exclusive bound is a number; OpenAPI v3's (Kubernetes') a flag on the bound
+            node[bound], node[exclusive] = node[exclusive], True
     return node
 
 

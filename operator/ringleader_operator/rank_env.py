@@ -74,7 +74,8 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
 
 def _strategy_env(job: TrainingJob, workers: int, ps: int) -> dict[str, str]:
     """The variables of the job's strategy's settings (each with the default the trainer assumes when the field is
-    absent): `workers` worker ranks and `ps` shards."""
+    absent): `workers` worker ranks and `ps` shards. A strategy whose settings map to variables one to one
+    declares them in its settings model (`StrategySettings.settings_env`) and needs nothing here."""
     spec, env = job.spec, {}
     if spec.strategy == Strategy.PARAMETER_SERVER:
         settings = spec.parameter_server
@@ -85,8 +86,6 @@ def _strategy_env(job: TrainingJob, workers: int, ps: int) -> dict[str, str]:
             env["RINGLEADER_PS_BACKUP"] = "1"
         env["RINGLEADER_PS_PORT"] = str(PS_PORT)
         env["RINGLEADER_PS_ADDRS"] = ",".join(f"{dns_name(job.name, Role.PS, i)}:{PS_PORT}" for i in range(ps))
-    elif spec.strategy == Strategy.LOCAL_SGD:
-        env["RINGLEADER_LOCAL_SGD_PERIOD"] = str(spec.local_sgd.period if spec.local_sgd else 8)
     elif spec.strategy == Strategy.SHARDED:
         env["RINGLEADER_SHARDED_STAGE"] = str(spec.sharded.stage if spec.sharded else 3)
         if spec.sharded and spec.sharded.replicas > 1:
@@ -95,7 +94,7 @@ def _strategy_env(job: TrainingJob, workers: int, ps: int) -> dict[str, str]:
         pipeline = spec.pipeline or PipelineSettings()
         env["RINGLEADER_PIPELINE_STAGES"] = str(pipeline.stages or workers)
         env["RINGLEADER_PIPELINE_MICRO_BATCHES"] = str(pipeline.micro_batches)
-    return env
+    return env | spec.settings_env()  # settings that name their variables (local SGD's, DiLoCo's)
 
 
 def cpu_threads(container: Mapping[str, Any], processes: int) -> str:

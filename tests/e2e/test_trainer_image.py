@@ -27,8 +27,9 @@ STEPS = 60
         ("allreduce", {}),
         ("parameter-server", {"parameterServer": {"mode": "synchronous"}}),
         ("local-sgd", {"localSGD": {"period": 5}}),
+        ("diloco", {"diloco": {"period": 5, "outerMomentum": 0.5}}),
     ],
-    ids=["allreduce", "ps-synchronous", "local-sgd"],
+    ids=["allreduce", "ps-synchronous", "local-sgd", "diloco"],
 )
 def test_a_job_in_the_trainer_image_succeeds_on_the_real_node(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, restricted_namespace: str, strategy: str,

@@ -37,6 +37,7 @@ JOBS = {
     "allreduce": job(checkpoint={"claimName": "ckpt"}),
     "parameter-server": job(**PS),
     "local-sgd": job(strategy="local-sgd", localSGD={"period": 4}),
+    "diloco": job(strategy="diloco", diloco={"period": 6, "outerLearningRate": 0.25, "outerMomentum": 0}),
     "sharded": job(strategy="sharded", sharded={"stage": 2, "replicas": 3}),
     "pipeline": job(strategy="pipeline", pipeline={"microBatches": 8}),
 }
@@ -58,6 +59,7 @@ def test_trainer_understands_every_rank_the_operator_writes(name: str, role: Rol
         assert env.ps.addrs == ("mnist-ps-0.mnist:29600", "mnist-ps-1.mnist:29600") and env.ps.port == 29600
         assert (env.ps.mode, env.ps.max_staleness) == ("bounded-staleness", 2)
     assert env.local_sgd_period == (4 if name == "local-sgd" else None)
+    assert env.diloco == (trainer_env.DiLoCo(period=6, outer_lr=0.25, outer_momentum=0.0) if name == "diloco" else None)
     assert env.sharded_stage == (2 if name == "sharded" else None)
     assert env.sharded_replicas == (3 if name == "sharded" else 1)
     assert env.pipeline == (trainer_env.Pipeline(stages=3, micro_batches=8) if name == "pipeline" else None)

@@ -25,6 +25,7 @@ class StrategyName(StrEnum):
     ALLREDUCE = "allreduce"
     PARAMETER_SERVER = "parameter-server"
     LOCAL_SGD = "local-sgd"
+    DILOCO = "diloco"
     SHARDED = "sharded"
     PIPELINE = "pipeline"
 
@@ -62,6 +63,9 @@ READS = frozenset(
         "RINGLEADER_PS_ADDRS",
         "RINGLEADER_PS_BACKUP",
         "RINGLEADER_LOCAL_SGD_PERIOD",
+        "RINGLEADER_DILOCO_PERIOD",
+        "RINGLEADER_DILOCO_OUTER_LR",
+        "RINGLEADER_DILOCO_OUTER_MOMENTUM",
         "RINGLEADER_MIN_WORKERS",
         "RINGLEADER_SHARDED_STAGE",
         "RINGLEADER_SHARDED_REPLICAS",
@@ -120,6 +124,15 @@ class Pipeline:
 
 
 @dataclass(frozen=True)
+class DiLoCo:
+    """Strategy diloco: inner steps between syncs, and the outer SGD's learning rate and Nesterov momentum."""
+
+    period: int
+    outer_lr: float
+    outer_momentum: float
+
+
+@dataclass(frozen=True)
 class Checkpoints:
     directory: str
     interval: int
@@ -130,8 +143,8 @@ class Checkpoints:
 class RankEnv:
     """Everything a rank reads from its pod's environment; the optional sections are present exactly when the
     role or strategy has them (`worker` for workers, `ps` under parameter-server, `local_sgd_period` under
-    local-sgd, `sharded_stage` under sharded, `pipeline` under pipeline, `checkpoints` when the job
-    checkpoints)."""
+    local-sgd, `diloco` under diloco, `sharded_stage` under sharded, `pipeline` under pipeline, `checkpoints` when
+    the job checkpoints)."""
 
     job: str
     namespace: str
@@ -149,6 +162,7 @@ class RankEnv:
     worker: WorkerRank | None = None
     ps: ParameterServers | None = None
     local_sgd_period: int | None = None
+    diloco: DiLoCo | None = None
     sharded_stage: int | None = None  # 1-3, under sharded
     sharded_replicas: int = 1  # under sharded (stages 2-3): replica groups of the shards (HSDP)
     pipeline: Pipeline | None = None
@@ -179,6 +193,18 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
         raise EnvError(f"{name}={raw!r} is not an integer") from e
     if value < minimum:
         raise EnvError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, low: float, high: float) -> float:
+    """A finite number in [low, high]."""
+    raw = _get(env, name)
+    try:
+        value = float(raw)
+    except ValueError as e:
+        raise EnvError(f"{name}={raw!r} is not a number") from e
+    if not low <= value <= high:  # NaN fails both
+        raise EnvError(f"{name}={raw} must be between {low} and {high}")
     return value
 
 
@@ -231,6 +257,7 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         worker=worker,
         ps=_parameter_servers(env, num_ps) if strategy == StrategyName.PARAMETER_SERVER else None,
         local_sgd_period=_int(env, "RINGLEADER_LOCAL_SGD_PERIOD", 1) if strategy == StrategyName.LOCAL_SGD else None,
+        diloco=_diloco(env) if strategy == StrategyName.DILOCO else None,
         sharded_stage=_sharded_stage(env) if strategy == StrategyName.SHARDED else None,
         sharded_replicas=_sharded_replicas(env, num_workers) if env.get("RINGLEADER_SHARDED_REPLICAS") else 1,
         pipeline=_pipeline(env, num_workers) if strategy == StrategyName.PIPELINE else None,
@@ -312,6 +339,14 @@ def _pipeline(env: Mapping[str, str], num_workers: int) -> Pipeline:
     if num_workers % stages:
         raise EnvError(f"RINGLEADER_PIPELINE_STAGES={stages} does not divide RINGLEADER_NUM_WORKERS={num_workers}")
     return Pipeline(stages, _int(env, "RINGLEADER_PIPELINE_MICRO_BATCHES", 1))
+
+
+def _diloco(env: Mapping[str, str]) -> DiLoCo:
+    return DiLoCo(
+        _int(env, "RINGLEADER_DILOCO_PERIOD", 1),
+        _float(env, "RINGLEADER_DILOCO_OUTER_LR", 0.0, 10.0),
+        _float(env, "RINGLEADER_DILOCO_OUTER_MOMENTUM", 0.0, 0.999999),
+    )
 
 
 def _checkpoints(env: Mapping[str, str]) -> Checkpoints:

@@ -29,8 +29,9 @@ def test_plain_ddp_script_runs_unchanged_under_allreduce(tmp_path: Path) -> None
         ("allreduce", 0, {}),
         ("parameter-server", 1, {"parameterServer": {"mode": "asynchronous"}}),
         ("local-sgd", 0, {"localSGD": {"period": 5}}),
+        ("diloco", 0, {"diloco": {"period": 5, "outerMomentum": 0.5}}),
     ],
-    ids=["allreduce", "parameter-server", "local-sgd"],
+    ids=["allreduce", "parameter-server", "local-sgd", "diloco"],
 )
 def test_strategy_api_example_learns_under_every_strategy(
     tmp_path: Path, strategy: str, ps: int, spec: dict[str, Any]

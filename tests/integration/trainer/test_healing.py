@@ -4,8 +4,9 @@ and the run ends with exactly the parameters of an uninterrupted one. No rank re
 exists from before the kill.
 
 - allreduce: every worker holds the whole state; the replacement continues from the interrupted step.
-- local SGD: the replacement gets its own state as of the last sync from its successor and does its local steps
-  since then again, while the survivors go on to the next sync.
+- local SGD and DiLoCo: the replacement gets its own state as of the last sync from its successor (under DiLoCo
+  with the outer optimizer's) and does its local steps since then again, while the survivors go on to the next
+  sync.
 - pipeline, 2 stages x 2 pipelines: the replacement gets its stage from that stage's replica in the other
   pipeline; the interrupted step is done again by both pipelines."""
 
@@ -34,6 +35,7 @@ PERIOD = 8  # local SGD's default: its replacement starts from the last sync, up
 SHAPES: dict[str, tuple[int, dict[str, Any]]] = {
     "allreduce": (3, {}),
     "local-sgd": (3, {}),
+    "diloco": (3, {"diloco": {"period": PERIOD, "outerMomentum": 0.5}}),
     "pipeline": (4, {"pipeline": {"stages": 2}}),
     "sharded": (4, {"sharded": {"replicas": 2}}),  # HSDP: 2 groups x 2 shards, ZeRO-3
 }
@@ -106,7 +108,7 @@ def heals_and_ends_bit_identical(tmp_path: Path, strategy: str, victim: int, ext
 
     survivors = [r for r in job.ranks if r is not target]
     assert {r.proc.pid for r in survivors} == pids  # nobody else exited
-    back = PERIOD if strategy == "local-sgd" else 0  # how far before the kill the replacement may start
+    back = PERIOD if strategy in ("local-sgd", "diloco") else 0  # how far before the kill the replacement may start
     for r in survivors:
         heals = r.events("heal")
         assert len(heals) == 1 and heals[0]["step"] >= KILLED_AFTER - back, job.logs()
@@ -162,7 +164,7 @@ DOWN_SECONDS = 3.0  # the replacement's "pod" comes this long after the kill
 REPLACEMENT_START = 240.0  # seconds the replacement may take to reach the store (a torch import on a busy machine)
 
 
-@pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
+@pytest.mark.parametrize("strategy", ["allreduce", "local-sgd", "diloco"])
 def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replaced(
     tmp_path: Path, strategy: str
 ) -> None:
@@ -173,10 +175,11 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
     the run ends as well trained as uninterrupted runs do."""
     accuracies = []
     for seed in (0, 1, 2):  # the uninterrupted runs' spread
-        whole = launch(job_spec("q", strategy, 3), [*QUORUM_ARGS, "--seed", str(seed)], tmp_path / f"whole-{seed}")
+        whole = launch(job_spec("q", strategy, 3, **SHAPES[strategy][1]), [*QUORUM_ARGS, "--seed", str(seed)],
+                       tmp_path / f"whole-{seed}")  # fmt: skip
         assert whole.wait(600) == [0, 0, 0], whole.logs()
         accuracies.append(whole.workers[0].events("done")[0]["test_accuracy"])
-    job = job_spec("q", strategy, 3)
+    job = job_spec("q", strategy, 3, **SHAPES[strategy][1])
     job.spec.workers.min_replicas = 2
     local = launch(job, [*QUORUM_ARGS, "--seed", "0"], tmp_path / "short")
     target = local.workers[2]

@@ -27,9 +27,10 @@ CASES = [
     ("allreduce", {}, 0, []),
     ("allreduce", {}, 0, ["--allreduce", "ring"]),
     ("local-sgd", {"localSGD": {"period": 4}}, 0, []),
+    ("diloco", {"diloco": {"period": 4, "outerMomentum": 0.5}}, 0, []),
     ("parameter-server", {"parameterServer": {"mode": "synchronous"}}, 2, []),
 ]
-IDS = ["allreduce", "ring", "local-sgd", "ps-synchronous"]
+IDS = ["allreduce", "ring", "local-sgd", "diloco", "ps-synchronous"]
 
 
 def start(tmp_path: Path, name: str, strategy: str, spec: dict[str, Any], ps: int, extra: list[str]) -> LocalJob:

@@ -179,6 +179,7 @@ PS_BACKUP_JOB = PS_JOB | {"parameterServer": {"mode": "synchronous", "backup": T
             [
                 "RINGLEADER_PS_ADDRS",
                 "RINGLEADER_LOCAL_SGD_PERIOD",
+                "RINGLEADER_DILOCO_PERIOD",
                 "RINGLEADER_SHARDED_STAGE",
                 "RINGLEADER_CHECKPOINT_DIR",
             ],
@@ -227,6 +228,28 @@ PS_BACKUP_JOB = PS_JOB | {"parameterServer": {"mode": "synchronous", "backup": T
             ["RINGLEADER_PS_MODE"],
         ),
         ({"strategy": "local-sgd"}, Role.WORKER, 0, {"RINGLEADER_LOCAL_SGD_PERIOD": "8"}, []),
+        (
+            {"strategy": "diloco", "diloco": {"period": 50, "outerLearningRate": 0.5}},
+            Role.WORKER,
+            1,
+            {
+                "RINGLEADER_DILOCO_PERIOD": "50",
+                "RINGLEADER_DILOCO_OUTER_LR": "0.5",
+                "RINGLEADER_DILOCO_OUTER_MOMENTUM": "0.9",
+            },
+            ["RINGLEADER_LOCAL_SGD_PERIOD"],
+        ),
+        (
+            {"strategy": "diloco"},
+            Role.WORKER,
+            0,
+            {
+                "RINGLEADER_DILOCO_PERIOD": "100",
+                "RINGLEADER_DILOCO_OUTER_LR": "0.7",
+                "RINGLEADER_DILOCO_OUTER_MOMENTUM": "0.9",
+            },
+            [],
+        ),
         (
             {"strategy": "sharded", "sharded": {"stage": 1}},
             Role.WORKER,
@@ -282,6 +305,8 @@ PS_BACKUP_JOB = PS_JOB | {"parameterServer": {"mode": "synchronous", "backup": T
         "ps-shard",
         "local-sgd",
         "local-sgd-default",
+        "diloco",
+        "diloco-default",
         "sharded",
         "sharded-default",
         "sharded-replica-groups",

@@ -139,12 +139,17 @@ def spec_strategy(garbage: bool) -> st.SearchStrategy[dict[str, Any]]:
     spec = st.fixed_dictionaries(
         {"workers": replica_spec},
         optional={
-            "strategy": st.sampled_from(["allreduce", "parameter-server", "local-sgd"]),
+            "strategy": st.sampled_from(["allreduce", "parameter-server", "local-sgd", "diloco"]),
             "parameterServer": st.fixed_dictionaries(
                 {"mode": st.sampled_from(["synchronous", "asynchronous", "bounded-staleness"])},
                 optional={"maxStaleness": bounded(1, MAX_STEPS)},
             ),
             "localSGD": st.fixed_dictionaries({"period": bounded(1, MAX_STEPS)}),
+            "diloco": st.fixed_dictionaries({}, optional={
+                "period": bounded(1, MAX_STEPS),
+                "outerLearningRate": st.floats(0, 20),
+                "outerMomentum": st.floats(-1, 2),
+            }),
             "parameterServers": replica_spec,
             "checkpoint": st.fixed_dictionaries({}, optional={
                 "intervalSteps": bounded(1, MAX_STEPS), "keep": bounded(1, MAX_KEEP),

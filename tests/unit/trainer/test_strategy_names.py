@@ -36,5 +36,5 @@ def test_a_rank_that_is_not_a_pipeline_or_sharded_does_not_import_their_modules(
 # Each strategy's own module (their tools, such as the ring or the parameter server's shards, are not counted).
 STRATEGY_MODULES = {
     f"ringleader_trainer.strategies.{m}"
-    for m in ("allreduce", "local_sgd", "parameter_server.strategy", "pipeline", "sharded")
+    for m in ("allreduce", "local_sgd", "diloco", "parameter_server.strategy", "pipeline", "sharded")
 }

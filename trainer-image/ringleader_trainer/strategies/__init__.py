@@ -18,6 +18,7 @@ _CLASSES: dict[str, tuple[str, str]] = {  # name -> (module, class)
     StrategyName.ALLREDUCE: ("allreduce", "AllreduceStrategy"),
     StrategyName.PARAMETER_SERVER: ("parameter_server.strategy", "ParameterServerStrategy"),
     StrategyName.LOCAL_SGD: ("local_sgd", "LocalSGDStrategy"),
+    StrategyName.DILOCO: ("diloco", "DiLoCoStrategy"),
     StrategyName.SHARDED: ("sharded", "ShardedStrategy"),
     StrategyName.PIPELINE: ("pipeline", "PipelineStrategy"),
 }
