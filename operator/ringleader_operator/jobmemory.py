@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringleader_api import TrainingJob
+
 from .admission import gated
 from .podcache import resource_version
 from .rankbook import Observations
@@ -68,6 +70,10 @@ class JobMemory:
     # name of the object its watch events last showed, and what it says (the backend's `said`).
     gang_seen: tuple[str, Any] | None = None
     seen: Observations = field(default_factory=Observations)  # its pods as its rounds observed them
+    # The job as the models read it, with the body it was read from (`body` while that is unchanged): a round of a
+    # job whose object did not change does not parse its status again (10,000 ranks: about half a steady round).
+    # Rounds treat the job as read-only (plan is pure; its property tests plan twice from one job).
+    parsed: tuple[dict[str, Any], TrainingJob] | None = None
     # status.ranks as this process last wrote it, or found it grouped as its rounds group it (None: not yet):
     # while the stored ranks are these, a round whose plan left the status as read writes nothing, unserialized.
     ranks_stored: dict[str, Any] | None = None
@@ -75,6 +81,9 @@ class JobMemory:
     # while the job read is that version, a round compares its new status with this instead of encoding the status
     # read again (its ranks grouped anew: about a sixth of a 10,000-rank job's round that wrote status).
     status_written: tuple[str, dict[str, Any]] | None = None
+    # status.ranks as parsed (the dict, compared by identity: parse_job keeps it while the entries as written stay)
+    # and its encoding (status_json's "ranks"), for rounds that leave the ranks as read (ranks_encoded).
+    ranks_json: tuple[dict[str, Any], dict[str, Any]] | None = None
     # The synchronous work of the job's last round, in seconds: reading what it keeps, the plan, encoding and
     # comparing its status (its pod events' grouping window grows with it).
     round_seconds: float = 0.0
@@ -129,12 +138,44 @@ class JobMemory:
         self.workload = None if obj is None else _without_managed_fields(obj)
         self.workload_known = True
 
+    def ranks_encoded(self, ranks: dict[str, Any]) -> dict[str, Any] | None:
+        """The encoding of `ranks` (a parsed job's status.ranks) a round made before, if this is that dict."""
+        kept = self.ranks_json
+        return kept[1] if kept is not None and kept[0] is ranks else None
+
+    def parse(self, obj: dict[str, Any]) -> TrainingJob:
+        """The job `obj` as the models read it: read again only when `obj` is another body than the last's
+        (pydantic's ValidationError when they cannot), and then its status.ranks only when they differ as written
+        (`parse_job`)."""
+        if self.parsed is None or self.parsed[0] is not obj:
+            self.parsed = (obj, parse_job(obj, self.parsed))
+        return self.parsed[1]
+
     def saw(self, obj: Mapping[str, Any]) -> None:
         """Keep `obj` as the job's body unless the one kept is newer (an event can arrive after the answer to
         the write that made it, or after a later write's)."""
         if self.body is not None and resource_version(self.body) > resource_version(obj):
             return
         self.body = _without_managed_fields(obj)
+
+
+def parse_job(obj: dict[str, Any], before: tuple[dict[str, Any], TrainingJob] | None) -> TrainingJob:
+    """The job `obj` as the models read it; where `before` (a body and its parse) has the same status.ranks as
+    written, the parse's ranks are `before`'s (the same dict: rounds treat a parsed job as read-only). A job of
+    10,000 ranks writes a few grouped entries that expand to 10,000: most of a starting job's status writes
+    change its counts, not those entries, and the next round then reads the entries once, not the ranks."""
+    ranks = _written_ranks(obj)
+    if not ranks or before is None or ranks != _written_ranks(before[0]):
+        return TrainingJob.model_validate(obj)
+    job = TrainingJob.model_validate({**obj, "status": {**obj["status"], "ranks": {}}})
+    job.status.ranks = before[1].status.ranks
+    return job
+
+
+def _written_ranks(obj: Mapping[str, Any]) -> Any:
+    """status.ranks of the body `obj` as written (None when its status is not an object)."""
+    status = obj.get("status")
+    return status.get("ranks") if isinstance(status, dict) else None
 
 
 def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:

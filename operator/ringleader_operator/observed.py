@@ -149,41 +149,131 @@ FOREIGN_PODS_NAMED = 5  # pods named in the event about foreign pods; the rest a
 
 
 class Seen(Protocol):
-    """What earlier rounds of a job observed of its pods (rankbook.Observations), for `own_ranks` to reuse."""
+    """What earlier rounds of a job observed of its pods (rankbook.Observations), for `own_ranks` to reuse and keep."""
 
     job_uid: str  # whose rank each observation judged (a job made again under its name is another)
-    kept: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]]  # by (uid, resourceVersion)
+    kept: dict[str, Kept]  # by pod name
+    ranks: dict[str, ObservedPod]  # the job's ranks among them, by name, in the pods' order
+    foreign: set[str]  # the names of the others
+    revision: tuple[object, int] | None  # the pod index's (podcache.PodDelta) the observations are of; None: unknown
+    changed: set[str] | None  # the ranks (by name) whose observation the last call changed; None: it read all
+    listed: list[ObservedPod] | None  # the ranks as the last call returned them (read-only)
+
+
+Kept = tuple[tuple[Any, Any], ObservedPod | None, bool]  # a pod's (uid, resourceVersion), its rank, whether owned
+
+
+class Delta(Protocol):
+    """What changed among the pods since the revision `seen` holds (podcache.PodDelta)."""
+
+    @property
+    def source(self) -> object: ...
+
+    @property
+    def revision(self) -> int: ...
+
+    @property
+    def since(self) -> int | None: ...
+
+    @property
+    def changed(self) -> dict[str, dict[str, Any] | None] | None: ...
 
 
 def own_ranks(
-    job: TrainingJob, pods: list[dict[str, Any]], seen: Seen | None = None
+    job: TrainingJob, pods: list[dict[str, Any]], seen: Seen | None = None, delta: Delta | None = None
 ) -> tuple[list[ObservedPod], list[str]]:
     """The job's ranks among `pods` (the pods carrying its job label), and the names of the others.
 
     A rank is a pod with valid rank labels whose controller is this job (by UID) and whose name is that rank's
     name. A pod that only carries the labels (made by hand, by another controller) is never counted, restarted
     or deleted: two such pods marked Succeeded must not finish the job. `seen`: what earlier rounds of this job
-    observed, reused for pods of the same version (and updated)."""
+    observed, reused for pods of the same version (and updated). `delta`: what changed among `pods` since the
+    revision `seen` holds, if it can say: then only those pods are looked at."""
     uid = str(job.metadata.get("uid", ""))
+    if seen is not None and seen.job_uid == uid and _from_delta(job, uid, seen, delta):
+        if seen.changed or seen.listed is None:  # the list as last returned while no rank changed (the same object)
+            seen.listed = list(seen.ranks.values())
+        return seen.listed, sorted(seen.foreign)
     ranks, foreign = [], []
     kept = seen.kept if seen is not None and seen.job_uid == uid else {}
-    now: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]] = {}
+    now: dict[str, Kept] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        version = (meta.get("uid"), meta.get("resourceVersion")) if meta.get("resourceVersion") else None
-        found = kept.get(version) if version is not None and version[0] else None
-        if found is None:
-            found = _observe(job, uid, pod, meta)
-        if version is not None and version[0]:
-            now[version] = found
-        rank, owned = found
-        if rank is not None and owned:
+        entry = _entry(job, uid, pod, meta, kept)
+        now[_name(meta)] = entry
+        if (rank := _rank(entry)) is not None:
             ranks.append(rank)
         else:
-            foreign.append(str(meta.get("name", "")))
+            foreign.append(_name(meta))
     if seen is not None:
-        seen.job_uid, seen.kept = uid, now
+        seen.job_uid, seen.kept, seen.changed, seen.listed = uid, now, None, ranks
+        seen.ranks = {r.name: r for r in ranks}
+        seen.foreign = set(foreign)
+        # A delta next time only where these pods are the index's revision, each name once.
+        whole = delta is not None and len(now) == len(pods) and len(seen.ranks) == len(ranks)
+        seen.revision = (delta.source, delta.revision) if whole and delta is not None else None
     return ranks, sorted(foreign)
+
+
+def _name(meta: Mapping[str, Any]) -> str:
+    return str(meta.get("name", ""))
+
+
+def _entry(job: TrainingJob, uid: str, pod: dict[str, Any], meta: dict[str, Any], kept: dict[str, Kept]) -> Kept:
+    """The pod's observation: the one kept of this version, else made now."""
+    version = (meta.get("uid"), meta.get("resourceVersion"))
+    before = kept.get(_name(meta))
+    if before is not None and before[0] == version and version[0] and version[1]:
+        return before
+    return (version, *_observe(job, uid, pod, meta))
+
+
+def _from_delta(job: TrainingJob, uid: str, seen: Seen, delta: Delta | None) -> bool:
+    """Bring `seen` up to date by `delta` alone, where it follows on from the revision `seen` holds; False (nothing
+    changed) where it cannot and the caller reads every pod. A pod made again under its name, or one that became or
+    ceased to be a rank, is read whole too, as are two or more new ranks: a rank's place among the ranks is its
+    place among the pods, which the index alone knows (one pod new to it comes last, as here)."""
+    if delta is None or delta.changed is None or seen.revision != (delta.source, delta.since):
+        return False
+    entries = {
+        name: None if pod is None else _entry(job, uid, pod, pod.get("metadata") or {}, seen.kept)
+        for name, pod in delta.changed.items()
+    }
+    new = 0
+    for name, entry in entries.items():
+        before = seen.kept.get(name)
+        if before is not None and entry is not None and _moved(before, entry):
+            return False
+        new += before is None and entry is not None and _rank(entry) is not None
+    if new > 1:  # their order among themselves is the index's, which the delta does not carry
+        return False
+    changed = set()
+    for name, entry in entries.items():
+        if entry is None:
+            seen.kept.pop(name, None)
+            seen.foreign.discard(name)
+            if seen.ranks.pop(name, None) is not None:
+                changed.add(name)
+            continue
+        seen.kept[name] = entry
+        if (rank := _rank(entry)) is not None:
+            if seen.ranks.get(name) is not rank:
+                seen.ranks[name] = rank
+                changed.add(name)
+        else:
+            seen.foreign.add(name)
+    seen.revision, seen.changed = (delta.source, delta.revision), changed
+    return True
+
+
+def _moved(before: Kept, entry: Kept) -> bool:
+    """The pod was made again under its name (another uid), or became or ceased to be a rank."""
+    return before[0][0] != entry[0][0] or (_rank(before) is None) != (_rank(entry) is None)
+
+
+def _rank(entry: Kept) -> ObservedPod | None:
+    """The pod's rank where it is one of the job's, else None."""
+    return entry[1] if entry[2] else None
 
 
 def _observe(job: TrainingJob, uid: str, pod: dict[str, Any], meta: dict[str, Any]) -> tuple[ObservedPod | None, bool]:

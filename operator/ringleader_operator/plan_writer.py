@@ -78,18 +78,22 @@ class PlanWriter:
         record = self.jobs.get((job.namespace, job.name))
         stored_status = obj.get("status") or {}
         stored = stored_status.get("ranks") or {}
-        unchanged = p.status == job.status and not p.writes_progress
+        unchanged = status_writes.same_status(p.status, job.status, p.ranks_as_read) and not p.writes_progress
         if unchanged and record is not None and record.ranks_stored is not None and record.ranks_stored == stored:
             return
         version = (obj.get("metadata") or {}).get("resourceVersion")
         written = record.status_written if record is not None else None
+        read_ranks = record.ranks_encoded(job.status.ranks) if record is not None else None
         with record.timing_more() if record is not None else contextlib.nullcontext():
-            new_status = status_writes.status_json(p.status, with_progress=p.writes_progress)
+            new_ranks = read_ranks if p.ranks_as_read else None
+            new_status = status_writes.status_json(p.status, with_progress=p.writes_progress, ranks=new_ranks)
             patch = status_writes.status_patch(
                 stored_status,
                 new_status,
-                lambda: status_writes.status_read(written, job.status, version, p.writes_progress),
+                lambda: status_writes.status_read(written, job.status, version, p.writes_progress, read_ranks),
             )
+        if record is not None and p.ranks_as_read:
+            record.ranks_json = (job.status.ranks, new_status.get("ranks", {}))
         if patch is not None:
             written_object = await self.kube.patch_status(job.namespace, job.name, patch, resource_version=version)
             if written_object is not None and record is not None:

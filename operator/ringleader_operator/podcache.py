@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 from ringleader_api import GROUP
 
+from .changelog import ChangeLog, PodDelta
 from .failures import START_FAILURES
 
 OVERLAY_SECONDS = 60.0
@@ -225,6 +226,18 @@ class PodCache:
             del self.written[group]
         return out
 
+    def job_pods_since(
+        self, namespace: str, job: str, now: float, since: tuple[object, int] | None
+    ) -> tuple[list[Pod], PodDelta | None]:
+        """`job_pods`, and what changed among them since revision `since` of the index (source, revision), as
+        PodDelta; None when the pods are not the index's alone (this process wrote some the watch has not
+        delivered) or there are none."""
+        pods = self.job_pods(namespace, job, now)
+        assert self.index is not None
+        if (namespace, job) in self.written:
+            return pods, None
+        return pods, self.index.delta((namespace, job), since[1] if since and since[0] is self.index else None)
+
     def newer_written(self, now: float) -> dict[Key, Pod]:
         """Every pod this process wrote that the index has not caught up with, as written (what the ledger of room
         is to count in place of the indexed version). Entries the index has caught up with, or older than
@@ -240,12 +253,16 @@ class PodCache:
 
 class Grouped(Mapping[Group, Collection[Pod]]):
     """Pod digests grouped by (namespace, the value of `label`): the groups podcache.PodCache and the progress
-    scraper read. `accept` picks the pods kept (all by default)."""
+    scraper read. `accept` picks the pods kept (all by default).
+
+    Each group has a revision, the index's count of changes when it last changed, and remembers its last
+    CHANGE_LOG changes by pod name (`delta`): a job's round looks at the pods that changed since its last."""
 
     def __init__(self, label: str, accept: Callable[[Mapping[str, str]], bool] = lambda _: True) -> None:
         self.label, self.accept = label, accept
         self._groups: dict[Group, dict[str, Pod]] = {}
         self._where: dict[Key, Group] = {}  # each kept pod's group: a pod whose label changed moves
+        self._log = ChangeLog()  # each group's recent changes by pod name
 
     def __getitem__(self, group: Group) -> Collection[Pod]:
         return self._groups[group].values()
@@ -271,14 +288,29 @@ class Grouped(Mapping[Group, Collection[Pod]]):
             self.remove(k)
         self._groups.setdefault(group, {})[k[1]] = pod
         self._where[k] = group
+        self._log.changed(group, k[1])
 
     def remove(self, k: Key) -> None:
         group = self._where.pop(k, None)
         if group is not None:
             pods = self._groups[group]
             pods.pop(k[1], None)
+            self._log.changed(group, k[1])
             if not pods:
                 del self._groups[group]
+                self._log.forget(group)
+
+    def delta(self, group: Group, since: int | None) -> PodDelta | None:
+        """The group's revision and, when `since` is one of its revisions still remembered, the pods changed
+        after it (changelog.ChangeLog); None when the group has no pods."""
+        found = self._log.since(group, since)
+        if found is None:
+            return None
+        revision, names = found
+        if names is None:
+            return PodDelta(self, revision)
+        pods = self._groups[group]
+        return PodDelta(self, revision, since, {name: pods.get(name) for name in names})
 
     def keys_in(self, namespace: str | None) -> list[Key]:
         """The kept pods of `namespace` (None: all)."""

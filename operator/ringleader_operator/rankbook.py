@@ -2,8 +2,12 @@
 runs or is done, the counts status shows per role, and which ranks the next round must look at.
 
 A round hands the book the pods it observed (observed.own_ranks); the book changes by the pods that changed, told
-apart by instance (observed.Observations hands an unchanged pod version over as the same ObservedPod), so keeping
-it costs a pass of identity checks over the job's pods plus work for the pods that changed, not a recount. The
+apart by instance (Observations hands an unchanged pod version over as the same ObservedPod). Where the pod cache
+says which pods changed since the job's last round (podcache.PodDelta: each group of the index keeps its recent
+changes by name), own_ranks looks at those alone and the book takes only their names: a round of a job whose pods
+did not change touches none of them. Without (the first round, pods read from the API server, this process's
+own writes not yet delivered by the watch, a pod made again under its name), it costs a pass of identity checks
+over the job's pods plus work for the pods that changed, not a recount. The
 round's rank decisions (policies/restarts.py) then look only at the ranks whose pods changed and those not yet
 settled (`settled`): a settled rank is one the decision leaves as it is, whatever the time.
 
@@ -19,7 +23,7 @@ from typing import Any
 
 from ringleader_api import RankStatus, RestartPolicy, Role, TrainingJob
 
-from .observed import ObservedPod
+from .observed import Kept, ObservedPod
 
 RankKey = tuple[Role, int]
 
@@ -39,6 +43,8 @@ class RankBook:
     worlds: Counter[int | None] = field(default_factory=Counter)  # workers not being deleted, by the world they joined
     gated: int = 0  # pods carrying the gang gate
     observed: list[ObservedPod] | None = None  # the list the book was last brought up to date with
+    # `down`'s: the desired ranks it was asked of (the list itself: shared per size), as a set, and those not up
+    wanted: tuple[list[RankKey], set[RankKey], set[RankKey]] | None = None
     # Between rounds (Round.keep_book): the ranks the next round must look at, what the last round left status.ranks as,
     # and which job (uid, generation, ranks wanted) that round planned for. A round that finds status.ranks or the
     # job otherwise looks at every rank.
@@ -46,6 +52,7 @@ class RankBook:
     unwanted: set[RankKey] = field(default_factory=set)  # ranks the job no longer has whose pods were still there
     ranks_after: dict[str, RankStatus] | None = None
     planned_for: tuple[Any, ...] | None = None
+    bounded: dict[str, RankStatus] | None = None  # status.ranks (the object) found within policies/history's bound
 
     @classmethod
     def recount(cls, observed: list[ObservedPod]) -> RankBook:
@@ -53,31 +60,62 @@ class RankBook:
         book.update(observed)
         return book
 
-    def update(self, observed: list[ObservedPod]) -> set[RankKey] | None:
+    def update(
+        self,
+        observed: list[ObservedPod],
+        changed_names: set[str] | None = None,
+        by_name: dict[str, ObservedPod] | None = None,
+    ) -> set[RankKey] | None:
         """Bring the book to `observed` (the job's rank pods now); returns the ranks whose pods changed, or None
-        when two pods share a name (not the pods of ranks: the book is emptied and the round counts afresh)."""
+        when two pods share a name (not the pods of ranks: the book is emptied and the round counts afresh).
+        `changed_names` and `by_name`: the names of the only pods that changed since the book was last brought up
+        to date, and the pods by name (Observations.changed and ranks): then only those are looked at."""
+        if changed_names is not None and by_name is not None and self.observed is not None:
+            return self._apply(observed, changed_names, by_name)
         names = {p.name for p in observed}
         if len(names) != len(observed):
             fresh = RankBook()
             self.__dict__.update(fresh.__dict__)
             return None
-        kept, changed = self.pods, set()
+        changed = set[RankKey]()
         for p in observed:
-            before = kept.get(p.name)
-            if before is p:
-                continue
-            if before is not None:
-                self._count(before, -1)
-            kept[p.name] = p
-            self._count(p, 1)
-            changed.add((p.role, p.index))
-        if len(kept) != len(observed):
-            for name in [n for n in kept if n not in names]:
-                gone = kept.pop(name)
-                self._count(gone, -1)
-                changed.add((gone.role, gone.index))
+            self._put(p.name, p, changed)
+        if len(self.pods) != len(observed):
+            for name in [n for n in self.pods if n not in names]:
+                self._put(name, None, changed)
         self.observed = observed
         return changed
+
+    def _apply(self, observed: list[ObservedPod], names: set[str], by_name: dict[str, ObservedPod]) -> set[RankKey]:
+        changed = set[RankKey]()
+        for name in names:
+            self._put(name, by_name.get(name), changed)
+        self.observed = observed
+        return changed
+
+    def _put(self, name: str, now: ObservedPod | None, changed: set[RankKey]) -> None:
+        """Make `now` the pod named `name` (None: there is none), counted in place of the one before; the ranks
+        whose pod changed go into `changed`."""
+        before = self.pods.get(name)
+        if before is now:
+            return
+        if before is not None:
+            self._count(before, -1)
+            changed.add((before.role, before.index))
+        if now is None:
+            del self.pods[name]
+            return
+        self.pods[name] = now
+        self._count(now, 1)
+        changed.add((now.role, now.index))
+
+    def down(self, desired: list[RankKey]) -> set[RankKey]:
+        """The ranks of `desired` whose pod is not up (none: every one runs or is done). Kept by `_count` from one
+        call to the next while `desired` is the same list (builders.desired_ranks shares one per size)."""
+        if self.wanted is None or self.wanted[0] is not desired:
+            wanted = set(desired)
+            self.wanted = (desired, wanted, wanted - self.up)
+        return self.wanted[2]
 
     def _count(self, p: ObservedPod, sign: int) -> None:
         """Add (1) or take away (-1) the pod's part in every count and index."""
@@ -103,6 +141,11 @@ class RankBook:
                 self.up.add(rank)
             else:
                 self.up.discard(rank)
+            if self.wanted is not None and rank in self.wanted[1]:
+                if sign > 0:
+                    self.wanted[2].discard(rank)
+                else:
+                    self.wanted[2].add(rank)
 
     def state(self) -> tuple[Any, ...]:
         """Everything the book counts, for comparing two books (the property tests)."""
@@ -138,11 +181,17 @@ def exited_under_always(job: TrainingJob, pod: ObservedPod) -> bool:
 
 
 class Observations:
-    """A job's pods as its last round observed them, by (uid, resourceVersion): a version of a pod never changes,
-    so a round looks again only at the pods that changed since (of a 10,000-rank job, those whose events brought
-    the round). Holds the job's current pods only; one per job (the operator's memory of it)."""
+    """A job's pods as its last round observed them (observed.own_ranks keeps them): a version of a pod never
+    changes, so a round looks again only at the pods that changed since (of a 10,000-rank job, those whose events
+    brought the round), and, where the pod index says which those are (podcache.PodDelta), at nothing else. Holds
+    the job's current pods only; one per job (the operator's memory of it)."""
 
     def __init__(self) -> None:
         self.job_uid = ""  # whose rank each observation judged (a job made again under its name is another)
-        self.kept: dict[tuple[Any, Any], tuple[ObservedPod | None, bool]] = {}  # by (uid, resourceVersion)
+        self.kept: dict[str, Kept] = {}  # by pod name: its version, its rank and whether it is the job's
+        self.ranks: dict[str, ObservedPod] = {}  # the job's ranks among them, by name, in the pods' order
+        self.foreign: set[str] = set()  # the other pods' names
+        self.revision: tuple[object, int] | None = None  # the pod index's revision they are of (None: unknown)
+        self.changed: set[str] | None = None  # ranks whose observation the last round changed (None: it read all)
+        self.listed: list[ObservedPod] | None = None  # the ranks as the last round got them (read-only)
         self.book: RankBook | None = None  # the job's ranks as its rounds keep count of them

@@ -13,6 +13,7 @@ from ringleader_api import TrainingJob
 from . import kueue
 from .builders import DEFAULT_MAX_RANKS
 from .gang_backends import GangBackend, choose
+from .observed import Delta
 from .rankbook import Observations
 from .stalls import Stall, Unavailable
 from .stragglers import Stragglers
@@ -41,6 +42,7 @@ class Reading:
     seen: Observations | None = None
     gang: GangBackend | None = None  # None: gang_backends.choose(job), the operator's own gate its default
     gang_verdict: Any = None
+    pod_delta: Delta | None = None  # what changed among `pods` since the revision `seen` holds (podcache.PodDelta)
 
     @property
     def backend(self) -> GangBackend:

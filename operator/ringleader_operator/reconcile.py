@@ -39,7 +39,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     gated. An elastic job's world may have fewer workers than it asks for (policies/elastic.py): from the size on,
     the round's policies see the job at the size it runs at (`r.job`)."""
     job, queued = reading.job, reading.queued
-    r = Round.open(elastic.at_current_size(job), reading.pods, now, reading.gone, reading.seen)
+    r = Round.open(elastic.at_current_size(job), reading.pods, now, reading.gone, reading.seen, reading.pod_delta)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
         return _close(r, queued)
@@ -84,6 +84,7 @@ def _close(r: Round, queued: kueue.QueueState | None) -> Plan:
     history.forget_settled_history(r)
     r.summarize()
     r.keep_book()
+    r.plan.ranks_as_read = r.ranks_as_read()
     goodput.account(r)
     ttl.expire_after_ttl(r)
     if queued is not None and finished(r.status.conditions) and not finished(r.old.conditions):

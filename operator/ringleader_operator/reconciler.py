@@ -228,7 +228,7 @@ class Reconciler:
         if managed_elsewhere(obj):
             self._forget(key)
             return  # spec.managedBy names another controller (MultiKueue): its pods and status are not ours
-        job = await self._parse(obj)
+        job = await self._parse(key, obj)
         if job is None:
             return
         now = utcnow()
@@ -254,10 +254,11 @@ class Reconciler:
         if (kept := self.jobs.get(key)) is not None:  # the job may have gone meanwhile
             kept.handled(reading.stalled, reading.slow)
 
-    async def _parse(self, obj: dict[str, Any]) -> TrainingJob | None:
-        """The job as the models read it; None (and the job failed with InvalidSpec) when they cannot."""
+    async def _parse(self, key: Key, obj: dict[str, Any]) -> TrainingJob | None:
+        """The job as the models read it (JobMemory.parse); None (and the job failed with InvalidSpec) when they
+        cannot."""
         try:
-            return TrainingJob.model_validate(obj)
+            return self.memory(key).parse(obj)
         except ValidationError as e:
             await self.writer.unparsable(obj, e)
             return None

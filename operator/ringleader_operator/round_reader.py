@@ -17,6 +17,7 @@ from ringleader_api import TrainingJob
 
 from . import kueue
 from .builders import InvalidTemplate, validate
+from .changelog import PodDelta
 from .gang_backends import OWN_GATE, GangBackend, choose, workload_api
 from .jobmemory import Jobs, Key
 from .kubeapi import KubeApi
@@ -73,9 +74,16 @@ class RoundReader:
 
     async def pods(self, namespace: str, name: str, fresh: bool) -> list[dict[str, Any]]:
         """The job's pods (digests): from the cache unless `fresh` or it is not filled yet."""
+        return (await self.pods_since(namespace, name, fresh, None))[0]
+
+    async def pods_since(
+        self, namespace: str, name: str, fresh: bool, since: tuple[object, int] | None
+    ) -> tuple[list[dict[str, Any]], PodDelta | None]:
+        """`pods`, and what changed among them since the cache's revision `since` (None where they were read from
+        the API server)."""
         if not fresh and (cache := self.cached()) is not None:
-            return cache.job_pods(namespace, name, time.monotonic())
-        return [digest(p) for p in await self.kube.list_pods(namespace, name)]
+            return cache.job_pods_since(namespace, name, time.monotonic(), since)
+        return [digest(p) for p in await self.kube.list_pods(namespace, name)], None
 
     async def _pods_listed(self) -> None:
         """At start: wait up to PODS_LISTED_SECONDS for the pod watch's first list. Once that has run out, no
@@ -96,9 +104,9 @@ class RoundReader:
         namespace, name = job.namespace, job.name
         uid = str(job.metadata.get("uid", ""))
         await self._pods_listed()
-        pods = await self.pods(namespace, name, fresh)
-        service = None
         record = self.jobs.memory((namespace, name))
+        pods, delta = await self.pods_since(namespace, name, fresh, record.seen.revision)
+        service = None
         if fresh or record.service_uid != uid:
             record.service_uid = None
             service = await self.kube.read_service(namespace, name)
@@ -119,7 +127,7 @@ class RoundReader:
         gang = choose(job, self.backend)
         return Reading(
             job, pods, record.service_uid == uid, self.max_ranks, gone, record.stall, record.stragglers, queued,
-            record.seen, gang, gang.verdict(job, record.gang_seen),
+            record.seen, gang, gang.verdict(job, record.gang_seen), delta,
         )  # fmt: skip
 
     async def use_backend(self, backend: str) -> str:

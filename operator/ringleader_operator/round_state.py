@@ -28,7 +28,7 @@ from ringleader_api import (
 
 from .conditions import set_condition
 from .names import rank_key, rank_of_key
-from .observed import ObservedPod, own_ranks, parse_time
+from .observed import Delta, ObservedPod, own_ranks, parse_time
 from .rankbook import COUNTED, Observations, RankBook, settled
 
 
@@ -60,6 +60,7 @@ class Plan:
     foreign_pods: list[str] = field(default_factory=list)  # carry the job's labels, are not its ranks: ignored
     # status.progress is the round's to write (the job finished: its last step; a stop saved: its step)
     writes_progress: bool = False
+    ranks_as_read: bool = False  # status.ranks is as read (Round.ranks_as_read): compared by that, not entry by entry
     kill_pods: list[str] = field(default_factory=list)  # stopped first in a stall: deleted with a short grace
 
 
@@ -111,21 +112,23 @@ class Round:
         now: str,
         gone: list[dict[str, Any]] | None = None,
         seen: Observations | None = None,
+        delta: Delta | None = None,
     ) -> Round:
         """`gone`: the last states of the job's pods the watch saw deleted lately (podcache.PodCache.deleted).
-        `seen`: the job's pods as earlier rounds observed them (observed.Observations)."""
+        `seen`: the job's pods as earlier rounds observed them (rankbook.Observations); `delta`: what changed among
+        `pods` since (podcache.PodDelta)."""
         old = job.status
         out = Plan(status=_copy_status(old))
         out.status.observed_generation = int(job.metadata.get("generation", 0))
         before = seen.job_uid if seen is not None else None
-        observed, out.foreign_pods = own_ranks(job, pods, seen)
+        observed, out.foreign_pods = own_ranks(job, pods, seen, delta)
         restarts = {r: (old.replica_statuses.get(r.value) or ReplicaStatus()).restarts for r in Role}
         last = {p.name: p for p in own_ranks(job, gone)[0]} if gone else {}
         r = cls(job, pods, now, parse_time(now), old, out, observed, restarts, gone=last)
         if seen is not None:
             if seen.book is None or seen.job_uid != before:
                 seen.book = RankBook()
-            changed = seen.book.update(observed)
+            changed = seen.book.update(observed, seen.changed, seen.ranks)
             r.book, r.changed = (seen.book, changed) if changed is not None else (None, set())
         return r
 
@@ -163,7 +166,7 @@ class Round:
                 if book is not None
                 and book.planned_for == self._planned_for()
                 and book.ranks_after is not None
-                and book.ranks_after == self.old.ranks
+                and (book.ranks_after is self.old.ranks or book.ranks_after == self.old.ranks)
                 else None
             )
         return self._steady if isinstance(self._steady, RankBook) else None
@@ -212,9 +215,16 @@ class Round:
             rank for rank in look
             if not settled(self.job, ranks.get(rank_key(*rank)) or NOTHING_KNOWN, self.by_rank.get(rank, ()), going)
         }  # fmt: skip
-        book.ranks_after = dict(ranks)
+        # The ranks as read where this round left them so (the same object next round, while the job is not
+        # written: compared by identity), else a copy.
+        book.ranks_after = self.old.ranks if self.ranks_as_read() else dict(ranks)
         book.planned_for = self._planned_for()
         book.unwanted = self.unwanted
+
+    def ranks_as_read(self) -> bool:
+        """status.ranks is as read: no entry was put, and none removed (policies remove entries only with nothing
+        put in their place: resize.drop_unwanted_ranks)."""
+        return not self.changed_ranks and len(self.status.ranks) == len(self.old.ranks)
 
     def change_rank(self, key: str, **changes: Any) -> RankStatus:
         """Change the rank's entry in status.ranks (a new instance: entries are frozen and shared, see

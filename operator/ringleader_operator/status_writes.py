@@ -17,12 +17,28 @@ from .conditions import set_condition
 from .observed import utcnow
 
 
-def status_json(status: TrainingJobStatus, with_progress: bool = False) -> dict[str, Any]:
+def status_json(
+    status: TrainingJobStatus, with_progress: bool = False, ranks: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Status as a reconcile round writes it: everything but `progress`, which the scraper writes while the job
     runs, so neither can overwrite the other's newer value with a stale copy (merge patches leave absent keys
-    alone); `with_progress` for the round that finishes the job (its final step, which no scrape can see)."""
-    return status.model_dump(
-        by_alias=True, mode="json", exclude_none=True, exclude=None if with_progress else {"progress"}
+    alone); `with_progress` for the round that finishes the job (its final step, which no scrape can see).
+    `ranks`: status.ranks as encoded before, where these are the same entries (grouping 10,000 ranks again was
+    most of a round that wrote a starting job's counts); None encodes them."""
+    exclude = ({"progress"} if not with_progress else set()) | ({"ranks"} if ranks is not None else set())
+    out = status.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=exclude or None)
+    if ranks is not None:
+        out["ranks"] = ranks
+    return out
+
+
+def same_status(new: TrainingJobStatus, old: TrainingJobStatus, ranks_as_read: bool) -> bool:
+    """`new == old`, with status.ranks taken as equal without comparing its entries where the round left them as
+    read (`ranks_as_read`: 10,000 entries are most of a steady round's comparison)."""
+    return all(
+        getattr(new, name) == getattr(old, name)
+        for name in type(new).model_fields
+        if not (ranks_as_read and name == "ranks")
     )
 
 
@@ -96,10 +112,15 @@ def unparsable_status(obj: Mapping[str, Any], error: ValidationError) -> tuple[s
 
 
 def status_read(
-    written: tuple[str, dict[str, Any]] | None, status: TrainingJobStatus, version: str | None, with_progress: bool
+    written: tuple[str, dict[str, Any]] | None,
+    status: TrainingJobStatus,
+    version: str | None,
+    with_progress: bool,
+    ranks: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """status_json of the status a round read (`status`, at resourceVersion `version`): what this process wrote
-    (`written`: the version its write made, and what it encoded), while that is the version read, else encoded."""
+    (`written`: the version its write made, and what it encoded), while that is the version read, else encoded
+    (with its `ranks` as encoded before, if given)."""
     if written is not None and not with_progress and version is not None and written[0] == version:
         return written[1]
-    return status_json(status, with_progress=with_progress)
+    return status_json(status, with_progress=with_progress, ranks=ranks)

@@ -20,7 +20,12 @@ from ..round_state import Round
 
 def forget_settled_history(r: Round) -> None:
     """Keep at most MAX_RANK_ENTRIES groups of replaced ranks in status.ranks (see the module's docstring)."""
+    as_read, book = r.ranks_as_read(), r.book
+    if as_read and book is not None and book.bounded is r.old.ranks:
+        return  # the ranks (the very entries) an earlier round counted below the bound
     if len(Role) * len(set(map(id, r.status.ranks.values()))) <= MAX_RANK_ENTRIES:
+        if as_read and book is not None:
+            book.bounded = r.old.ranks
         return  # fewer groups than that (a group is a role's ranks sharing an entry); the common case, counted in C
     groups = {
         group: keys

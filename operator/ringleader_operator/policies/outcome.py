@@ -46,7 +46,7 @@ def _all_up(r: Round) -> bool:
     """Every desired rank has a pod, not being deleted, that runs or is done (counted by the rank book when it
     holds the round's pods)."""
     if (book := r.synced()) is not None:
-        return book.up.issuperset(r.desired)
+        return not book.down(r.desired)
     return all(_has(r, rank, ("Running", "Succeeded")) for rank in r.desired)
 
 

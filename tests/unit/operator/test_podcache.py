@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ringleader_api import TrainingJob
 from ringleader_operator.admission import Cluster
+from ringleader_operator.changelog import CHANGE_LOG
 from ringleader_operator.observed import ObservedPod, earlier_job_leftovers
 from ringleader_operator.podcache import (
     GONE_SECONDS,
@@ -247,3 +248,66 @@ def test_the_shared_parts_table_is_bounded_and_skips_long_parts() -> None:
     assert table({"i": 0}) is kept[0]
     table({"i": 3})  # the table is full: it starts again
     assert len(table.parts) == 1 and table({"i": 0}) is not kept[0] and table({"i": 0}) == kept[0]
+
+
+def changed_since(index: Grouped, since: int | None, group: tuple[str, str] = ("ns", "a")) -> dict[str, int] | None:
+    """The names and versions the index says changed in `group` since revision `since` (-1: gone; None: it
+    cannot say)."""
+    delta = index.delta(group, since)
+    assert delta is not None
+    if delta.changed is None:
+        return None
+    return {n: -1 if p is None else int(p["metadata"]["resourceVersion"]) for n, p in delta.changed.items()}
+
+
+def test_a_group_says_which_pods_changed_since_a_revision_of_it() -> None:
+    index = Grouped(LABEL)
+    assert index.delta(("ns", "a"), None) is None  # no pods, no revision
+    index.put(pod("a-0", 1))
+    first = index.delta(("ns", "a"), None)
+    assert first is not None and first.changed is None and first.source is index  # no revision to compare with
+    index.put(pod("b-0", 2, job="b"))  # another group's change leaves this one's revision as it is
+    assert changed_since(index, first.revision) == {}
+    index.put(pod("a-1", 3))
+    index.put(pod("a-0", 4))
+    index.put(pod("a-0", 5))
+    index.remove(("ns", "a-1"))
+    assert changed_since(index, first.revision) == {"a-0": 5, "a-1": -1}
+    later = index.delta(("ns", "a"), first.revision)
+    assert later is not None and changed_since(index, later.revision) == {}
+    assert changed_since(index, later.revision + 100) is None  # not a revision it had
+
+
+def test_a_reader_further_behind_than_the_log_or_of_a_group_made_again_reads_the_group_whole() -> None:
+    index = Grouped(LABEL)
+    index.put(pod("a-0", 1))
+    start = index.delta(("ns", "a"), None)
+    assert start is not None
+    for rv in range(2, CHANGE_LOG + 2):  # the log's length of changes after the start: the start's own forgotten
+        index.put(pod("a-0", rv))
+    assert changed_since(index, start.revision) == {"a-0": CHANGE_LOG + 1}  # every change since still remembered
+    index.put(pod("a-1", CHANGE_LOG + 2))
+    assert changed_since(index, start.revision) is None  # one of them forgotten now
+    gone = index.delta(("ns", "a"), None)
+    assert gone is not None
+    index.remove(("ns", "a-0"))
+    index.remove(("ns", "a-1"))
+    assert index.delta(("ns", "a"), gone.revision) is None  # no pods left
+    index.put(pod("a-0", CHANGE_LOG + 3))  # the group made again: what was before is not remembered
+    assert changed_since(index, gone.revision) is None
+
+
+def test_the_cache_gives_no_delta_while_its_own_writes_stand_in_for_the_index() -> None:
+    cache = PodCache(LABEL)
+    cache.index = Grouped(LABEL)
+    cache.index.put(pod("a-0", 1))
+    pods, delta = cache.job_pods_since("ns", "a", 0.0, None)
+    assert names_rv(pods) == {"a-0": 1} and delta is not None and delta.changed is None
+    cache.wrote(pod("a-0", 2), 0.0)
+    assert cache.job_pods_since("ns", "a", 1.0, (cache.index, delta.revision))[1] is None  # overlaid
+    cache.index.put(pod("a-0", 2))  # the watch caught up: the write goes
+    pods, caught_up = cache.job_pods_since("ns", "a", 2.0, (cache.index, delta.revision))
+    assert names_rv(pods) == {"a-0": 2} and caught_up is not None and caught_up.changed is not None
+    assert set(caught_up.changed) == {"a-0"}
+    other = Grouped(LABEL)  # a revision of another index is no revision of this one
+    assert cache.job_pods_since("ns", "a", 2.0, (other, caught_up.revision))[1].changed is None  # type: ignore[union-attr]

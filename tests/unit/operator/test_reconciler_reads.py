@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from ringleader_api import Role
+from ringleader_api import Role, TrainingJobStatus
+from ringleader_api import status as status_module
 from ringleader_operator import admission, observed, round_reader, status_writes
 from ringleader_operator import reconciler as reconciler_module
 from ringleader_operator.admission import Cluster
@@ -639,3 +640,47 @@ def test_a_jobs_pods_are_searched_for_an_earlier_jobs_leftovers_until_found_free
 
     asyncio.run(main())
     assert searched == ["u1", "u1", "u2"]
+
+
+def test_a_round_that_writes_new_counts_neither_groups_nor_parses_ranks_it_left_as_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A starting job's rounds write its counts again and again, its ranks unchanged: such a round groups status.ranks
+    only the first time (then reuses that encoding), and the job its write made is parsed with the ranks of the last
+    parse (the same dict), while what is written stays what a whole encoding says."""
+    kube = VersionedKube()
+    r = Reconciler(kube, emit=lambda *_: None)
+    grouped: list[int] = []
+    rank_groups = status_module.rank_groups
+
+    def counted(ranks: Any) -> Any:
+        grouped.append(len(ranks))
+        return rank_groups(ranks)
+
+    monkeypatch.setattr(status_module, "rank_groups", counted)
+
+    def round_(fresh: bool = False) -> None:
+        async def main() -> None:
+            await r.round("ns", "j", fresh)
+            r.queue.close()
+
+        asyncio.run(main())
+
+    round_(fresh=True)
+    kube.running = True
+    round_()
+    assert kube.stored["ranks"], kube.stored  # the pods seen: entries that stay while only counts change
+    record = r.jobs[("ns", "j")]
+    writes, ranks = kube.calls.count("patch_status"), record.parsed[1].status.ranks if record.parsed else None
+    by_round = []
+    for running in (False, True, False):
+        kube.running = running
+        grouped.clear()
+        round_()
+        by_round.append(len(grouped))
+        assert kube.calls.count("patch_status") == writes + 1, kube.calls  # the counts changed: written
+        writes += 1
+        assert record.parsed is not None and record.parsed[1].status.ranks is ranks  # not parsed again
+        whole = status_writes.status_json(TrainingJobStatus.model_validate(kube.stored))
+        assert {k: v for k, v in kube.stored.items() if k != "progress"} == whole
+    assert sum(by_round) <= 1, by_round  # grouped once at most (the first write after the ranks were read)

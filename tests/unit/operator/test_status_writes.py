@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringleader_api import RankStatus
+from ringleader_api import RankStatus, TrainingJobStatus
 from ringleader_operator import status_writes
 
 
@@ -119,3 +119,10 @@ def test_the_status_read_is_encoded_only_when_the_patch_needs_it() -> None:
     assert asked == []
     status_writes.status_patch({"ranks": {"worker-0": {}}}, {"ranks": {"worker-0": {}}}, read)
     assert asked == [1]
+
+
+def test_a_status_encoded_with_its_ranks_as_encoded_before_is_the_whole_encoding() -> None:
+    status = TrainingJobStatus.model_validate({"ranks": {"worker-0-2": {"podSeen": True}}, "workers": "3/3"})
+    whole = status_writes.status_json(status)
+    assert status_writes.status_json(status, ranks=dict(whole["ranks"])) == whole
+    assert status_writes.status_json(status, with_progress=True, ranks=dict(whole["ranks"])) == whole
