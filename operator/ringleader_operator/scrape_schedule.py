@@ -36,16 +36,22 @@ class ScrapeSchedule:
     def __init__(self, scraper: ProgressScraper, memory: Callable[[Key], JobMemory | None]) -> None:
         self.scraper, self.memory = scraper, memory
         self.queue: WorkQueue[Key] = WorkQueue(self._scrape, self._failed, SCRAPES_AT_ONCE)
-        self.running: set[Key] = set()  # jobs whose status says they run: their number paces the scrapes
+        # Jobs whose status says they run, each with a scrape pending or under way: their number paces the scrapes.
+        self.running: set[Key] = set()
 
     def job_seen(self, key: Key, obj: Mapping[str, Any]) -> None:
-        """The job as a watch event showed it: scraped soon while it runs (the sooner timer stays: one pending,
-        or sooner while a replacement's cost waits for worker 0's page), not at all once it does not."""
-        if running(obj):
-            self.running.add(key)
-            self.queue.add_after(key, scrape_interval(0, True, loss_pending(obj)))
-        else:
+        """The job as a watch event showed it: scraped soon once it runs (within SCRAPE_SECONDS, or sooner while
+        a replacement's cost waits for worker 0's page), not at all once it does not. Later events of a running
+        job leave its schedule as it is, but for a replacement's cost newly waiting: a status write (the
+        scraper's own, whenever worker 0's step moved) brought the next scrape forward to SCRAPE_SECONDS, so at a
+        thousand running jobs each was read every 5 s and written as often, whatever SCRAPES_PER_SECOND said."""
+        if not running(obj):
             self.forget(key)
+            return
+        pending = loss_pending(obj)
+        if key not in self.running or pending:
+            self.queue.add_after(key, scrape_interval(0, True, pending))
+        self.running.add(key)
 
     def forget(self, key: Key) -> None:
         """No more scrapes of the job (it stopped running, or is gone)."""
@@ -58,10 +64,8 @@ class ScrapeSchedule:
         when its failed reads' back-off ends. Nothing for a job that is gone or no longer runs (job_seen
         schedules it again when it does)."""
         record = self.memory(key)
-        if record is None or (record.body is not None and not running(record.body)):
-            return False
         try:
-            if record.body is not None:
+            if record is not None and record.body is not None and running(record.body):
                 with contextlib.suppress(ApiUnavailable):  # the next scrape tries again
                     await self.scraper.scrape(record.body)
         finally:
@@ -71,6 +75,8 @@ class ScrapeSchedule:
                     len(self.running), body is None or watches_progress(body), body is not None and loss_pending(body)
                 )
                 self.queue.add_after(key, max(every, record.next_scrape_at - time.monotonic()))
+            else:  # no scrape pending: the event that shows it running again schedules one
+                self.running.discard(key)
         return False
 
     def _failed(self, key: Key, e: Exception) -> None:

@@ -6,6 +6,7 @@ no test waits in real time."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -189,26 +190,36 @@ def test_a_node_that_offers_new_room_wakes_the_jobs_waiting_for_room(
 class RecordingScraper:
     """Stands in for the reconciler's ProgressScraper: records when each scrape runs; with `back_off`, the first
     scrape's read fails and leaves that many seconds of back-off on the job's record, and the next one's
-    succeeds (as ProgressScraper does: its back-off ends)."""
+    succeeds (as ProgressScraper does: its back-off ends). With `writes`, every scrape writes the job's status
+    (worker 0's step moved), whose watch event arrives a moment after the scrape."""
 
-    def __init__(self, reconciler: Any, back_off: float = 0.0) -> None:
-        self.reconciler, self.back_off, self.at = reconciler, back_off, list[float]()
+    def __init__(self, reconciler: Any, back_off: float = 0.0, writes: bool = False) -> None:
+        self.reconciler, self.back_off, self.writes, self.at = reconciler, back_off, writes, list[float]()
         self.by_job: dict[str, list[float]] = {}
 
     async def scrape(self, obj: dict[str, Any]) -> None:
-        self.at.append(asyncio.get_running_loop().time())
+        loop = asyncio.get_running_loop()
+        self.at.append(loop.time())
         self.by_job.setdefault(obj["metadata"]["name"], []).append(self.at[-1])
         record = self.reconciler.jobs[("ns", obj["metadata"]["name"])]
         first = len(self.by_job[obj["metadata"]["name"]]) == 1
         record.next_scrape_at = time.monotonic() + self.back_off if first else 0.0
+        if self.writes:
+            written = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(next(VERSIONS))}}
+            loop.call_later(0.05, self.reconciler.job_seen, written)
 
     async def close(self) -> None:
         pass
 
 
-def _job(phase: str, version: int, name: str = "j", policy: dict[str, Any] | None = None) -> dict[str, Any]:
+VERSIONS = itertools.count(10**6)  # resourceVersions of the status writes RecordingScraper makes: newer than any _job
+
+
+def _job(
+    phase: str, version: int, name: str = "j", policy: dict[str, Any] | None = None, **status: Any
+) -> dict[str, Any]:
     meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "generation": 1, "resourceVersion": str(version)}
-    return {"metadata": meta, "spec": {"runPolicy": policy or {}}, "status": {"phase": phase}}
+    return {"metadata": meta, "spec": {"runPolicy": policy or {}}, "status": {"phase": phase, **status}}
 
 
 @pytest.mark.parametrize(
@@ -267,3 +278,30 @@ def test_many_running_jobs_share_the_scrape_budget_and_a_watched_job_keeps_its_p
     assert every > SCRAPE_SECONDS
     assert [round(t) for t in got["j7"]] == [5, 5 + every, 5 + 2 * every]
     assert [round(t) for t in got["watched"]] == list(range(5, 51, 5))
+
+
+def test_a_scrapes_own_status_write_leaves_the_next_scrape_where_the_budget_put_it() -> None:
+    """400 running jobs whose every scrape writes status: each write's watch event leaves the job's next read
+    where SCRAPES_PER_SECOND put it (every 20 s), not SCRAPE_SECONDS after the write (the events brought it
+    forward: every job read, and written, every 5 s); a replacement's cost newly waiting for worker 0's page
+    still brings it forward (PENDING_LOSS_SCRAPE_SECONDS), and once counted the budget's pace comes back."""
+    from ringleader_operator.reconciler import Reconciler
+    from ringleader_operator.scraper import PENDING_LOSS_SCRAPE_SECONDS, SCRAPES_PER_SECOND
+
+    async def main() -> dict[str, list[float]]:
+        reconciler = Reconciler(None, lambda *a: None)  # type: ignore[arg-type]  # no round runs here
+        scraper = reconciler.scrapes.scraper = RecordingScraper(reconciler, writes=True)  # type: ignore[assignment]
+        for i in range(400):
+            reconciler.job_seen(_job("Running", 1, f"j{i}"))
+        await asyncio.sleep(30)  # virtual
+        reconciler.job_seen(_job("Running", next(VERSIONS), "j7", goodput={"pendingLoss": {"at": "a round"}}))
+        await asyncio.sleep(0.5)
+        reconciler.job_seen(_job("Running", next(VERSIONS), "j7", goodput={}))  # the round counted it
+        await asyncio.sleep(24.5)
+        reconciler.scrapes.close()
+        return scraper.by_job
+
+    got = _on_virtual_clock(main)
+    every = 400 / SCRAPES_PER_SECOND
+    assert [round(t) for t in got["j8"]] == [5, 5 + every, 5 + 2 * every]
+    assert [round(t) for t in got["j7"]] == [5, 5 + every, 30 + PENDING_LOSS_SCRAPE_SECONDS, 31 + every]
