@@ -108,11 +108,14 @@ def test_a_stopped_rank_is_named_within_the_deadline_and_replaced(
 def test_neither_a_script_without_a_page_nor_a_long_start_up_is_a_stall(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tmp_path: Path
 ) -> None:
-    """progressDeadlineSeconds 10: a script that serves no metrics page runs 25 s, and a trainer waits 20 s before
+    """progressDeadlineSeconds 10: a script that serves no metrics page runs 60 s, and a trainer waits 20 s before
     its first step with its page served (at step 0). Neither is Stalled or has a rank replaced; both succeed.
-    The script's job says why its deadline is not acted on (Stalled Unknown, ProgressUnavailable)."""
+    The script's job says why its deadline is not acted on (Stalled Unknown, ProgressUnavailable) while it runs.
+    The script runs well past the deadline: the operator says so about 16 s after creating the job on a quiet
+    machine (the deadline counts from the first scrape, up to 5 s after the turn to Running), and a script that
+    ran 25 s ended first, unsaid, on a loaded one."""
     policy = {"progressDeadlineSeconds": 10}
-    create(custom, namespace, training_job("pageless", "import time; time.sleep(25)", workers=2, runPolicy=policy))
+    create(custom, namespace, training_job("pageless", "import time; time.sleep(60)", workers=2, runPolicy=policy))
     slow = digits_job("slow-start", 2, 60, tmp_path / "ckpt", runPolicy=policy)
     slow["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] += ["--start-delay", "20"]
     create(custom, namespace, slow)
