@@ -252,7 +252,11 @@ def run_ps_killing(
     victim, the newest step logged at the kill, and both runs' final parameters."""
     whole, _, whole_final = start(tmp_path, "whole", "parameter-server", 2, 2, **spec)
     assert whole.wait(600) == [0] * 4, whole.logs()
-    job, directory, final = start(tmp_path, "healed", "parameter-server", 2, 2, **spec)
+    # A worker victim stops after step KILLED_AFTER (it hangs, changing no numbers) so that the kill lands between
+    # two steps on a busy machine too: a worker lost between its pushes to the two shards holds places no step
+    # resumes from, which by design no shard serves (everyone starts again from the checkpoint instead).
+    hang = ["--hang-at-step", f"{KILLED_AFTER}:{victim}"] if role == "worker" else []
+    job, directory, final = start(tmp_path, "healed", "parameter-server", 2, 2, extra=hang, **spec)
     target = (job.workers if role == "worker" else job.servers)[victim]
     pids, killed_at = kill_and_replace(job, directory, target)
     assert job.wait(600) == [0] * 4, job.logs()
