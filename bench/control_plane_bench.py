@@ -113,8 +113,12 @@ class PodWatch:
             finally:
                 w.stop()
             if self.running_at is None:
-                listed = orjson.loads(self.core.list_namespaced_pod(self.ns, _request_timeout=60,
-                                                                    _preload_content=False).data)  # fmt: skip
+                try:
+                    listed = orjson.loads(self.core.list_namespaced_pod(self.ns, _request_timeout=120,
+                                                                        _preload_content=False).data)  # fmt: skip
+                except Exception as e:  # a list of 10,000 pods cut off under load: list again, not give up
+                    print(f"[bench] pod list broke ({type(e).__name__}); listing again", flush=True)
+                    continue
                 now = time.monotonic()
                 for pod in listed.get("items") or []:
                     self._note(pod, now)
