@@ -79,6 +79,19 @@ def test_a_kill_before_the_first_checkpoint_sends_the_job_back_to_its_start() ->
     assert figures["kill_to_full_s"] == [pytest.approx(2.0), pytest.approx(2.0)]
 
 
+def test_steps_redone_after_going_back_count_in_the_rate_at_full_strength() -> None:
+    # 10 steps a second; killed at t=20 (step 299), resumed from the checkpoint of step 100 at t=22: the job is
+    # back at full strength redoing steps 101-299 until t=42. Its rate is 10, not the steps past 299 over that
+    # time, so its goodput is the steps it kept over 10 a second for the whole run.
+    before, resumed = steps(0.0, 20.0, 100, 10.0), steps(22.0, 60.0, 101, 10.0)
+    replacement = [*before, {"ts": 21.0, "event": "resume", "step": 100}, *resumed]
+    job = Job([Logged(before + resumed), Logged(replacement)])
+    figures = measure(job, [(1, 20.0, "kill")], start=10.0, end=60.0)  # type: ignore[arg-type]
+    assert figures["rate"] == pytest.approx(10.0, rel=0.02)
+    assert figures["steps_lost"] == [299 - 100]
+    assert figures["goodput"] == pytest.approx((480 - 199) / (10.0 * 50.0), rel=0.02)
+
+
 def test_no_verdict_from_fewer_than_three_runs_each() -> None:
     one = {"a": [{"goodput": 0.98}], "b": [{"goodput": 0.96}]}
     assert compare(one, "b")["a"]["verdict"] == "no verdict: 1 run(s) each, 3 needed"
