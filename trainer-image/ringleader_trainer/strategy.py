@@ -113,7 +113,7 @@ class Strategy(HealingProtocol):
         # The model (unwrapped) and optimizer whose state this rank serves a peer's replacement (healing), once
         # the script has handed both over (distributed_optimizer).
         self._held: tuple[nn.Module, torch.optim.Optimizer] | None = None
-        self._skip_step = False  # a heal moved this rank past the step it was in: its optimizer step is void
+        self._void_steps = 0  # the script's steps a heal moved this rank past: their optimizer steps are void
         self._pending = False  # in `commit_step`: this rank's part of the step is averaged, not yet applied
         # The first step after whose boundary the workers vote on stopping: after a heal, the step after the one
         # the group continues from. The ranks reach the new group at different points of a step (in its
@@ -188,18 +188,19 @@ class Strategy(HealingProtocol):
         GPipe schedule over the micro-batches, and the batch's loss on every stage.
 
         Where the strategy heals, a peer lost during the exchange is healed from here (`heal`) and the step is
-        done again with the same batch; in the rare case that the group had completed this step without this
-        rank, it takes that state instead, the optimizer's step() that follows does nothing and the loss is
-        NaN. A script that calls backward() itself recovers from the newest checkpoint instead."""
+        done again with the same batch; where the group had completed this step (or more) without this rank, it
+        takes that state instead, and this step and the script's next until its count reaches the state's are
+        void (`void_steps`): no exchange, the loss NaN, the optimizer's step() nothing. A script that calls
+        backward() itself recovers from the newest checkpoint instead."""
         while True:
-            step = self.steps_done
+            if self._void_steps:
+                return math.nan
             try:
                 return self._forward_backward(model, x, y, loss_fn)
             except Exception as e:
                 if not self._healed_after(e):
                     raise
-            if self.steps_done != step:
-                self._skip_step = True
+            if self._void_steps:
                 return math.nan
             for p in model.parameters():  # what the failed exchange left is no gradient
                 p.grad = None

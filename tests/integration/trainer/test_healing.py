@@ -217,6 +217,42 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
     assert low - (high - low) <= accuracy <= high + (high - low), (accuracy, accuracies)
 
 
+@pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
+def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path: Path, strategy: str) -> None:
+    """4 workers, minReplicas 2: worker 3 killed at step 30 while worker 2 is held for 2 s, so the group re-forms
+    of workers 0 and 1 alone and trains on. Worker 2, let go, finds the group formed without it, waits to join,
+    and at the next boundary receives the group's newer state: its script's next steps are void until its own
+    count reaches the state's (`_void_steps`), so every worker makes the same steps, and none waits out a
+    collective the others never make (before: worker 2 ran behind the others by the steps it missed, and at the
+    end waited in one until the timeout, then recovered)."""
+    job = job_spec("v", strategy, 4)
+    job.spec.workers.min_replicas = 2
+    steps = 160
+    local = launch(job, [*QUORUM_ARGS, "--timeout", "60"], tmp_path / "run")
+    held, target = local.workers[2], local.workers[3]
+    deadline = time.monotonic() + 300
+    while target.last_step() < KILLED_AFTER:
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in local.ranks), local.logs()
+        time.sleep(0.01)
+    with held.paused():
+        target.proc.kill()
+        target.proc.wait()
+        time.sleep(2.0)
+    target.restart()
+    assert local.wait(600) == [0, 0, 0, 0], local.logs()
+
+    for r in local.workers:
+        assert not r.events("recover"), local.logs()  # nobody waited out a collective
+        assert [d["step"] for d in r.events("done")] == [steps], local.logs()
+    came_back = [h for h in held.events("heal") if h["source"] is not None]
+    assert came_back, local.logs()  # worker 2 was left out, and received the group's state
+    before = max(e["step"] for e in held.events() if "loss" in e and e["ts"] < came_back[0]["ts"])
+    assert came_back[0]["step"] > before + 1, (before, came_back)  # more than the one step a heal redoes
+    trained = [e["step"] for e in held.events() if "loss" in e and e["loss"] == e["loss"]]  # NaN: a void step
+    assert trained == sorted(set(trained)), trained  # no step trained twice
+    assert trained[-1] == steps
+
+
 @pytest.mark.parametrize(
     ("mode", "victim"),
     [("synchronous", 1), ("synchronous", 0), ("bounded-staleness", 1)],

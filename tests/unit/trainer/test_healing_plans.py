@@ -11,7 +11,6 @@ from ringleader_trainer.elastic.healing import (
     Plan,
     Report,
     Unhealable,
-    live_serves,
     newest_serves,
     successor_serves,
 )
@@ -125,9 +124,10 @@ B = Report(30, behind=True)  # at step 30, whose sync's average failed here
     ],
 )
 def test_training_short_any_live_rank_at_the_groups_step_serves(given: list[Report], plan: Plan | None) -> None:
-    assert live_serves(given) == plan
+    assert newest_serves(given) == plan
 
 
-def test_training_short_live_ranks_at_different_steps_are_refused() -> None:
-    with pytest.raises(Unhealable, match=r"different steps \(30, 33\)"):
-        live_serves([B, Report(33), Report(N)])
+def test_training_short_a_rank_left_behind_takes_the_newest_state() -> None:
+    """A peer went on past the sync whose average failed here, or the group trained on without this rank: it
+    takes the newest state, and its script's steps until then are void (Strategy.void_steps)."""
+    assert newest_serves([B, Report(33), Report(N)]) == Plan(33, {0: 1, 2: 1})

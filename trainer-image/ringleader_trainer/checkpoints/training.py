@@ -22,8 +22,8 @@ from ringleader_trainer.metrics import TrainerMetrics
 
 class Strategy(Protocol):
     """What checkpoints use of the strategy they save for (strategy.Strategy is one): its rank, its store of
-    checkpoints, where it resumed from, its step, rounds and progress, its device, its metrics, and the
-    agreement on where the workers stop."""
+    checkpoints, where it resumed from, its step, rounds and progress, its device, its metrics, the steps a
+    heal moved it past, and the agreement on where the workers stop."""
 
     env: RankEnv
     checkpoints: ckpt.Checkpointer | None
@@ -36,6 +36,9 @@ class Strategy(Protocol):
 
     @property
     def device(self) -> torch.device: ...
+
+    @property
+    def void_steps(self) -> int: ...
 
     def stop_agreed(self) -> bool: ...
 
@@ -110,6 +113,7 @@ class TrainingCheckpointer:
         elastic/stopping.py) save at this step and raise `Stopped`, which ends the process with its exit code."""
         self.strategy.progress = progress  # what a peer's replacement gets with this rank's state (healing)
         stop = self.strategy.stop_agreed()  # a vote also where no checkpoint is kept: on taking a rank in
+        step += self.strategy.void_steps  # a heal moved this rank's state ahead of the script's count
         checkpoints = self.strategy.checkpoints
         if checkpoints is None:
             return

@@ -44,7 +44,7 @@ class HealingProtocol:
     workers_group: dist.ProcessGroup | None
     _held: tuple[nn.Module, torch.optim.Optimizer] | None
     _pending: bool
-    _skip_step: bool
+    _void_steps: int
     _vote: StopVote | None
     _votes_from: int
 
@@ -83,6 +83,7 @@ class HealingProtocol:
         agreed = self.heal_plan(healing.gather(self.heal_report()))
         assert agreed is not None  # this rank holds live state
         self._pending = False
+        own = self.steps_done
         if rank in agreed.advance:  # a peer completed the commit this rank's failed in: apply the step it holds
             self._held[1].step()
         source = agreed.sources.get(rank)
@@ -91,6 +92,10 @@ class HealingProtocol:
             state = healing.receive(source)
             self.take_state(state)
             self.steps_done, self.communication_rounds = agreed.step, int(state.get("rounds", 0))
+        # The script had made `own` steps (or was in the next); this rank's state is now `steps_done`'s (a step
+        # applied, a newer state received), so its steps until its count reaches that are void: none, or the one
+        # it is in, unless this rank was left out of a group that trained on without it.
+        self._void_steps += max(0, self.steps_done - own)
         served = sorted(r for r, s in agreed.sources.items() if s == rank)
         for receiver in served:
             healing.send(self.state_for(receiver), receiver)
@@ -169,7 +174,15 @@ class HealingProtocol:
             except Exception as e:
                 error = e
 
-    def _take_skip(self) -> bool:
-        """Whether this optimizer step is void (a heal moved this rank past it), clearing the mark."""
-        skip, self._skip_step = self._skip_step, False
-        return skip
+    @property
+    def void_steps(self) -> int:
+        """The script's steps still to come that a heal moved this rank past (it received a state that many
+        steps ahead of its own count): each does no exchange, its loss NaN, its optimizer step nothing."""
+        return self._void_steps
+
+    def _take_void(self) -> bool:
+        """Whether this optimizer step is void (a heal moved this rank past it), counting it off."""
+        if not self._void_steps:
+            return False
+        self._void_steps -= 1
+        return True

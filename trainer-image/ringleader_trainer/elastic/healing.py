@@ -123,17 +123,6 @@ def newest_serves(reports: Sequence[Report], parts: int = 1) -> Plan | None:
     return Plan(newest, sources, advance)
 
 
-def live_serves(reports: Sequence[Report]) -> Plan | None:
-    """The plan where every rank holds a whole live state but no rank holds another's (local SGD training short):
-    the live ranks must be at one step, and any of them serves (`newest_serves`: one behind receives from one
-    that is not). Unhealable when they are at different steps (one went on past a sync whose average failed
-    on another: no state serves both)."""
-    live = sorted({r.step for r in reports if r.step >= 0})
-    if len(live) > 1:
-        raise Unhealable(f"the surviving ranks are at different steps ({', '.join(map(str, live))})")
-    return newest_serves(reports)
-
-
 def successor_serves(reports: Sequence[Report]) -> Plan | None:
     """The plan where each rank's own state lives on only in its successor's copy (local SGD: each rank's
     optimizer state is its own; rank i + 1 keeps rank i's state as of the last sync): every rank with live

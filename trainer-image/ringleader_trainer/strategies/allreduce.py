@@ -64,7 +64,7 @@ class AllreduceStrategy(Strategy):
             self.communication_rounds += 1
 
         self.hold(model, optimizer)
-        return patch_step(optimizer, exchange, local=True, after=self._advance, void=self._take_skip)
+        return patch_step(optimizer, exchange, local=True, after=self._advance, void=self._take_void)
 
     def live_state(self) -> dict[str, Any]:
         state = super().live_state()

@@ -68,7 +68,7 @@ class LocalSGDStrategy(Strategy):
             if self.steps_done % self.period == 0:
                 self._sync()
 
-        return patch_step(optimizer, lambda: None, local=True, after=after)
+        return patch_step(optimizer, lambda: None, local=True, after=after, void=self._take_void)
 
     def _sync(self) -> None:
         """Average the parameters, then send this worker's state to its successor. A peer lost in the average
@@ -134,7 +134,7 @@ class LocalSGDStrategy(Strategy):
 
     def heal_plan(self, reports: Any) -> healing.Plan | None:
         if self.quorum is not None:
-            return healing.live_serves(reports)
+            return healing.newest_serves(reports)  # a rank left behind takes the newest: its steps till then are void
         return healing.successor_serves(reports)
 
     def state_for(self, receiver: int) -> dict[str, Any]:

@@ -140,7 +140,7 @@ class PipelineStrategy(Strategy):
 
         if self.heals:
             self.hold(model, stage_optimizer)
-        return patch_step(stage_optimizer, exchange, local=True, after=self._advance, void=self._take_skip)
+        return patch_step(stage_optimizer, exchange, local=True, after=self._advance, void=self._take_void)
 
     def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
         """One GPipe step over the micro-batches of (x, y); the batch's mean loss, on every stage."""

@@ -233,7 +233,7 @@ class ShardedStrategy(Strategy):
             self.metrics.left_exchange()
             self.communication_rounds += 1
 
-        patched = patch_step(sharded, exchange, local=True, after=self._advance, void=self._take_skip)
+        patched = patch_step(sharded, exchange, local=True, after=self._advance, void=self._take_void)
         if self.heals:
             self.hold(model, patched)
         return patched
