@@ -1,6 +1,7 @@
 """Who worker 0 names as a group's members (rendezvous.Rendezvous._decide), over an in-process store: every rank
 once each has come, each counted once however many of its processes came (a lost rank's process that came before
-it ended, and its replacement), and with a quorum those there once it is met and nobody more came for a while."""
+it ended, and its replacement), and with a quorum those there once it is met and nobody more came for a while, or
+at once once every member but one of the last group came."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from ringleader_trainer.elastic.store_keys import arrivals_key, candidates_key
 WORLD = 4
 
 
-def decide(came: list[int], quorum: int | None, wait: float = 0.3) -> list[int]:
+def decide(came: list[int], quorum: int | None, wait: float = 0.3, last: list[int] | None = None) -> list[int]:
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
     for rank in came:
         store.append(candidates_key("g1"), f"{rank},")
         store.add(arrivals_key("g1"), 1)  # as Rendezvous._enrol does
     env = SimpleNamespace(global_world_size=WORLD, master_port=1, metrics_port=2)
-    return Rendezvous(env, wait, wait)._decide(store, "g1", quorum, time.monotonic() + wait)  # type: ignore[arg-type]
+    rendezvous = Rendezvous(env, wait, wait)  # type: ignore[arg-type]
+    rendezvous.roster = last or []  # the group worker 0 was in before this one
+    return rendezvous._decide(store, "g1", quorum, time.monotonic() + wait)
 
 
 @pytest.mark.parametrize(
@@ -58,3 +61,22 @@ def test_the_quorum_waits_the_settling_time_after_the_last_rank_came() -> None:
     started = time.monotonic()
     assert decide([0, 1], 2, wait=5.0) == [0, 1]
     assert time.monotonic() - started >= rendezvous.QUORUM_SETTLE_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("last", "came", "quorum", "members", "settles"),
+    [
+        ([0, 1, 2, 3], [0, 1, 2], 2, [0, 1, 2], False),  # one member lost: the survivors form at once
+        ([0, 1, 2, 3], [0, 2, 3], 3, [0, 2, 3], False),
+        ([0, 1, 2, 3], [0, 1], 2, [0, 1], True),  # two lost: anyone else may still come
+        ([0, 1, 2], [0, 1], 2, [0, 1], False),  # a group short of one lost another
+        ([0, 1], [0, 2], 2, [0, 2], True),  # a replacement to take in: member 1 may be on its way
+        ([], [0, 1, 2], 2, [0, 1, 2], True),  # a first group: nobody is known to be lost
+    ],
+)
+def test_the_survivors_of_one_lost_member_form_without_the_settling_time(
+    last: list[int], came: list[int], quorum: int, members: list[int], settles: bool
+) -> None:
+    started = time.monotonic()
+    assert decide(came, quorum, wait=5.0, last=last) == members
+    assert (time.monotonic() - started >= rendezvous.QUORUM_SETTLE_SECONDS) is settles

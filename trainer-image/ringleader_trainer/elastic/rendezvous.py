@@ -67,9 +67,10 @@ class Rendezvous:
 
     def join(self, quorum: int | None = None) -> None:
         """Join a new process group within the rendezvous timeout: of every rank; or, with `quorum`, of those that
-        come within QUORUM_SETTLE_SECONDS of one another once at least `quorum` have (the survivors of a loss
-        train on while the lost ranks are replaced). `roster` then names its members (global ranks, in order:
-        a member's rank in the group is its place there; worker 0, which hosts the store, is always first)."""
+        come within QUORUM_SETTLE_SECONDS of one another once at least `quorum` have, or at once when they are this
+        rank's last group but one member (the survivors of a loss train on while the lost ranks are replaced).
+        `roster` then names its members (global ranks, in order: a member's rank in the group is its place there;
+        worker 0, which hosts the store, is always first)."""
         env, rendezvous_timeout = self.env, self.rendezvous_timeout
         deadline = time.monotonic() + rendezvous_timeout
         is_host, me = env.global_rank == 0, env.global_rank
@@ -134,11 +135,15 @@ class Rendezvous:
 
     def _decide(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
         """Worker 0: the members of `incarnation`: every rank once all have come; with `quorum`, those that have
-        come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS. Ranks are counted once each:
-        a process that came and was then lost (the sibling of a lost rank in its pod, before its pod ended)
-        leaves its rank named, and its replacement coming too must not make it count twice."""
+        come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS, or at once when those that came
+        are the members of the group this rank was in last but one, and nobody else (the survivors of one lost
+        rank: nobody else is owed a wait, and the whole job stands still while worker 0 waits; a rank from
+        outside that group coming, a replacement to take in, leaves it to the settling time). Ranks are counted
+        once each: a process that came and was then lost (the sibling of a lost rank in its pod, before its pod
+        ended) leaves its rank named, and its replacement coming too must not make it count twice."""
         world, arrivals, seen, since = self.env.global_world_size, 0, 0, time.monotonic()
         came: set[int] = set()
+        last = set(self.roster)  # the group this rank was in before (none on its first join)
         while True:
             # The list is read again only when someone came (a counter's read is a few bytes; the list grows
             # with the world).
@@ -149,7 +154,8 @@ class Rendezvous:
             now = time.monotonic()
             if len(came) != seen:
                 seen, since = len(came), now
-            if quorum is not None and seen >= quorum and now - since >= QUORUM_SETTLE_SECONDS:
+            settled = now - since >= QUORUM_SETTLE_SECONDS or (came < last and len(came) == len(last) - 1)
+            if quorum is not None and seen >= quorum and settled:
                 break
             if now >= deadline:
                 raise TimeoutError(f"{seen} of {world} ranks came to group {incarnation}")
