@@ -1,7 +1,7 @@
 """Who worker 0 names as a group's members (rendezvous.Rendezvous._decide), over an in-process store: every rank
 once each has come, each counted once however many of its processes came (a lost rank's process that came before
 it ended, and its replacement), and with a quorum those there once it is met and nobody more came for a while, or
-at once once every member but one of the last group came."""
+at once when those that came are the last group but one member, and nobody else."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ringleader_trainer.exitcodes import ExitCode, TrainerError
+from ringleader_trainer.transport import wire
 
 NO_STATE = -1  # a rank's step when it holds no live state (just started)
 UNSERVABLE = -2  # a rank's step when its state is between two consistent points (a sync half done)
@@ -186,7 +187,7 @@ def send(state: Mapping[str, Any], to: int) -> None:
     dist.send(skeleton, dst=to)
     for tensor in tensors:
         if tensor.numel():
-            dist.send(_raw(tensor), dst=to)
+            dist.send(wire.tensor_view(tensor), dst=to)
 
 
 def checked_size(n: int, sender: str) -> int:
@@ -254,12 +255,7 @@ def _received_from(source: int) -> Callable[[torch.Tensor], torch.Tensor]:
     def receive_one(meta: torch.Tensor) -> torch.Tensor:
         tensor = torch.empty(meta.shape, dtype=meta.dtype)
         if tensor.numel():
-            dist.recv(_raw(tensor), src=source)
+            dist.recv(wire.tensor_view(tensor), src=source)
         return tensor
 
     return receive_one
-
-
-def _raw(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous tensor's bytes, as a flat uint8 view of its memory (what the wire carries, whatever its type)."""
-    return tensor.reshape(-1).view(torch.uint8)

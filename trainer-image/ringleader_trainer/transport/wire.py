@@ -71,9 +71,15 @@ class Header:
     flags: Flag = Flag.NONE
 
 
+def tensor_view(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor's memory as a flat uint8 tensor, without a copy (any dtype): what a wire carries,
+    and where a receive writes."""
+    return t.view(-1).view(torch.uint8)
+
+
 def tensor_bytes(t: torch.Tensor) -> memoryview:
-    """The bytes of a contiguous CPU tensor, without a copy (any dtype, via a uint8 view)."""
-    return t.view(-1).view(torch.uint8).numpy().data
+    """The bytes of a contiguous CPU tensor, without a copy (`tensor_view`'s, for a socket)."""
+    return tensor_view(t).numpy().data
 
 
 def recv_exact(
