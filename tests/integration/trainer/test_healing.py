@@ -219,8 +219,8 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
 
 @pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
 def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path: Path, strategy: str) -> None:
-    """4 workers, minReplicas 2: worker 3 killed at step 30 while worker 2 is held for 2 s, so the group re-forms
-    of workers 0 and 1 alone and trains on. Worker 2, let go, finds the group formed without it, waits to join,
+    """4 workers, minReplicas 2: worker 3 killed at step 30 while worker 2 is held until the group re-formed of
+    workers 0 and 1 alone and trained on. Worker 2, let go, finds the group formed without it, waits to join,
     and at the next boundary receives the group's newer state: its script's next steps are void until its own
     count reaches the state's (`_void_steps`), so every worker makes the same steps, and none waits out a
     collective the others never make (before: worker 2 ran behind the others by the steps it missed, and at the
@@ -237,7 +237,13 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     with held.paused():
         target.proc.kill()
         target.proc.wait()
-        time.sleep(2.0)
+        # Held until workers 0 and 1 formed their group and trained a few steps on without it (not for a fixed
+        # time: on a loaded machine the survivors may take longer than any such time to see the loss).
+        while not (formed := [h for h in local.workers[0].events("heal") if h["present"] == 2]) or (
+            local.workers[0].last_step() < formed[0]["step"] + 3
+        ):
+            assert time.monotonic() < deadline and local.workers[0].proc.poll() is None, local.logs()
+            time.sleep(0.05)
     target.restart()
     assert local.wait(600) == [0, 0, 0, 0], local.logs()
 
