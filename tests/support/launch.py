@@ -145,6 +145,7 @@ class Rank:
 @dataclass
 class LocalJob:
     ranks: list[Rank] = field(default_factory=list)
+    coordinator: Rank | None = None  # the job's coordinator process, when it has one (`launch(coordinator=True)`)
 
     @property
     def workers(self) -> list[Rank]:
@@ -164,7 +165,17 @@ class LocalJob:
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f"ranks still running after {timeout} s:\n{self.logs()}") from None
+        self.end_coordinator()
         return codes
+
+    def end_coordinator(self) -> None:
+        """Stop the coordinator, as the operator deletes its pod once the job ended."""
+        if self.coordinator is not None and self.coordinator.proc.poll() is None:
+            self.coordinator.proc.send_signal(signal.SIGTERM)
+            try:
+                self.coordinator.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill_tree(self.coordinator.proc)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal every rank still running (SIGKILL: with the processes it started) and reap them."""
@@ -175,13 +186,14 @@ class LocalJob:
                 r.proc.send_signal(sig)
         for r in self.ranks:
             r.proc.wait()
+        if self.coordinator is not None and self.coordinator.proc.poll() is None:
+            kill_tree(self.coordinator.proc)
 
     def logs(self) -> str:
         """Every rank's output tails, after a first line naming the ranks that have ended (their exit codes and
         last stderr lines): pytest's short summary and a CI log's tail show only that first line."""
-        tails = [
-            f"--- {r.role}-{r.index} (exit {r.proc.poll()})\n{r.stdout[-3000:]}{r.stderr[-3000:]}" for r in self.ranks
-        ]
+        every = [*self.ranks, *([self.coordinator] if self.coordinator else [])]
+        tails = [f"--- {r.role}-{r.index} (exit {r.proc.poll()})\n{r.stdout[-3000:]}{r.stderr[-3000:]}" for r in every]
         return "\n".join([self.ended(), *tails])
 
     def ended(self) -> str:
@@ -207,9 +219,11 @@ def launch(
     module: str = "ringleader_trainer",
     only: set[tuple[str, int]] | None = None,
     script: Path | None = None,
+    coordinator: bool = False,
 ) -> LocalJob:
     """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>` (or
-    `python <script> <args>`), logs under `logdir`. `env_overrides` set to "" blank a variable out."""
+    `python <script> <args>`), logs under `logdir`; first, with `coordinator`, the job's coordinator, which then
+    hosts the rendezvous (elastic/coordinator.py). `env_overrides` set to "" blank a variable out."""
     program = [str(script)] if script else ["-m", module]
     workers = job.spec.workers.replicas
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
@@ -223,6 +237,16 @@ def launch(
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
     roles = [(Role.WORKER, i) for i in range(workers)] + [(Role.PS, i) for i in range(ps)]
+    shared: dict[str, str] = {}
+    if coordinator:
+        shared["RINGLEADER_RENDEZVOUS"] = f"127.0.0.1:{free_port()}"
+        env = dict(os.environ) | shared | {"RINGLEADER_GLOBAL_WORLD_SIZE": rank_env(job, Role.WORKER, 0)[
+            "RINGLEADER_GLOBAL_WORLD_SIZE"]}  # fmt: skip
+        command = [sys.executable, "-m", "ringleader_trainer.elastic.coordinator"]
+        out, err = logdir / "coordinator.out", logdir / "coordinator.err"
+        out.write_bytes(b"")
+        err.write_bytes(b"")
+        local.coordinator = Rank("coordinator", 0, start(command, env, out, err), out, err, command, env)
     for role, index in roles:
         if only is not None and (role.value, index) not in only:
             continue
@@ -232,7 +256,7 @@ def launch(
             "MASTER_PORT": str(master_port),
             "RINGLEADER_METRICS_PORT": str(free_port()),
             "RINGLEADER_TOKEN_FILE": str(token),
-        }
+        } | shared
         if ps:
             env["RINGLEADER_PS_ADDRS"] = ps_addrs
         env |= {"OMP_NUM_THREADS": "1"} | (env_overrides or {})  # many ranks share few cores

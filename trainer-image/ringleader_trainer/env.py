@@ -78,6 +78,9 @@ READS = frozenset(
         "RINGLEADER_ATTEMPT",
     }
 )
+# Read too, but written by whoever runs the job's coordinator (elastic/coordinator.py), not yet by the operator: a
+# pod template may set it.
+COORDINATOR_ENV = "RINGLEADER_RENDEZVOUS"
 
 
 class EnvError(TrainerError, ValueError):
@@ -171,6 +174,9 @@ class RankEnv:
     # The fewest worker ranks the job trains with while a lost one is replaced (spec.workers.minReplicas); None:
     # all of them (the survivors wait for the replacement).
     min_workers: int | None = None
+    # Where the job's coordinator serves the rendezvous store ("host:port" as (host, port)); None: worker 0 hosts it
+    # on MASTER_PORT (elastic/rendezvous.py).
+    rendezvous: tuple[str, int] | None = None
 
     @property
     def local_rank(self) -> int:
@@ -264,7 +270,16 @@ def from_env(env: Mapping[str, str]) -> RankEnv:
         checkpoints=_checkpoints(env) if env.get("RINGLEADER_CHECKPOINT_DIR") else None,
         attempt=_int(env, "RINGLEADER_ATTEMPT", 0) if env.get("RINGLEADER_ATTEMPT") else 0,
         min_workers=_min_workers(env, num_workers) if env.get("RINGLEADER_MIN_WORKERS") else None,
+        rendezvous=address(env, COORDINATOR_ENV) if env.get(COORDINATOR_ENV) else None,
     )
+
+
+def address(env: Mapping[str, str], name: str) -> tuple[str, int]:
+    """A "host:port" variable as (host, port)."""
+    host, _, port = _get(env, name).rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise EnvError(f"{name}={env[name]!r} is not host:port")
+    return host, int(port)
 
 
 def _min_workers(env: Mapping[str, str], num_workers: int) -> int:

@@ -164,6 +164,35 @@ DOWN_SECONDS = 3.0  # the replacement's "pod" comes this long after the kill
 REPLACEMENT_START = 240.0  # seconds the replacement may take to reach the store (a torch import on a busy machine)
 
 
+def wait_for_step(local: LocalJob, rank: Rank, step: int) -> None:
+    """Until `rank` has logged `step`, every rank of `local` still running."""
+    deadline = time.monotonic() + 300
+    while rank.last_step() < step:
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in local.ranks), local.logs()
+        time.sleep(0.01)
+
+
+def replace_while_short(local: LocalJob, target: Rank, held: Rank) -> tuple[int, float]:
+    """Kill `target` once it logged step KILLED_AFTER, start it again DOWN_SECONDS later, and wait for the run's
+    end (every rank exits 0): the newest step logged at the kill, and when it was. `held` is paused until the
+    replacement waits at the store, as in a run long enough to outlast a pod's start: on a loaded machine the
+    survivors' last steps took less time than the replacement's start, and they ended without it."""
+    wait_for_step(local, target, KILLED_AFTER)
+    target.proc.kill()
+    target.proc.wait()
+    killed, at = max(r.last_step() for r in local.ranks), time.time()
+    time.sleep(DOWN_SECONDS)
+    waits = len(target.events("rendezvous-wait"))
+    target.restart()
+    with held.paused():
+        deadline = time.monotonic() + REPLACEMENT_START
+        while len(target.events("rendezvous-wait")) == waits:
+            assert time.monotonic() < deadline and target.proc.poll() is None, local.logs()
+            time.sleep(0.05)
+    assert local.wait(600) == [0] * len(local.ranks), local.logs()
+    return killed, at
+
+
 @pytest.mark.parametrize("strategy", ["allreduce", "local-sgd", "diloco"])
 def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replaced(
     tmp_path: Path, strategy: str
@@ -183,25 +212,7 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
     job.spec.workers.min_replicas = 2
     local = launch(job, [*QUORUM_ARGS, "--seed", "0"], tmp_path / "short")
     target = local.workers[2]
-    deadline = time.monotonic() + 300
-    while target.last_step() < KILLED_AFTER:
-        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in local.ranks), local.logs()
-        time.sleep(0.01)
-    target.proc.kill()
-    target.proc.wait()
-    killed, at = max(r.last_step() for r in local.ranks), time.time()
-    time.sleep(DOWN_SECONDS)
-    waits = len(target.events("rendezvous-wait"))
-    target.restart()
-    # Worker 1 is held until the replacement waits at the store (worker 0 keeps serving it), as in a run long
-    # enough to outlast a pod's start: on a loaded machine the survivors' last steps took less time than the
-    # replacement's start, and they ended without it.
-    with local.workers[1].paused():
-        deadline = time.monotonic() + REPLACEMENT_START
-        while len(target.events("rendezvous-wait")) == waits:
-            assert time.monotonic() < deadline and target.proc.poll() is None, local.logs()
-            time.sleep(0.05)
-    assert local.wait(600) == [0, 0, 0], local.logs()
+    killed, at = replace_while_short(local, target, held=local.workers[1])
 
     survivors = local.workers[:2]
     for r in survivors:
@@ -218,6 +229,61 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
 
 
 @pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
+def test_with_a_coordinator_the_survivors_of_worker_0_train_on_while_it_is_replaced(
+    tmp_path: Path, strategy: str
+) -> None:
+    """3 workers, minReplicas 2, and the job's coordinator hosting the rendezvous: worker 0 killed at step 30 and
+    started again 3 s later. Its store was not its own, so workers 1 and 2 form a group of two at once and train
+    on (without a coordinator they stand still until worker 0's replacement hosts a new store); the replacement
+    waits to join, the two re-form with it at a step boundary and give it a live state, and nobody recovers."""
+    job = job_spec("c", strategy, 3)
+    job.spec.workers.min_replicas = 2
+    slow_survivor = [*QUORUM_ARGS, "--straggler", "1:0.04"]  # the last flag counts: worker 1 sleeps, not worker 0
+    local = launch(job, slow_survivor, tmp_path / "run", coordinator=True)
+    target = local.workers[0]
+    killed, at = replace_while_short(local, target, held=local.workers[1])
+
+    survivors = local.workers[1:]
+    for r in survivors:
+        assert [h["present"] for h in r.events("heal")] == [2, 3], local.logs()  # trained short, then whole again
+        assert not r.events("recover"), local.logs()
+        assert [d["step"] for d in r.events("done")] == [160], local.logs()
+    short = [e for e in survivors[0].events() if "loss" in e and at < e["ts"] < at + DOWN_SECONDS]
+    assert len(short) >= 10, short  # worker 1 kept stepping while worker 0 was down
+    healed = target.events("healed")
+    assert len(healed) == 1 and healed[0]["step"] > killed + 10 and healed[0]["source"] != 0, (killed, healed)
+    assert local.coordinator is not None
+    groups = [e["members"] for e in local.coordinator.events("group")]
+    assert groups == [3, 2, 3], local.logs()  # the coordinator decided each
+
+
+def test_a_replaced_coordinator_costs_a_heal_in_which_nobody_receives(tmp_path: Path) -> None:
+    """3 workers, minReplicas 2, their coordinator SIGKILLed at step 30 and started again 1 s later with an empty
+    store: the workers see the store gone, leave their group, and come to the new coordinator's first, where each
+    holds its live state; nobody receives one, recovers or exits, and the run ends at its last step."""
+    job = job_spec("r", "allreduce", 3)
+    job.spec.workers.min_replicas = 2
+    local = launch(job, QUORUM_ARGS, tmp_path / "run", coordinator=True)
+    coordinator = local.coordinator
+    assert coordinator is not None
+    wait_for_step(local, local.workers[0], KILLED_AFTER)
+    pids = {r.proc.pid for r in local.ranks}
+    coordinator.proc.kill()
+    coordinator.proc.wait()
+    time.sleep(1.0)
+    coordinator.restart()
+    assert local.wait(600) == [0, 0, 0], local.logs()
+    assert {r.proc.pid for r in local.ranks} == pids, local.logs()  # nobody exited
+    for r in local.workers:
+        assert not r.events("recover") and not r.events("healed"), local.logs()
+        heals = r.events("heal")
+        assert heals and all(h["source"] is None for h in heals), local.logs()  # nobody received a state
+        assert [d["step"] for d in r.events("done")] == [160], local.logs()
+    serving = [e for e in coordinator.events() if e.get("event") == "serving"]
+    assert len(serving) == 2 and coordinator.events("group")[-1]["members"] == 3, local.logs()
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "local-sgd"])
 def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path: Path, strategy: str) -> None:
     """4 workers, minReplicas 2: worker 3 killed at step 30 while worker 2 is held until the group re-formed of
     workers 0 and 1 alone and trained on. Worker 2, let go, finds the group formed without it, waits to join,
@@ -230,10 +296,8 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     steps = 160
     local = launch(job, [*QUORUM_ARGS, "--timeout", "60"], tmp_path / "run")
     held, target = local.workers[2], local.workers[3]
+    wait_for_step(local, target, KILLED_AFTER)
     deadline = time.monotonic() + 300
-    while target.last_step() < KILLED_AFTER:
-        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in local.ranks), local.logs()
-        time.sleep(0.01)
     with held.paused():
         target.proc.kill()
         target.proc.wait()

@@ -1,32 +1,32 @@
-"""Who worker 0 names as a group's members (rendezvous.Rendezvous._decide), over an in-process store: every rank
-once each has come, each counted once however many of its processes came (a lost rank's process that came before
-it ended, and its replacement), and with a quorum those there once it is met and nobody more came for a while, or
-at once when those that came are the last group but one member, and nobody else."""
+"""Who a group's host (worker 0, or the job's coordinator) names as its members (rendezvous.decide), over an
+in-process store: every rank once each has come, each counted once however many of its processes came (a lost
+rank's process that came before it ended, and its replacement), and with a quorum (the host's own, or the one the
+ranks that came ask for) those there once it is met and nobody more came for a while, or at once when those that
+came are the last group but one member, and nobody else."""
 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch.distributed as dist
 from ringleader_trainer.elastic import rendezvous
-from ringleader_trainer.elastic.rendezvous import Rendezvous
-from ringleader_trainer.elastic.store_keys import arrivals_key, candidates_key
+from ringleader_trainer.elastic.store_keys import arrivals_key, candidates_key, quorum_key
 
 WORLD = 4
 
 
-def decide(came: list[int], quorum: int | None, wait: float = 0.3, last: list[int] | None = None) -> list[int]:
+def decide(
+    came: list[int], quorum: int | None, wait: float = 0.3, last: list[int] | None = None, asked: int | None = None
+) -> list[int]:
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
+    if asked is not None:
+        store.set(quorum_key("g1"), str(asked))  # as a rank coming with a quorum does (Rendezvous._enrol)
     for rank in came:
         store.append(candidates_key("g1"), f"{rank},")
         store.add(arrivals_key("g1"), 1)  # as Rendezvous._enrol does
-    env = SimpleNamespace(global_world_size=WORLD, master_port=1, metrics_port=2)
-    rendezvous = Rendezvous(env, wait, wait)  # type: ignore[arg-type]
-    rendezvous.roster = last or []  # the group worker 0 was in before this one
-    return rendezvous._decide(store, "g1", quorum, time.monotonic() + wait)
+    return rendezvous.decide(store, "g1", WORLD, quorum, last or [], time.monotonic() + wait)
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,21 @@ def test_the_survivors_of_one_lost_member_form_without_the_settling_time(
     started = time.monotonic()
     assert decide(came, quorum, wait=5.0, last=last) == members
     assert (time.monotonic() - started >= rendezvous.QUORUM_SETTLE_SECONDS) is settles
+
+
+@pytest.mark.parametrize(
+    ("came", "own", "asked", "members"),
+    [
+        ([1, 2, 3], None, 3, [1, 2, 3]),  # the coordinator: no quorum of its own, the survivors ask for one
+        ([0, 1], 2, None, [0, 1]),  # worker 0's own
+    ],
+)
+def test_a_host_without_a_quorum_of_its_own_takes_the_one_the_ranks_ask_for(
+    came: list[int], own: int | None, asked: int | None, members: list[int]
+) -> None:
+    assert decide(came, own, wait=5.0, last=[0, 1, 2, 3], asked=asked) == members
+
+
+def test_without_a_quorum_asked_the_host_waits_for_every_rank() -> None:
+    with pytest.raises(TimeoutError, match=r"3 of 4 ranks came"):
+        decide([1, 2, 3], None, last=[0, 1, 2, 3])

@@ -29,9 +29,9 @@ class GroupWatch:
     store (`tell_lost`), and so does a rank that finds the group formed without it (the replacement of a lost
     member: the operator replaced its pod, as after a node's loss, where no connection ever reports the loss). A
     thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
-    the store, which worker 0 hosts, is gone), shuts down the group's connections: gloo then fails every pending
-    operation on them here, and on the other end, as if this rank had been lost. Shutting them down, not
-    closing them, leaves gloo's threads their sockets until the group is dropped."""
+    the store, which worker 0 or the job's coordinator hosts, is gone), shuts down the group's connections: gloo
+    then fails every pending operation on them here, and on the other end, as if this rank had been lost.
+    Shutting them down, not closing them, leaves gloo's threads their sockets until the group is dropped."""
 
     SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
 
@@ -71,7 +71,7 @@ class GroupWatch:
         env = self.env
         try:
             client = dist.TCPStore(  # type: ignore[attr-defined]
-                env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
+                *(env.rendezvous or (env.master_addr, env.master_port)), is_master=False, wait_for_workers=False,
                 timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
             )  # fmt: skip
             key = news_key(self.incarnation)
@@ -86,7 +86,7 @@ class GroupWatch:
                     break
                 self.joiner.set()  # from now on only a loss is news
                 key = broken_key(self.incarnation)
-        except Exception as e:  # the store is gone: so is worker 0, a member
+        except Exception as e:  # the store is gone: so is worker 0, a member (or the coordinator: the group re-forms)
             reason = f"the store is unreachable: {one_line(e)}"
         else:
             reason = "a member was lost"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from ringleader_trainer.elastic.store_keys import (
     formed_key,
     news_key,
     next_key,
+    quorum_key,
     roster_key,
     tell_lost,
 )
@@ -39,7 +41,7 @@ class RendezvousError(TrainerError):
 # Seconds a rank waits on the store for the next group before looking again (the wait ends as soon as the key is
 # set; each slice that runs out makes torch's store log a warning, hence not every second).
 WAIT_SLICE = 10.0
-# With a quorum, the seconds worker 0 waits after the last rank came before it forms the group of those there.
+# With a quorum, the seconds the host waits after the last rank came before it forms the group of those there.
 QUORUM_SETTLE_SECONDS = 0.5
 
 
@@ -47,20 +49,25 @@ class Rendezvous:
     """This rank's way into the job's process group, kept for the life of the process: `join` forms the
     first group, and forms a new one after a peer was lost (healing: `leave` the broken group first).
 
-    Worker 0 hosts the store and names each group it forms with a fresh id (an incarnation); every rank
-    builds the group under that prefix, and worker 0 marks it formed once all have joined. A rank joins only
+    Worker 0 hosts the store, or the job's coordinator does (`RankEnv.rendezvous`, elastic/coordinator.py); the host
+    names each group with a fresh id (an incarnation) and decides its members (`decide`); every rank builds the
+    group under that prefix, and its first member marks it formed once all have joined. A rank joins only
     a group that is not formed yet and that it has not tried before, so a rank that reaches the store while
     its peers still train in the formed group waits there for the next one: a replacement rank waits while
-    the survivors notice the loss and re-form (worker 0 then names a new group), and a survivor reaching the
+    the survivors notice the loss and re-form (the host then names a new group), and a survivor reaching the
     previous worker 0's store before that process has gone waits for the store to go away, then reconnects
     to the new worker 0 and joins its group. Worker 0 does not retry: its failure to form the group is a
     rendezvous timeout (exit 200), and the others wait for its replacement. The store outlives each group:
-    worker 0 keeps hosting it while its groups come and go."""
+    worker 0 keeps hosting it while its groups come and go. With a coordinator no rank hosts or decides: every
+    rank is a client, retries within its rendezvous timeout, and worker 0's loss is like any other's (the
+    survivors train on with a quorum; without one, the store's loss does not stop them reconnecting)."""
 
     def __init__(self, env: RankEnv, rendezvous_timeout: float, timeout: float) -> None:
         self.env, self.rendezvous_timeout, self.timeout = env, rendezvous_timeout, timeout
         self.tried: set[str] = set()
-        self.store: Any = None  # the TCPStore: hosted by worker 0, a client elsewhere
+        self.store: Any = None  # the TCPStore: hosted by worker 0 (without a coordinator), a client elsewhere
+        self.hosts = env.rendezvous is None and env.global_rank == 0  # this rank hosts the store and decides
+        self.address = env.rendezvous or (env.master_addr, env.master_port)
         self.watch: GroupWatch | None = None  # of the group this rank is in
         self.roster: list[int] = []  # the global ranks in the group this rank is in, in their order there
         self._others = (env.master_port, env.metrics_port)  # local ports of connections no group of ours owns
@@ -70,11 +77,12 @@ class Rendezvous:
         come within QUORUM_SETTLE_SECONDS of one another once at least `quorum` have, or at once when they are this
         rank's last group but one member (the survivors of a loss train on while the lost ranks are replaced).
         `roster` then names its members (global ranks, in order: a member's rank in the group is its place there;
-        worker 0, which hosts the store, is always first)."""
+        worker 0, when it hosts the store, is always first)."""
         env, rendezvous_timeout = self.env, self.rendezvous_timeout
         deadline = time.monotonic() + rendezvous_timeout
-        is_host, me = env.global_rank == 0, env.global_rank
+        is_host, me = self.hosts, env.global_rank
         named = waiting = False  # worker 0 named this join's group; this rank said it waits for the next one
+        enrolled: str | None = None  # the group this rank came to, told broken if forming it fails
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -82,7 +90,7 @@ class Rendezvous:
                     raise TimeoutError(f"no group to join in {rendezvous_timeout:g} s")
                 store = self._connect(remaining)
                 if is_host and not named:
-                    _name_next(store)
+                    name_next(store)
                     named = True
                 incarnation = store.get(INCARNATION_KEY).decode()
                 roster = _roster(store, incarnation)
@@ -94,84 +102,65 @@ class Rendezvous:
                     if not waiting:
                         waiting = True
                         log_json(role=env.role, index=env.index, event="rendezvous-wait", group=incarnation)
-                    # The group's ranks are re-forming it (worker 0 names the next), or its host is going away
+                    # The group's ranks are re-forming it (the host names the next), or the host is going away
                     # (the next call fails, then reconnect).
                     with contextlib.suppress(dist.DistStoreError):  # this slice of the wait ended
                         store.wait([next_key(incarnation)], datetime.timedelta(seconds=min(WAIT_SLICE, remaining)))
                     continue
                 self.tried.add(incarnation)
+                enrolled = incarnation
                 members = self._enrol(store, incarnation, quorum, deadline)
-                if me not in members:  # came after worker 0 decided: the group will take this rank in next time
+                if me not in members:  # came after the host decided: the group will take this rank in next time
                     _tell_outsider(store, incarnation, members, env.global_world_size)
+                    enrolled = None
                     continue
                 self._form(store, incarnation, members)
                 return
             except (dist.DistError, RuntimeError, OSError, TimeoutError) as e:
                 if dist.is_initialized():
                     dist.destroy_process_group()
+                if enrolled is not None and self.store is not None:  # the host names the next group
+                    with contextlib.suppress(Exception):
+                        tell_lost(self.store, enrolled, "not formed")
+                    enrolled = None
                 if is_host or time.monotonic() >= deadline:
-                    raise RendezvousError(f"rendezvous with {env.master_addr}:{env.master_port} as rank {me} of "
+                    host, port = self.address
+                    raise RendezvousError(f"rendezvous with {host}:{port} as rank {me} of "
                                           f"{env.global_world_size} failed within {rendezvous_timeout:g} s: "
                                           f"{one_line(e)}") from e  # fmt: skip
                 log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
-                self.store, waiting = None, False  # reconnect: worker 0 may be a new process by now
+                self.store, waiting = None, False  # reconnect: the host may be a new process by now
                 time.sleep(0.5)
 
     def _enrol(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
-        """Say this rank comes to `incarnation`; the roster worker 0 decides (`_decide`) once enough have."""
+        """Say this rank comes to `incarnation` (asking for `quorum`); the roster its host decides (`decide`) once
+        enough have."""
         me = self.env.global_rank
+        if quorum is not None:  # before it counts as come: the host reads it when the count changes
+            store.set(quorum_key(incarnation), str(quorum))
         store.append(candidates_key(incarnation), f"{me},")
         store.add(arrivals_key(incarnation), 1)
-        if me == 0:
-            decided = self._decide(store, incarnation, quorum, deadline)
+        if self.hosts:
+            decided = decide(store, incarnation, self.env.global_world_size, quorum, self.roster, deadline)
             store.set(roster_key(incarnation), ",".join(map(str, decided)))
             return decided
         while (roster := _roster(store, incarnation)) is None:
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"worker 0 named no members of group {incarnation} in time")
+                raise TimeoutError(f"the rendezvous named no members of group {incarnation} in time")
             with contextlib.suppress(dist.DistStoreError):  # this slice of the wait ended
                 store.wait([roster_key(incarnation)], datetime.timedelta(seconds=WAIT_SLICE))
         return roster
-
-    def _decide(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
-        """Worker 0: the members of `incarnation`: every rank once all have come; with `quorum`, those that have
-        come once at least `quorum` have and none has for QUORUM_SETTLE_SECONDS, or at once when those that came
-        are the members of the group this rank was in last but one, and nobody else (the survivors of one lost
-        rank: nobody else is owed a wait, and the whole job stands still while worker 0 waits; a rank from
-        outside that group coming, a replacement to take in, leaves it to the settling time). Ranks are counted
-        once each: a process that came and was then lost (the sibling of a lost rank in its pod, before its pod
-        ended) leaves its rank named, and its replacement coming too must not make it count twice."""
-        world, arrivals, seen, since = self.env.global_world_size, 0, 0, time.monotonic()
-        came: set[int] = set()
-        last = set(self.roster)  # the group this rank was in before (none on its first join)
-        while True:
-            # The list is read again only when someone came (a counter's read is a few bytes; the list grows
-            # with the world).
-            if (now_arrived := int(store.add(arrivals_key(incarnation), 0))) != arrivals:
-                arrivals, came = now_arrived, _came(store, incarnation, world)
-            if len(came) >= world:
-                break
-            now = time.monotonic()
-            if len(came) != seen:
-                seen, since = len(came), now
-            settled = now - since >= QUORUM_SETTLE_SECONDS or (came < last and len(came) == len(last) - 1)
-            if quorum is not None and seen >= quorum and settled:
-                break
-            if now >= deadline:
-                raise TimeoutError(f"{seen} of {world} ranks came to group {incarnation}")
-            time.sleep(0.02)
-        return sorted(came)
 
     def _connect(self, remaining: float) -> Any:
         """The store, hosted here (worker 0) or reached as a client, its timeout what is left of the join's."""
         env = self.env
         if self.store is None:
-            # A client gives each connection attempt a few seconds and then resolves worker 0's name again: while
-            # worker 0's pod is replaced its name still points at the old address for a while, where a connect
-            # would otherwise sit out the kernel's SYN retries (about 2 min).
-            host = env.global_rank == 0
+            # A client gives each connection attempt a few seconds and then resolves the host's name again: while
+            # its pod is replaced its name still points at the old address for a while, where a connect would
+            # otherwise sit out the kernel's SYN retries (about 2 min).
+            host = self.hosts
             self.store = dist.TCPStore(  # type: ignore[attr-defined]
-                env.master_addr, env.master_port, env.global_world_size, is_master=host,
+                *self.address, env.global_world_size, is_master=host,
                 timeout=datetime.timedelta(seconds=remaining if host else min(CONNECT_SECONDS, remaining)),
                 wait_for_workers=False,
             )  # fmt: skip
@@ -179,7 +168,7 @@ class Rendezvous:
         return self.store
 
     def _form(self, store: Any, incarnation: str, roster: list[int]) -> None:
-        """Build the group `incarnation` of `roster` (worker 0 marks it formed), and watch it."""
+        """Build the group `incarnation` of `roster` (its first member marks it formed), and watch it."""
         env = self.env
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         before = open_sockets()
@@ -188,7 +177,7 @@ class Rendezvous:
             rank=roster.index(env.global_rank), world_size=len(roster),
             timeout=datetime.timedelta(seconds=self.timeout),
         )  # fmt: skip
-        if env.global_rank == 0:  # gloo connected worker 0 to every member: the group takes no one new from now on
+        if roster[0] == env.global_rank:  # gloo connected it to every member: the group takes no one new from now on
             store.set(formed_key(incarnation), "1")
         self.roster = roster
         self.watch = GroupWatch(env, incarnation, self._connections_since(before))
@@ -229,11 +218,64 @@ class Rendezvous:
             dist.destroy_process_group()
 
 
+def decide(
+    store: Any,
+    incarnation: str,
+    world: int,
+    quorum: int | None,
+    last: list[int],
+    deadline: float,
+    stop: threading.Event | None = None,
+) -> list[int]:
+    """The members of `incarnation`, as its decider (worker 0, or the job's coordinator) names them: every rank of
+    the `world` once all have come; with `quorum`, those that have come once at least `quorum` have and none has for
+    QUORUM_SETTLE_SECONDS, or at once when those that came are the members of the `last` group but one, and nobody
+    else (the survivors of one lost rank: nobody else is owed a wait, and the whole job stands still meanwhile; a
+    rank from outside that group coming, a replacement to take in, leaves it to the settling time). Ranks are
+    counted once each: a process that came and was then lost (the sibling of a lost rank in its pod, before its pod
+    ended) leaves its rank named, and its replacement coming too must not make it count twice. TimeoutError at
+    `deadline` (monotonic) without a group. Without `quorum` of its own, the decider takes the one a rank that came
+    asked for (the survivors of a loss, re-forming; a first group and a recovery's ask for none). Returns early
+    once `stop` is set."""
+    arrivals, seen, since, asked = 0, 0, time.monotonic(), quorum
+    came: set[int] = set()
+    before = set(last)
+    while True:
+        # The list is read again only when someone came (a counter's read is a few bytes; the list grows with the
+        # world).
+        if (now_arrived := int(store.add(arrivals_key(incarnation), 0))) != arrivals:
+            arrivals, came = now_arrived, _came(store, incarnation, world)
+            if asked is None:
+                quorum = _asked_quorum(store, incarnation)
+        if len(came) >= world:
+            break
+        now = time.monotonic()
+        if len(came) != seen:
+            seen, since = len(came), now
+        settled = now - since >= QUORUM_SETTLE_SECONDS or (came < before and len(came) == len(before) - 1)
+        if quorum is not None and seen >= quorum and settled:
+            break
+        if now >= deadline:
+            raise TimeoutError(f"{seen} of {world} ranks came to group {incarnation}")
+        if stop is not None and stop.is_set():
+            break  # the decider is stopping: what it returns is never used
+        time.sleep(0.02)
+    return sorted(came)
+
+
 def _roster(store: Any, incarnation: str) -> list[int] | None:
-    """The members worker 0 decided for `incarnation`; None until it has."""
+    """The members the host decided for `incarnation`; None until it has."""
     if not store.check([roster_key(incarnation)]):
         return None
     return _ranks(store.get(roster_key(incarnation)))
+
+
+def _asked_quorum(store: Any, incarnation: str) -> int | None:
+    """The quorum the ranks that came to `incarnation` asked for; None if none did."""
+    if not store.check([quorum_key(incarnation)]):
+        return None
+    raw = store.get(quorum_key(incarnation)).decode()
+    return int(raw) if raw.isdigit() else None
 
 
 def _came(store: Any, incarnation: str, world: int) -> set[int]:
@@ -255,9 +297,10 @@ def _tell_outsider(store: Any, incarnation: str, roster: list[int] | None, world
         tell_lost(store, incarnation, "replaced")
 
 
-def _name_next(store: Any) -> None:
-    """Worker 0 names the group it forms next, and tells those waiting in the previous group which it is."""
+def name_next(store: Any) -> str:
+    """The host names the group it forms next, and tells those waiting in the previous group which it is."""
     new = uuid.uuid4().hex
     if store.check([INCARNATION_KEY]):
         store.set(next_key(store.get(INCARNATION_KEY).decode()), new)
     store.set(INCARNATION_KEY, new)
+    return new

@@ -1,13 +1,13 @@
-"""What the ranks of a job say to one another in the rendezvous store that worker 0 hosts: which group is the
-current one (its incarnation), who came to it, who worker 0 named its members, whether it is formed, and its news
-(a member lost, a rank waiting to join)."""
+"""What the ranks of a job say to one another in the rendezvous store that worker 0 or the job's coordinator hosts:
+which group is the current one (its incarnation), who came to it (and the quorum they ask for), whom the host named
+its members, whether it is formed, and its news (a member lost, a rank waiting to join)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 INCARNATION_KEY = "ringleader/incarnation"
-# Seconds a client gives one attempt to connect to the store (worker 0's name may still point at a lost pod).
+# Seconds a client gives one attempt to connect to the store (its host's name may still point at a lost pod).
 CONNECT_SECONDS = 5.0
 
 
@@ -27,7 +27,7 @@ def news_key(incarnation: str) -> str:
 
 
 def roster_key(incarnation: str) -> str:
-    """The members of `incarnation`, as worker 0 decided them: their global ranks, comma-separated, in order."""
+    """The members of `incarnation`, as its host decided them: their global ranks, comma-separated, in order."""
     return f"ringleader/{incarnation}/roster"
 
 
@@ -36,13 +36,18 @@ def candidates_key(incarnation: str) -> str:
     return f"ringleader/{incarnation}/candidates"
 
 
+def quorum_key(incarnation: str) -> str:
+    """The fewest members the ranks coming to `incarnation` ask for (the survivors of a loss, training short)."""
+    return f"ringleader/{incarnation}/quorum"
+
+
 def arrivals_key(incarnation: str) -> str:
     """How many processes came to `incarnation` (each adds 1 after naming itself in `candidates_key`)."""
     return f"ringleader/{incarnation}/arrivals"
 
 
 def next_key(incarnation: str) -> str:
-    """Where worker 0 names the group after `incarnation`: ranks waiting for it are woken by the store."""
+    """Where the host names the group after `incarnation`: ranks waiting for it are woken by the store."""
     return f"ringleader/{incarnation}/next"
 
 
