@@ -18,7 +18,12 @@ WORLD = 4
 
 
 def decide(
-    came: list[int], quorum: int | None, wait: float = 0.3, last: list[int] | None = None, asked: int | None = None
+    came: list[int],
+    quorum: int | None,
+    wait: float = 0.3,
+    last: list[int] | None = None,
+    asked: int | None = None,
+    settle: float = rendezvous.QUORUM_SETTLE_SECONDS,
 ) -> list[int]:
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
     if asked is not None:
@@ -26,7 +31,7 @@ def decide(
     for rank in came:
         store.append(candidates_key("g1"), f"{rank},")
         store.add(arrivals_key("g1"), 1)  # as Rendezvous._enrol does
-    return rendezvous.decide(store, "g1", WORLD, quorum, last or [], time.monotonic() + wait)
+    return rendezvous.decide(store, "g1", WORLD, quorum, last or [], time.monotonic() + wait, settle=settle)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +103,11 @@ def test_a_host_without_a_quorum_of_its_own_takes_the_one_the_ranks_ask_for(
 def test_without_a_quorum_asked_the_host_waits_for_every_rank() -> None:
     with pytest.raises(TimeoutError, match=r"3 of 4 ranks came"):
         decide([1, 2, 3], None, last=[0, 1, 2, 3])
+
+
+def test_a_longer_settling_time_waits_for_ranks_still_coming() -> None:
+    """The coordinator's first group after it replaced a lost one settles longer (coordinator.FIRST_SETTLE_SECONDS):
+    with a quorum met, the group still waits that long after the last rank came."""
+    started = time.monotonic()
+    assert decide([0, 2], None, wait=5.0, asked=2, settle=1.5) == [0, 2]
+    assert time.monotonic() - started >= 1.5

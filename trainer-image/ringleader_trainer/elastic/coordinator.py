@@ -10,8 +10,8 @@ every rank, or with the quorum the ranks ask for, those there), and waits until 
 member lost, a rank waiting to join it, a group that failed to form); then it names the next. It keeps nothing
 else: a coordinator replaced mid-run starts again with an empty store, the ranks see theirs gone, leave their
 group and come to the new coordinator's first, where every survivor holds its live state (a heal in which nobody
-receives). It holds no job state worth a checkpoint, reads nothing from the ranks but the store's keys, and ends
-on SIGTERM (its job ended).
+receives; that first group waits FIRST_SETTLE_SECONDS for ranks still reconnecting). It holds no job state worth
+a checkpoint, reads nothing from the ranks but the store's keys, and ends on SIGTERM (its job ended).
 """
 
 from __future__ import annotations
@@ -27,14 +27,19 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ringleader_trainer.elastic.rendezvous import decide, name_next
+from ringleader_trainer.elastic.rendezvous import QUORUM_SETTLE_SECONDS, decide, name_next
 from ringleader_trainer.elastic.store_keys import broken_key, roster_key
 from ringleader_trainer.env import COORDINATOR_ENV, EnvError, address
+from ringleader_trainer.exitcodes import exit_now
 from ringleader_trainer.logs import log_json
 
 # Seconds between two looks at whether the current group is broken: a loss's survivors wait for the next group's
 # name at most this long on top of their own noticing.
 POLL_SECONDS = 0.05
+# A coordinator's first group, when the ranks coming ask for a quorum, is of survivors reconnecting after this
+# coordinator replaced a lost one: nobody is known lost, and each comes when its connect retries reach the new
+# store (a second or two apart here); the usual settling time would leave the slower ones out of the group.
+FIRST_SETTLE_SECONDS = 5.0
 NAMED_AT_MOST = 8  # missing ranks a group's log line names (the rest counted): bounded for a job of 10,000 ranks
 FOREVER = float("inf")
 
@@ -55,7 +60,8 @@ class Coordinator:
         last: list[int] = []
         while not self.stop.is_set():
             incarnation = name_next(self.store)
-            members = decide(self.store, incarnation, self.world, None, last, FOREVER, self.stop)
+            settle = QUORUM_SETTLE_SECONDS if last else FIRST_SETTLE_SECONDS
+            members = decide(self.store, incarnation, self.world, None, last, FOREVER, self.stop, settle)
             if self.stop.is_set():
                 return
             self.store.set(roster_key(incarnation), ",".join(map(str, members)))
@@ -99,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # the store's server thread would hold up the interpreter's teardown

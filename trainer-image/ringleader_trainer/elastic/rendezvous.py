@@ -226,10 +226,11 @@ def decide(
     last: list[int],
     deadline: float,
     stop: threading.Event | None = None,
+    settle: float = QUORUM_SETTLE_SECONDS,
 ) -> list[int]:
     """The members of `incarnation`, as its decider (worker 0, or the job's coordinator) names them: every rank of
     the `world` once all have come; with `quorum`, those that have come once at least `quorum` have and none has for
-    QUORUM_SETTLE_SECONDS, or at once when those that came are the members of the `last` group but one, and nobody
+    `settle` seconds, or at once when those that came are the members of the `last` group but one, and nobody
     else (the survivors of one lost rank: nobody else is owed a wait, and the whole job stands still meanwhile; a
     rank from outside that group coming, a replacement to take in, leaves it to the settling time). Ranks are
     counted once each: a process that came and was then lost (the sibling of a lost rank in its pod, before its pod
@@ -252,7 +253,7 @@ def decide(
         now = time.monotonic()
         if len(came) != seen:
             seen, since = len(came), now
-        settled = now - since >= QUORUM_SETTLE_SECONDS or (came < before and len(came) == len(before) - 1)
+        settled = now - since >= settle or (came < before and len(came) == len(before) - 1)
         if quorum is not None and seen >= quorum and settled:
             break
         if now >= deadline:
