@@ -86,6 +86,7 @@ class Kube:
         self.budget = budget or ClientBudget(qps=0)
         self.core = client.CoreV1Api(api)
         self.networking = client.NetworkingV1Api(api)
+        self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     async def _call(self, what: str, call: Awaitable[T], absent: int | None = None) -> T | None:
@@ -161,13 +162,15 @@ class Kube:
         return None if svc is None else dict(self.api.sanitize_for_serialization(svc))
 
     async def create_if_absent(self, body: dict[str, Any]) -> None:
-        """Create one of the objects a job owns besides its pods (its Service, token Secret, NetworkPolicy); one
-        that exists already is left as it is (the operator may only create Secrets, never read them)."""
+        """Create one of the objects a job owns besides its pods (its Service, token Secret, NetworkPolicy, its
+        coordinator's Deployment); one that exists already is left as it is (the operator may only create Secrets,
+        never read them)."""
         meta, kind = body["metadata"], body["kind"]
         create = {
             "Service": self.core.create_namespaced_service,
             "Secret": self.core.create_namespaced_secret,
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
+            "Deployment": self.apps.create_namespaced_deployment,
         }[kind]
         await self._call(
             f"creating {kind} {meta['name']}", create(meta["namespace"], body, _request_timeout=API_TIMEOUT), absent=409
@@ -271,6 +274,17 @@ class Kube:
             "install that scheduler, or use the default scheduler (Ringleader's own gang admission)"
         )
         await self._create_if_served(body, missing)
+
+    async def delete_deployment(self, namespace: str, name: str) -> None:
+        """Delete a job's coordinator's Deployment (its pod with it, in the background); gone already is fine."""
+        await self._call(
+            f"deleting Deployment {namespace}/{name}",
+            self.apps.delete_namespaced_deployment(
+                name, namespace, body=client.V1DeleteOptions(propagation_policy="Background"),
+                _request_timeout=API_TIMEOUT,
+            ),
+            absent=404,
+        )  # fmt: skip
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the TrainingJob with this uid (not a newer one of the same name); its pods and Service go

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ringleader_api import API_VERSION, KIND, LABEL_INDEX, LABEL_JOB, LABEL_ROLE, Role, TrainingJob
+from ringleader_api import API_VERSION, DNS_LABEL_MAX, KIND, LABEL_INDEX, LABEL_JOB, LABEL_ROLE, Role, TrainingJob
 
 ANNOTATION_WORKERS = "ringleader.dev/workers"  # the worker count (world) this pod was made for
 
@@ -95,6 +95,18 @@ def uid_suffixed(job: TrainingJob, what: str) -> str:
 
 def token_secret_name(job: TrainingJob) -> str:
     return uid_suffixed(job, "token")
+
+
+# The label of the job's coordinator's pod (its value: the job's name). Not the job's label: the coordinator is none
+# of its ranks, and a pod carrying the job's label that is not a rank is reported as foreign.
+COORDINATOR_LABEL = "ringleader.dev/coordinator-of"
+
+
+def coordinator_name(job: TrainingJob) -> str:
+    """The job's coordinator's Deployment and headless Service, `<job>-coordinator-<uid prefix>`, the job's name cut
+    so that it fits a DNS label (the API server admits names whose pods' names fit, which may be longer)."""
+    suffix = uid_suffixed(job, "coordinator")[len(job.name) :]
+    return job.name[: DNS_LABEL_MAX - len(suffix)] + suffix
 
 
 def dns_name(job: str, role: Role, index: int) -> str:

@@ -18,12 +18,21 @@ from ringleader_api import Goodput, Reason, TrainingJob
 
 from . import admission, metrics, status_writes
 from .builders import delete_grace_seconds
-from .job_objects import build_network_policy, build_service, build_token_secret
+from .job_objects import (
+    build_coordinator,
+    build_coordinator_network_policy,
+    build_coordinator_service,
+    build_network_policy,
+    build_service,
+    build_token_secret,
+)
 from .jobmemory import Jobs
 from .kube_errors import RejectedObject
 from .kubeapi import EventSink, KubeApi
+from .names import coordinator_name
 from .observed import foreign_pods_message
 from .policies.stall import STALLED_POD_GRACE_SECONDS
+from .rank_env import wants_coordinator
 from .round_state import Plan
 
 log = logging.getLogger("ringleader.reconciler")
@@ -67,6 +76,8 @@ class PlanWriter:
         self.report(job, obj, p)
         if p.create_service:
             await self.create_job_objects(job)
+        if p.end_coordinator:  # the job ended: its coordinator's pod has nothing left to do
+            await self.kube.delete_deployment(job.namespace, coordinator_name(job))
         await self.apply_pods(job, obj, p)
 
     async def write_status(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
@@ -121,11 +132,17 @@ class PlanWriter:
         )
 
     async def create_job_objects(self, job: TrainingJob) -> None:
-        """The token Secret, the NetworkPolicy (when configured) and then the Service: a job whose Service
-        exists has the other two."""
+        """The token Secret, the NetworkPolicies (when configured), the coordinator (when the job has one) and then
+        the Service: a job whose Service exists has the others."""
         await self.kube.create_if_absent(build_token_secret(job, secrets.token_hex(32)))
+        coordinator = wants_coordinator(job)
         if self.operator_pods is not None:
             await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
+            if coordinator:
+                await self.kube.create_if_absent(build_coordinator_network_policy(job))
+        if coordinator:
+            await self.kube.create_if_absent(build_coordinator_service(job))
+            await self.kube.create_if_absent(build_coordinator(job))
         await self.kube.create_if_absent(build_service(job))
         self.jobs.memory((job.namespace, job.name)).service_uid = str(job.metadata.get("uid", ""))
 

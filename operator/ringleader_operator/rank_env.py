@@ -11,7 +11,16 @@ from typing import Any
 from ringleader_api import PipelineSettings, Role, Strategy, TrainingJob
 
 from . import launchers, quantities
-from .names import MASTER_PORT, METRICS_PORT, PS_PORT, TOKEN_DIR, TOKEN_KEY, checkpoint_directory, dns_name
+from .names import (
+    MASTER_PORT,
+    METRICS_PORT,
+    PS_PORT,
+    TOKEN_DIR,
+    TOKEN_KEY,
+    checkpoint_directory,
+    coordinator_name,
+    dns_name,
+)
 
 
 def worker_counts(job: TrainingJob) -> range:
@@ -20,6 +29,19 @@ def worker_counts(job: TrainingJob) -> range:
     low = min(workers.min_replicas or workers.replicas, workers.replicas)
     high = max(workers.max_replicas or workers.replicas, workers.replicas)
     return range(low, high + 1)
+
+
+def wants_coordinator(job: TrainingJob) -> bool:
+    """Whether the job gets a coordinator (elastic/coordinator.py: the rendezvous store in a pod of its own, which
+    no rank's loss takes with it): where its survivors may train on short of a lost rank (minReplicas below
+    replicas), so that worker 0's loss stops nobody either. Not under torchrun's own elastic rendezvous (c10d),
+    which has its agents' store."""
+    return _c10d(job) is None and worker_counts(job).start < job.spec.workers.replicas
+
+
+def coordinator_address(job: TrainingJob) -> str:
+    """`host:port` of the job's coordinator, as its ranks reach it (RINGLEADER_RENDEZVOUS)."""
+    return f"{coordinator_name(job)}:{MASTER_PORT}"
 
 
 def _c10d(job: TrainingJob) -> launchers.C10d | None:
@@ -65,6 +87,8 @@ def rank_env(job: TrainingJob, role: Role, index: int, attempt: int = 0) -> dict
     env |= _strategy_env(job, workers, ps)
     if role == Role.WORKER and (low := worker_counts(job).start) < spec.workers.replicas:
         env["RINGLEADER_MIN_WORKERS"] = str(low * procs)  # the survivors may train on while a rank is replaced
+    if wants_coordinator(job):
+        env["RINGLEADER_RENDEZVOUS"] = coordinator_address(job)
     if spec.checkpoint is not None:
         env["RINGLEADER_CHECKPOINT_DIR"] = checkpoint_directory(job)
         env["RINGLEADER_CHECKPOINT_INTERVAL"] = str(spec.checkpoint.interval_steps)

@@ -8,7 +8,7 @@ on the round's state (round_state.py) over what was observed of the pods (observ
 
 from __future__ import annotations
 
-from ringleader_api import Reason
+from ringleader_api import Reason, TrainingJob
 
 from . import admission, kueue
 from .builders import InvalidTemplate, desired_ranks, validate
@@ -42,21 +42,21 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
     r = Round.open(elastic.at_current_size(job), reading.pods, now, reading.gone, reading.seen, reading.pod_delta)
     if finished(r.status.conditions):
         cleanup.clean_pods(r)
-        return _close(r, queued)
+        return _close(r, queued, job)
     try:
         validate(job, reading.max_ranks)
     except InvalidTemplate as e:
         r.fail(Reason.INVALID_SPEC, str(e))
-        return _close(r, queued)
+        return _close(r, queued, job)
     gang = reading.backend
     outcome.note_created(r)
     saves.note_saves(r)
     if suspend.suspend(r) or queue.hold(r, queued):
-        return _close(r, queued)
+        return _close(r, queued, job)
     suspend.resume(r)
     deadline.start_clock(r)
     if deadline.past_deadline(r):
-        return _close(r, queued)
+        return _close(r, queued, job)
     r.plan.create_service = not reading.service_exists
     elastic.size_world(r, job, cluster, own_gates=reading.sizes_world)  # r.job: at that size
     resize.reform_resized_world(r)
@@ -75,17 +75,18 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
         cleanup.clean_pods(r)
     else:
         outcome.conclude(r)
-    return _close(r, queued)
+    return _close(r, queued, job)
 
 
-def _close(r: Round, queued: kueue.QueueState | None) -> Plan:
-    """Every round ends here: the ranks' history kept short, the counts in status, then whether an ended job's TTL
-    has run out."""
+def _close(r: Round, queued: kueue.QueueState | None, job: TrainingJob) -> Plan:
+    """Every round ends here: the ranks' history kept short, the counts in status, the coordinator of a job that
+    ended now, then whether an ended job's TTL has run out."""
     history.forget_settled_history(r)
     r.summarize()
     r.keep_book()
     r.plan.ranks_as_read = r.ranks_as_read()
     goodput.account(r)
+    cleanup.end_coordinator(r, job)
     ttl.expire_after_ttl(r)
     if queued is not None and finished(r.status.conditions) and not finished(r.old.conditions):
         # The round after the end marks Kueue's Workload Finished (its quota goes to the next job): no event may

@@ -47,6 +47,7 @@ class Plan:
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     create_service: bool = False
+    end_coordinator: bool = False  # the job ended this round: delete its coordinator (rank_env.wants_coordinator)
     status: TrainingJobStatus = field(default_factory=TrainingJobStatus)
     events: list[Event] = field(default_factory=list)
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on a lost node

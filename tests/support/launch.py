@@ -240,8 +240,7 @@ def launch(
     shared: dict[str, str] = {}
     if coordinator:
         shared["RINGLEADER_RENDEZVOUS"] = f"127.0.0.1:{free_port()}"
-        env = dict(os.environ) | shared | {"RINGLEADER_GLOBAL_WORLD_SIZE": rank_env(job, Role.WORKER, 0)[
-            "RINGLEADER_GLOBAL_WORLD_SIZE"]}  # fmt: skip
+        env = dict(os.environ) | shared
         command = [sys.executable, "-m", "ringleader_trainer.elastic.coordinator"]
         out, err = logdir / "coordinator.out", logdir / "coordinator.err"
         out.write_bytes(b"")

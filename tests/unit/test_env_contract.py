@@ -83,10 +83,23 @@ def test_the_trainer_names_roles_strategies_and_modes_as_the_operator_does(
     assert [m.value for m in operator] == [m.value for m in trainer]
 
 
+SHORT = job(workers={"replicas": 3, "minReplicas": 2})  # trains short of a lost rank: it has a coordinator
+
+
+def test_a_job_training_short_finds_its_coordinator_and_no_other_job_has_one() -> None:
+    for i in range(3):
+        env = from_env(rank_env(SHORT, Role.WORKER, i))
+        assert (env.rendezvous, env.min_workers) == (("mnist-coordinator-0d5c", 29500), 2)
+    c10d = job(workers={"replicas": 2, "minReplicas": 1}, torchrun={"rendezvous": "c10d"})  # torchrun's own store
+    for j in [*JOBS.values(), c10d]:
+        assert all("RINGLEADER_RENDEZVOUS" not in rank_env(j, role, i) for role, i in desired_ranks(j))
+
+
 def test_the_operator_writes_exactly_what_the_trainer_and_torchrun_read() -> None:
     c10d = job(workers={"replicas": 2, "minReplicas": 1}, torchrun={"rendezvous": "c10d"})  # torchrun's elastic
     written = {key for name, role, i in RANKS for key in rank_env(JOBS[name], role, i)}
     written |= {key for role, i in desired_ranks(c10d) for key in rank_env(c10d, role, i)}
+    written |= {key for role, i in desired_ranks(SHORT) for key in rank_env(SHORT, role, i)}
     assert written == READS | TORCHRUN_ENV and not READS & TORCHRUN_ENV
     assert CONTRACT_ENV == READS  # what a template may not set
 

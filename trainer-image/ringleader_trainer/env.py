@@ -76,11 +76,10 @@ READS = frozenset(
         "RINGLEADER_CHECKPOINT_KEEP",
         "RINGLEADER_TOKEN_FILE",
         "RINGLEADER_ATTEMPT",
+        "RINGLEADER_RENDEZVOUS",
     }
 )
-# Read too, but written by whoever runs the job's coordinator (elastic/coordinator.py), not yet by the operator: a
-# pod template may set it.
-COORDINATOR_ENV = "RINGLEADER_RENDEZVOUS"
+COORDINATOR_ENV = "RINGLEADER_RENDEZVOUS"  # where the job's coordinator is (elastic/coordinator.py), when it has one
 
 
 class EnvError(TrainerError, ValueError):

@@ -1,9 +1,11 @@
-"""runPolicy.cleanPodPolicy: which pods of an ended job are deleted."""
+"""runPolicy.cleanPodPolicy: which pods of an ended job are deleted; and an ended job's coordinator."""
 
 from __future__ import annotations
 
-from ringleader_api import CleanPodPolicy
+from ringleader_api import CleanPodPolicy, TrainingJob
 
+from ..conditions import finished
+from ..rank_env import wants_coordinator
 from ..round_state import Round
 
 STILL_RUNNING = ("Pending", "Running")
@@ -24,3 +26,10 @@ def stop_running_pods(r: Round) -> None:
     """Delete every pod still Pending or Running, whatever cleanPodPolicy says (a job past its deadline must not
     hold resources)."""
     r.plan.delete_pods = [p.name for p in r.observed if not p.deleting and p.phase in STILL_RUNNING]
+
+
+def end_coordinator(r: Round, job: TrainingJob) -> None:
+    """In the round `job` ends in, its coordinator goes, whatever cleanPodPolicy says (it holds nothing anyone
+    reads after the ranks): `job` as given, not at the size it ran at, which is what made it have one."""
+    if wants_coordinator(job) and finished(r.status.conditions) and not finished(r.old.conditions):
+        r.plan.end_coordinator = True

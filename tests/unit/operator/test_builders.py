@@ -16,8 +16,16 @@ from ringleader_operator.builders import (
 )
 from ringleader_operator.gang_backends import choose, named_scheduler
 from ringleader_operator.gang_backends.pod_groups import PodGroupScheduler
-from ringleader_operator.job_objects import build_network_policy, build_service, build_token_secret
-from ringleader_operator.rank_env import cpu_threads, rank_env
+from ringleader_operator.job_objects import (
+    build_coordinator,
+    build_coordinator_network_policy,
+    build_coordinator_service,
+    build_network_policy,
+    build_service,
+    build_token_secret,
+)
+from ringleader_operator.names import coordinator_name
+from ringleader_operator.rank_env import cpu_threads, rank_env, wants_coordinator
 
 from .builders import training_job
 
@@ -444,6 +452,61 @@ def test_network_policy_admits_the_jobs_own_pods_and_the_operator_to_the_metrics
             ],
         },
     }
+
+
+@pytest.mark.parametrize(
+    ("workers", "extra", "wanted"),
+    [
+        ({"replicas": 3, "minReplicas": 2}, {}, True),
+        ({"replicas": 3, "minReplicas": 3}, {}, False),  # never short of a rank
+        ({"replicas": 3}, {}, False),
+        ({"replicas": 2, "minReplicas": 1}, {"torchrun": {"rendezvous": "c10d"}}, False),  # torchrun's agents' store
+    ],
+)
+def test_a_job_has_a_coordinator_where_its_survivors_may_train_on(
+    workers: dict[str, Any], extra: dict[str, Any], wanted: bool
+) -> None:
+    j = training_job(name="mnist", namespace="ml", uid=UID, template=template(), workers=workers, **extra)
+    assert wants_coordinator(j) is wanted
+
+
+def test_the_coordinator_runs_the_workers_image_where_they_may_run_and_only_the_job_reaches_it() -> None:
+    tmpl = template()
+    tmpl["spec"] |= {"nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                     "schedulerName": "volcano", "securityContext": {"runAsNonRoot": True}}  # fmt: skip
+    j = training_job(name="mnist", namespace="ml", uid=UID, template=tmpl, workers={"replicas": 3, "minReplicas": 2})
+    name, labels = "mnist-coordinator-1111-222", {"ringleader.dev/coordinator-of": "mnist"}
+    deployment = build_coordinator(j)
+    assert deployment["metadata"] == {**JOB_OBJECT_META, "name": name}
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["selector"] == {"matchLabels": labels}
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"] == {"labels": labels}  # not the job's label: no rank, no foreign pod
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"pool": "cpu"} and spec["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert spec["securityContext"] == {"runAsNonRoot": True} and "schedulerName" not in spec  # no gang's
+    [container] = spec["containers"]
+    trainer = tmpl["spec"]["containers"][0]
+    assert container["image"] == trainer["image"]
+    assert container["command"] == ["python", "-u", "-m", "ringleader_trainer.elastic.coordinator"]
+    assert container["env"] == [{"name": "RINGLEADER_RENDEZVOUS", "value": f"{name}:29500"}]
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    assert env_of(created_pod(j, Role.WORKER, 2))["RINGLEADER_RENDEZVOUS"] == f"{name}:29500"  # where ranks look
+    service = build_coordinator_service(j)
+    assert service["metadata"]["name"] == name and service["spec"]["selector"] == labels
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    policy = build_coordinator_network_policy(j)
+    assert policy["spec"]["podSelector"] == {"matchLabels": labels}
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"ringleader.dev/job-name": "mnist"}}}],
+         "ports": [{"protocol": "TCP", "port": 29500}]},
+    ]  # fmt: skip
+
+
+def test_the_coordinators_name_fits_a_dns_label_for_the_longest_job_name() -> None:
+    long = "a" * 54  # '<name>-worker-2' fits 63 characters, '<name>-coordinator-<uid>' would not
+    j = training_job(name=long, namespace="ml", uid=UID, template=template(), workers={"replicas": 3})
+    assert coordinator_name(j) == "a" * 42 + "-coordinator-1111-222" and len(coordinator_name(j)) == 63
 
 
 def test_desired_ranks_parameter_servers_first() -> None:

@@ -47,6 +47,17 @@ def test_all_workers_succeeded_completes_and_cleans_running_parameter_servers() 
     assert p.status.replica_statuses["worker"].succeeded == 2
 
 
+@pytest.mark.parametrize("short", [True, False], ids=["with-a-coordinator", "without"])
+def test_the_round_a_job_ends_in_ends_its_coordinator_once(short: bool) -> None:
+    workers = {"replicas": 2, "minReplicas": 1} if short else {}
+    started = plan(Reading(job(workers=workers), [], True), NOW)
+    assert not started.end_coordinator
+    done = [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, "Succeeded")]
+    ended = again(started, done, workers=workers)
+    assert ended.status.phase == "Succeeded" and ended.end_coordinator is short
+    assert not again(ended, done, workers=workers).end_coordinator  # once: the next round finds it ended
+
+
 @pytest.mark.parametrize("ends", ["Succeeded", "Failed"])
 def test_the_round_that_ends_a_kueue_job_asks_for_the_next_at_once(ends: str) -> None:
     """The round after the end marks Kueue's Workload Finished (its quota goes to the next job); no event may

@@ -62,8 +62,16 @@ class FakeKube:
             return None
         return {"metadata": {"name": name, "ownerReferences": [{"kind": "TrainingJob", "uid": self.uid}]}}
 
+    async def delete_deployment(self, namespace: str, name: str) -> None:
+        self.calls.append("delete_deployment")
+
     async def create_if_absent(self, body: dict[str, Any]) -> None:
-        kind = {"Secret": "secret", "NetworkPolicy": "network_policy", "Service": "service"}[body["kind"]]
+        kind = {
+            "Secret": "secret",
+            "NetworkPolicy": "network_policy",
+            "Service": "service",
+            "Deployment": "deployment",
+        }[body["kind"]]
         self.calls.append(f"create_{kind}")
         if kind == "network_policy":
             self.policy = body

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 from ringleader_trainer.elastic import rendezvous
-from ringleader_trainer.elastic.store_keys import arrivals_key, candidates_key, quorum_key
+from ringleader_trainer.elastic.store_keys import arrivals_key, candidates_key, quorum_key, world_key
 
 WORLD = 4
 
@@ -24,14 +24,16 @@ def decide(
     last: list[int] | None = None,
     asked: int | None = None,
     settle: float = rendezvous.QUORUM_SETTLE_SECONDS,
+    world: int | None = WORLD,
 ) -> list[int]:
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
     if asked is not None:
         store.set(quorum_key("g1"), str(asked))  # as a rank coming with a quorum does (Rendezvous._enrol)
+    store.set(world_key("g1"), str(WORLD))  # as every rank coming does
     for rank in came:
         store.append(candidates_key("g1"), f"{rank},")
         store.add(arrivals_key("g1"), 1)  # as Rendezvous._enrol does
-    return rendezvous.decide(store, "g1", WORLD, quorum, last or [], time.monotonic() + wait, settle=settle)
+    return rendezvous.decide(store, "g1", world, quorum, last or [], time.monotonic() + wait, settle=settle)
 
 
 @pytest.mark.parametrize(
@@ -111,3 +113,9 @@ def test_a_longer_settling_time_waits_for_ranks_still_coming() -> None:
     started = time.monotonic()
     assert decide([0, 2], None, wait=5.0, asked=2, settle=1.5) == [0, 2]
     assert time.monotonic() - started >= 1.5
+
+
+def test_a_host_without_a_world_of_its_own_takes_the_one_the_ranks_say() -> None:
+    """The coordinator knows no number of ranks: it waits for as many as the ranks coming say the job has (a
+    resized job's pods say their new number)."""
+    assert decide([0, 1, 2, 3], None, wait=5.0, world=None) == [0, 1, 2, 3]

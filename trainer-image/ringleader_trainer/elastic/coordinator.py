@@ -28,7 +28,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ringleader_trainer.elastic.rendezvous import QUORUM_SETTLE_SECONDS, decide, name_next
-from ringleader_trainer.elastic.store_keys import broken_key, roster_key
+from ringleader_trainer.elastic.store_keys import broken_key, roster_key, world_key
 from ringleader_trainer.env import COORDINATOR_ENV, EnvError, address
 from ringleader_trainer.exitcodes import exit_now
 from ringleader_trainer.logs import log_json
@@ -45,10 +45,10 @@ FOREVER = float("inf")
 
 
 class Coordinator:
-    """Hosts the store on `port` for a job of `world` ranks; `run` names and decides groups until `stop` is set."""
+    """Hosts the store on `port`; `run` names and decides groups until `stop` is set. The job's number of ranks is
+    the one the ranks coming say (a resized job's pods are made again for their new number)."""
 
-    def __init__(self, port: int, world: int) -> None:
-        self.world = world
+    def __init__(self, port: int) -> None:
         self.store: Any = dist.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", port, None, is_master=True, wait_for_workers=False,
             timeout=datetime.timedelta(seconds=60),
@@ -61,11 +61,12 @@ class Coordinator:
         while not self.stop.is_set():
             incarnation = name_next(self.store)
             settle = QUORUM_SETTLE_SECONDS if last else FIRST_SETTLE_SECONDS
-            members = decide(self.store, incarnation, self.world, None, last, FOREVER, self.stop, settle)
+            members = decide(self.store, incarnation, None, None, last, FOREVER, self.stop, settle)
             if self.stop.is_set():
                 return
             self.store.set(roster_key(incarnation), ",".join(map(str, members)))
-            missing = sorted(set(range(self.world)) - set(members))
+            world = int(self.store.get(world_key(incarnation)))  # set by every rank before it came
+            missing = sorted(set(range(world)) - set(members))
             log_json(role="coordinator", event="group", group=incarnation, members=len(members),
                      missing=missing[:NAMED_AT_MOST], missing_count=len(missing))  # fmt: skip
             last = members
@@ -77,27 +78,20 @@ class Coordinator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve the job's rendezvous on the port of RINGLEADER_RENDEZVOUS (or --port) for RINGLEADER_GLOBAL_WORLD_SIZE
-    ranks (or --world) until SIGTERM; a bad value is one line on stderr and exit 2."""
+    """Serve the job's rendezvous on the port of RINGLEADER_RENDEZVOUS (or --port) until SIGTERM; a bad value is
+    one line on stderr and exit 2."""
     p = argparse.ArgumentParser(prog="python -m ringleader_trainer.elastic.coordinator", description=__doc__)
     p.add_argument("--port", type=int, help="the store's port (default: RINGLEADER_RENDEZVOUS's)")
-    p.add_argument("--world", type=int, help="the job's ranks (default: RINGLEADER_GLOBAL_WORLD_SIZE)")
     args = p.parse_args(argv)
     try:
         port = args.port or address(os.environ, COORDINATOR_ENV)[1]
-        world = args.world or int(os.environ.get("RINGLEADER_GLOBAL_WORLD_SIZE", "0"))
-    except (EnvError, ValueError) as e:
+    except EnvError as e:
         print(f"coordinator: {e}", file=sys.stderr)
         return 2
-    if world < 1:
-        print(
-            "coordinator: RINGLEADER_GLOBAL_WORLD_SIZE (or --world) must be a positive number of ranks", file=sys.stderr
-        )
-        return 2
-    coordinator = Coordinator(port, world)
+    coordinator = Coordinator(port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: coordinator.stop.set())
-    log_json(role="coordinator", event="serving", port=port, world=world)
+    log_json(role="coordinator", event="serving", port=port)
     started = time.monotonic()
     coordinator.run()
     log_json(role="coordinator", event="stopped", seconds=round(time.monotonic() - started, 1))

@@ -26,6 +26,7 @@ from ringleader_trainer.elastic.store_keys import (
     quorum_key,
     roster_key,
     tell_lost,
+    world_key,
 )
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.exitcodes import ExitCode, TrainerError, one_line
@@ -136,7 +137,8 @@ class Rendezvous:
         """Say this rank comes to `incarnation` (asking for `quorum`); the roster its host decides (`decide`) once
         enough have."""
         me = self.env.global_rank
-        if quorum is not None:  # before it counts as come: the host reads it when the count changes
+        store.set(world_key(incarnation), str(self.env.global_world_size))  # before it counts as come: the host
+        if quorum is not None:  # reads these when the count changes
             store.set(quorum_key(incarnation), str(quorum))
         store.append(candidates_key(incarnation), f"{me},")
         store.add(arrivals_key(incarnation), 1)
@@ -221,7 +223,7 @@ class Rendezvous:
 def decide(
     store: Any,
     incarnation: str,
-    world: int,
+    world: int | None,
     quorum: int | None,
     last: list[int],
     deadline: float,
@@ -229,26 +231,29 @@ def decide(
     settle: float = QUORUM_SETTLE_SECONDS,
 ) -> list[int]:
     """The members of `incarnation`, as its decider (worker 0, or the job's coordinator) names them: every rank of
-    the `world` once all have come; with `quorum`, those that have come once at least `quorum` have and none has for
-    `settle` seconds, or at once when those that came are the members of the `last` group but one, and nobody
-    else (the survivors of one lost rank: nobody else is owed a wait, and the whole job stands still meanwhile; a
-    rank from outside that group coming, a replacement to take in, leaves it to the settling time). Ranks are
+    the `world` (None: the number the ranks that came say the job has) once all have come; with `quorum`, those
+    that have come once at least `quorum` have and none has for `settle` seconds, or at once when those that came
+    are the members of the `last` group but one, and nobody else (the survivors of one lost rank: nobody else is
+    owed a wait, and the whole job stands still meanwhile; a rank from outside that group coming, a replacement to
+    take in, leaves it to the settling time). Ranks are
     counted once each: a process that came and was then lost (the sibling of a lost rank in its pod, before its pod
     ended) leaves its rank named, and its replacement coming too must not make it count twice. TimeoutError at
     `deadline` (monotonic) without a group. Without `quorum` of its own, the decider takes the one a rank that came
     asked for (the survivors of a loss, re-forming; a first group and a recovery's ask for none). Returns early
     once `stop` is set."""
-    arrivals, seen, since, asked = 0, 0, time.monotonic(), quorum
+    arrivals, seen, since, asked, asked_world = 0, 0, time.monotonic(), quorum, world
     came: set[int] = set()
     before = set(last)
     while True:
         # The list is read again only when someone came (a counter's read is a few bytes; the list grows with the
         # world).
         if (now_arrived := int(store.add(arrivals_key(incarnation), 0))) != arrivals:
-            arrivals, came = now_arrived, _came(store, incarnation, world)
+            if asked_world is None:
+                world = _said(store, world_key(incarnation))
+            arrivals, came = now_arrived, _came(store, incarnation, world or 0)
             if asked is None:
-                quorum = _asked_quorum(store, incarnation)
-        if len(came) >= world:
+                quorum = _said(store, quorum_key(incarnation))
+        if world is not None and len(came) >= world:
             break
         now = time.monotonic()
         if len(came) != seen:
@@ -271,11 +276,11 @@ def _roster(store: Any, incarnation: str) -> list[int] | None:
     return _ranks(store.get(roster_key(incarnation)))
 
 
-def _asked_quorum(store: Any, incarnation: str) -> int | None:
-    """The quorum the ranks that came to `incarnation` asked for; None if none did."""
-    if not store.check([quorum_key(incarnation)]):
+def _said(store: Any, key: str) -> int | None:
+    """The number the ranks that came wrote at `key` (the world, a quorum asked for); None if none did."""
+    if not store.check([key]):
         return None
-    raw = store.get(quorum_key(incarnation)).decode()
+    raw = store.get(key).decode()
     return int(raw) if raw.isdigit() else None
 
 

@@ -41,6 +41,12 @@ def quorum_key(incarnation: str) -> str:
     return f"ringleader/{incarnation}/quorum"
 
 
+def world_key(incarnation: str) -> str:
+    """How many ranks the job that comes to `incarnation` has, as the ranks coming say (a resized job's pods are
+    all made again for their new number)."""
+    return f"ringleader/{incarnation}/world"
+
+
 def arrivals_key(incarnation: str) -> str:
     """How many processes came to `incarnation` (each adds 1 after naming itself in `candidates_key`)."""
     return f"ringleader/{incarnation}/arrivals"
