@@ -10,7 +10,8 @@ Subjects (the built-in trainer, allreduce, `--workers` ranks as processes on thi
 - `heal`: `--recover-from peer`: the survivors keep their state and serve it to the replacement (elastic/healing.py).
 - `heal-short`: as `heal`, with `minReplicas` one less than the workers: the survivors train on while the
   replacement starts, and take it in at a step boundary; the job's coordinator hosts the rendezvous
-  (elastic/coordinator.py), so that worker 0's loss stops nobody.
+  (elastic/coordinator.py, started as the operator starts one for a job with minReplicas), so that worker 0's loss
+  stops nobody.
 - `torchft`: torchft 0.2.0 from PyPI (bench/peer/torchft: its own venv, built by setup.sh on first use), each
   worker a replica group of one process training the same example (model, data share, SGD settings) with
   torchft's Manager, DDP and Optimizer, a lighthouse with min_replicas one less than the workers (as
@@ -67,7 +68,7 @@ def run(subject: str, args: argparse.Namespace, root: Path, seed: int) -> dict[s
         job.spec.workers.min_replicas = args.workers - 1
     argv = ["--example", args.model, "--steps", "100000000", "--log-every", "1", "--straggler",
             f"0:{STRAGGLE_SECONDS}", "--timeout", "60", "--max-recoveries", "1000", *SUBJECTS[subject]]  # fmt: skip
-    return drive(launch(job, argv, root / "logs", coordinator=subject == "heal-short"), args, seed)
+    return drive(launch(job, argv, root / "logs"), args, seed)
 
 
 def run_torchft(args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:

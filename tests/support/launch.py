@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ringleader_api import Role, TrainingJob
-from ringleader_operator.rank_env import rank_env
+from ringleader_operator.rank_env import rank_env, wants_coordinator
 
 from tests.support import prefork
 from tests.support.ranks import free_port
@@ -145,7 +145,7 @@ class Rank:
 @dataclass
 class LocalJob:
     ranks: list[Rank] = field(default_factory=list)
-    coordinator: Rank | None = None  # the job's coordinator process, when it has one (`launch(coordinator=True)`)
+    coordinator: Rank | None = None  # the job's coordinator process, when it has one (`launch`)
 
     @property
     def workers(self) -> list[Rank]:
@@ -219,11 +219,12 @@ def launch(
     module: str = "ringleader_trainer",
     only: set[tuple[str, int]] | None = None,
     script: Path | None = None,
-    coordinator: bool = False,
+    coordinator: bool | None = None,
 ) -> LocalJob:
     """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>` (or
-    `python <script> <args>`), logs under `logdir`; first, with `coordinator`, the job's coordinator, which then
-    hosts the rendezvous (elastic/coordinator.py). `env_overrides` set to "" blank a variable out."""
+    `python <script> <args>`), logs under `logdir`; first, with `coordinator` (by default where the operator runs
+    one: rank_env.wants_coordinator), the job's coordinator, which then hosts the rendezvous
+    (elastic/coordinator.py). `env_overrides` set to "" blank a variable out."""
     program = [str(script)] if script else ["-m", module]
     workers = job.spec.workers.replicas
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
@@ -237,8 +238,8 @@ def launch(
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
     roles = [(Role.WORKER, i) for i in range(workers)] + [(Role.PS, i) for i in range(ps)]
-    shared: dict[str, str] = {}
-    if coordinator:
+    shared: dict[str, str] = {"RINGLEADER_RENDEZVOUS": ""}  # none unless started here (the operator's is a name)
+    if coordinator if coordinator is not None else wants_coordinator(job):
         shared["RINGLEADER_RENDEZVOUS"] = f"127.0.0.1:{free_port()}"
         env = dict(os.environ) | shared
         command = [sys.executable, "-m", "ringleader_trainer.elastic.coordinator"]
