@@ -32,7 +32,6 @@ from .kubeapi import EventSink, KubeApi
 from .names import coordinator_name
 from .observed import foreign_pods_message
 from .policies.stall import STALLED_POD_GRACE_SECONDS
-from .rank_env import wants_coordinator
 from .round_state import Plan
 
 log = logging.getLogger("ringleader.reconciler")
@@ -132,19 +131,21 @@ class PlanWriter:
         )
 
     async def create_job_objects(self, job: TrainingJob) -> None:
-        """The token Secret, the NetworkPolicies (when configured), the coordinator (when the job has one) and then
-        the Service: a job whose Service exists has the others."""
+        """The token Secret, the NetworkPolicy (when configured) and then the Service: a job whose Service
+        exists has the other two."""
         await self.kube.create_if_absent(build_token_secret(job, secrets.token_hex(32)))
-        coordinator = wants_coordinator(job)
         if self.operator_pods is not None:
             await self.kube.create_if_absent(build_network_policy(job, *self.operator_pods))
-            if coordinator:
-                await self.kube.create_if_absent(build_coordinator_network_policy(job))
-        if coordinator:
-            await self.kube.create_if_absent(build_coordinator_service(job))
-            await self.kube.create_if_absent(build_coordinator(job))
         await self.kube.create_if_absent(build_service(job))
         self.jobs.memory((job.namespace, job.name)).service_uid = str(job.metadata.get("uid", ""))
+
+    async def create_coordinator(self, job: TrainingJob) -> None:
+        """The job's coordinator: its NetworkPolicy (when configured), its Service, its Deployment; those that exist
+        are left as they are."""
+        if self.operator_pods is not None:
+            await self.kube.create_if_absent(build_coordinator_network_policy(job))
+        await self.kube.create_if_absent(build_coordinator_service(job))
+        await self.kube.create_if_absent(build_coordinator(job))
 
     async def apply_pods(self, job: TrainingJob, obj: dict[str, Any], p: Plan) -> None:
         """Deletions, forced removals, gate releases, then creations (a refused pod fails the job)."""
@@ -166,6 +167,8 @@ class PlanWriter:
             )
         if not p.create_pods:
             return
+        if p.ensure_coordinator:  # before the pods that name it (it may have been lost, or the job resized to need it)
+            await self.create_coordinator(job)
         try:
             for scheduling_object in p.scheduling_objects:
                 await self.kube.create_scheduling_object(scheduling_object)

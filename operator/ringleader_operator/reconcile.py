@@ -29,6 +29,7 @@ from .policies import (
     suspend,
     ttl,
 )  # fmt: skip
+from .rank_env import wants_coordinator
 from .reading import Reading
 from .round_state import Plan, Round
 
@@ -75,6 +76,7 @@ def plan(reading: Reading, now: str, cluster: admission.Cluster | None = None) -
         cleanup.clean_pods(r)
     else:
         outcome.conclude(r)
+    r.plan.ensure_coordinator = bool(r.plan.create_pods) and wants_coordinator(r.job)  # the job at the size it runs
     return _close(r, queued, job)
 
 

@@ -47,7 +47,9 @@ class Plan:
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     create_service: bool = False
-    end_coordinator: bool = False  # the job ended this round: delete its coordinator (rank_env.wants_coordinator)
+    # The pods it creates name the job's coordinator (rank_env.wants_coordinator): make it first where it is missing.
+    ensure_coordinator: bool = False
+    end_coordinator: bool = False  # the job, which may have had a coordinator, ended this round: delete it
     status: TrainingJobStatus = field(default_factory=TrainingJobStatus)
     events: list[Event] = field(default_factory=list)
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on a lost node

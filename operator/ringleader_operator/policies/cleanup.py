@@ -5,7 +5,6 @@ from __future__ import annotations
 from ringleader_api import CleanPodPolicy, TrainingJob
 
 from ..conditions import finished
-from ..rank_env import wants_coordinator
 from ..round_state import Round
 
 STILL_RUNNING = ("Pending", "Running")
@@ -30,6 +29,7 @@ def stop_running_pods(r: Round) -> None:
 
 def end_coordinator(r: Round, job: TrainingJob) -> None:
     """In the round `job` ends in, its coordinator goes, whatever cleanPodPolicy says (it holds nothing anyone
-    reads after the ranks): `job` as given, not at the size it ran at, which is what made it have one."""
-    if wants_coordinator(job) and finished(r.status.conditions) and not finished(r.old.conditions):
+    reads after the ranks), where it may have had one (minReplicas: at some size it trained short; a delete of
+    none is nothing)."""
+    if job.spec.workers.min_replicas is not None and finished(r.status.conditions) and not finished(r.old.conditions):
         r.plan.end_coordinator = True

@@ -48,10 +48,14 @@ def test_all_workers_succeeded_completes_and_cleans_running_parameter_servers() 
 
 
 @pytest.mark.parametrize("short", [True, False], ids=["with-a-coordinator", "without"])
-def test_the_round_a_job_ends_in_ends_its_coordinator_once(short: bool) -> None:
+def test_the_rounds_that_create_pods_naming_the_coordinator_make_it_and_the_round_a_job_ends_in_ends_it(
+    short: bool,
+) -> None:
     workers = {"replicas": 2, "minReplicas": 1} if short else {}
     started = plan(Reading(job(workers=workers), [], True), NOW)
-    assert not started.end_coordinator
+    assert started.create_pods and started.ensure_coordinator is short and not started.end_coordinator
+    running = again(started, [pod(Role.WORKER, 0, "Running"), pod(Role.WORKER, 1, "Running")], workers=workers)
+    assert not running.create_pods and not running.ensure_coordinator  # nothing to create: nothing asked
     done = [pod(Role.WORKER, 0, "Succeeded"), pod(Role.WORKER, 1, "Succeeded")]
     ended = again(started, done, workers=workers)
     assert ended.status.phase == "Succeeded" and ended.end_coordinator is short
