@@ -89,6 +89,16 @@ def wait_condition(
     return wait_for(f"TrainingJob {ns}/{name} condition {kind}{suffix}", check, timeout)
 
 
+def wait_finished(custom: client.CustomObjectsApi, ns: str, name: str, what: str, timeout: float) -> dict[str, Any]:
+    """Wait until the job ended (Succeeded or Failed, `finished`), failing the test naming `what`; returns the job."""
+
+    def ended() -> dict[str, Any] | None:
+        job = get(custom, ns, name)
+        return job if finished(job) else None
+
+    return wait_for(what, ended, timeout)
+
+
 def trainer_events(core: client.CoreV1Api, ns: str, pod: str, event: str) -> list[dict[str, Any]]:
     """The JSON lines with `event` the pod's trainer container logged."""
     lines = [json.loads(x) for x in logs(core, ns, pod, container="trainer").splitlines() if x.startswith("{")]

@@ -178,6 +178,11 @@ class RankEnv:
     rendezvous: tuple[str, int] | None = None
 
     @property
+    def store_address(self) -> tuple[str, int]:
+        """Where the job's rendezvous store is: its coordinator's address, else worker 0's MASTER_ADDR:MASTER_PORT."""
+        return self.rendezvous or (self.master_addr, self.master_port)
+
+    @property
     def local_rank(self) -> int:
         """The GPU this rank uses on its node: a worker's LOCAL_RANK; 0 for a shard."""
         return self.worker.local_rank if self.worker else 0

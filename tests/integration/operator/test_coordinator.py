@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 from ringleader_devcluster.processes import kill_pod_processes
 
 from tests.support.cluster import logs, wait_for
-from tests.support.jobs import condition, create, finished, get, pods_of, trainer_events, training_job
+from tests.support.jobs import condition, create, get, pods_of, trainer_events, training_job, wait_finished
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -65,12 +64,8 @@ def test_with_min_replicas_worker_0s_loss_stops_nobody_and_the_coordinator_ends_
     victim = next(p for p in pods_of(core, namespace, JOB) if p.metadata.name == f"{JOB}-worker-0")
     assert kill_pod_processes(victim.metadata.uid, "ringleader_trainer"), "no trainer process in worker 0's pod"
 
-    def ended() -> dict[str, Any] | None:
-        job = get(custom, namespace, JOB)
-        return job if finished(job) else None
-
     try:
-        job = wait_for("the job to finish", ended, timeout=420)
+        job = wait_finished(custom, namespace, JOB, "the job to finish", timeout=420)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{diagnosis()}") from None
     assert condition(job, "Succeeded"), f"{condition(job, 'Failed')}\n{diagnosis()}"

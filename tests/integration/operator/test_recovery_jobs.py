@@ -18,7 +18,7 @@ from ringleader_devcluster.processes import kill_pod_processes
 from ringleader_trainer.checkpoints import store as ckpt
 
 from tests.support.cluster import logs, wait_for
-from tests.support.jobs import condition, create, finished, get, pods_of, training_job
+from tests.support.jobs import condition, create, get, pods_of, training_job, wait_finished
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -80,12 +80,8 @@ def test_a_killed_rank_is_replaced_and_the_others_recover_in_place(
         timeout=60,
     )
 
-    def ended() -> dict[str, Any] | None:
-        job = get(custom, namespace, "rec")
-        return job if finished(job) else None
-
     try:
-        job = wait_for("the job to finish", ended, timeout=300)
+        job = wait_finished(custom, namespace, "rec", "the job to finish", timeout=300)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{diagnosis()}") from None
     assert condition(job, "Succeeded"), f"{condition(job, 'Failed')}\n{diagnosis()}"

@@ -71,7 +71,7 @@ class GroupWatch:
         env = self.env
         try:
             client = dist.TCPStore(  # type: ignore[attr-defined]
-                *(env.rendezvous or (env.master_addr, env.master_port)), is_master=False, wait_for_workers=False,
+                *env.store_address, is_master=False, wait_for_workers=False,
                 timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
             )  # fmt: skip
             key = news_key(self.incarnation)

@@ -68,7 +68,6 @@ class Rendezvous:
         self.tried: set[str] = set()
         self.store: Any = None  # the TCPStore: hosted by worker 0 (without a coordinator), a client elsewhere
         self.hosts = env.rendezvous is None and env.global_rank == 0  # this rank hosts the store and decides
-        self.address = env.rendezvous or (env.master_addr, env.master_port)
         self.watch: GroupWatch | None = None  # of the group this rank is in
         self.roster: list[int] = []  # the global ranks in the group this rank is in, in their order there
         self._others = (env.master_port, env.metrics_port)  # local ports of connections no group of ours owns
@@ -125,7 +124,7 @@ class Rendezvous:
                         tell_lost(self.store, enrolled, "not formed")
                     enrolled = None
                 if is_host or time.monotonic() >= deadline:
-                    host, port = self.address
+                    host, port = env.store_address
                     raise RendezvousError(f"rendezvous with {host}:{port} as rank {me} of "
                                           f"{env.global_world_size} failed within {rendezvous_timeout:g} s: "
                                           f"{one_line(e)}") from e  # fmt: skip
@@ -162,7 +161,7 @@ class Rendezvous:
             # otherwise sit out the kernel's SYN retries (about 2 min).
             host = self.hosts
             self.store = dist.TCPStore(  # type: ignore[attr-defined]
-                *self.address, env.global_world_size, is_master=host,
+                *env.store_address, env.global_world_size, is_master=host,
                 timeout=datetime.timedelta(seconds=remaining if host else min(CONNECT_SECONDS, remaining)),
                 wait_for_workers=False,
             )  # fmt: skip
@@ -230,17 +229,16 @@ def decide(
     stop: threading.Event | None = None,
     settle: float = QUORUM_SETTLE_SECONDS,
 ) -> list[int]:
-    """The members of `incarnation`, as its decider (worker 0, or the job's coordinator) names them: every rank of
-    the `world` (None: the number the ranks that came say the job has) once all have come; with `quorum`, those
-    that have come once at least `quorum` have and none has for `settle` seconds, or at once when those that came
-    are the members of the `last` group but one, and nobody else (the survivors of one lost rank: nobody else is
-    owed a wait, and the whole job stands still meanwhile; a rank from outside that group coming, a replacement to
-    take in, leaves it to the settling time). Ranks are
-    counted once each: a process that came and was then lost (the sibling of a lost rank in its pod, before its pod
-    ended) leaves its rank named, and its replacement coming too must not make it count twice. TimeoutError at
-    `deadline` (monotonic) without a group. Without `quorum` of its own, the decider takes the one a rank that came
-    asked for (the survivors of a loss, re-forming; a first group and a recovery's ask for none). Returns early
-    once `stop` is set."""
+    """The members of `incarnation`, as its decider (worker 0, or the job's coordinator) names them: every rank of the
+    `world` (None: the number the ranks that came say the job has) once all have come; with `quorum`, those that have
+    come once at least `quorum` have and none has for `settle` seconds, or at once when those that came are the members
+    of the `last` group but one, and nobody else (the survivors of one lost rank: nobody else is owed a wait, and the
+    whole job stands still meanwhile; a rank from outside that group coming, a replacement to take in, leaves it to the
+    settling time). Ranks are counted once each: a process that came and was then lost (the sibling of a lost rank in
+    its pod, before its pod ended) leaves its rank named, and its replacement coming too must not make it count twice.
+    TimeoutError at `deadline` (monotonic) without a group. Without `quorum` of its own, the decider takes the one a
+    rank that came asked for (the survivors of a loss, re-forming; a first group and a recovery's ask for none). Returns
+    early once `stop` is set."""
     arrivals, seen, since, asked, asked_world = 0, 0, time.monotonic(), quorum, world
     came: set[int] = set()
     before = set(last)
