@@ -20,6 +20,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("lifecycle") is not None)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under `--dist loadgroup` a test marked `xdist_group` (those counting the process node's GPUs, those adding
+    fake nodes) carries its group in its node id, which is what keeps its group on one worker. pytest 9.2 renamed the
+    attribute pytest-xdist 3.8 writes it to: the groups were silently spread over both workers, and two GPU-counting
+    tests ran at once, each finding the other's pods on the node. Such a test fails here rather than run that way."""
+    grouped = item.get_closest_marker("xdist_group") is not None
+    if grouped and getattr(item.config.option, "loadgroup", False) and "@" not in item.nodeid:
+        pytest.fail(
+            "--dist loadgroup is not grouping: pytest-xdist did not name this test's xdist_group in its node id "
+            "(are pytest and pytest-xdist pinned to versions that work together?)",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="session")
 def layout() -> Layout:
     return Layout.from_env()
