@@ -292,18 +292,13 @@ class Kube:
         await self._call(
             f"deleting TrainingJob {namespace}/{name}",
             self.custom.delete_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(uid=uid), propagation_policy="Background"
-                ),
+                GROUP, VERSION, namespace, PLURAL, name,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid),
+                                            propagation_policy="Background"),
                 _request_timeout=API_TIMEOUT,
             ),
             absent=404,
-        )
+        )  # fmt: skip
 
     async def serves(self, group: str, version: str, *plurals: str) -> bool:
         """Whether the API server serves every one of `plurals` in group/version (API discovery)."""

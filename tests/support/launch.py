@@ -220,11 +220,13 @@ def launch(
     only: set[tuple[str, int]] | None = None,
     script: Path | None = None,
     coordinator: bool | None = None,
+    silent_after: float | None = None,
 ) -> LocalJob:
     """Start every rank of `job` (or those in `only`, as (role, index)) as `python -m <module> <args>` (or
     `python <script> <args>`), logs under `logdir`; first, with `coordinator` (by default where the operator runs
     one: rank_env.wants_coordinator), the job's coordinator, which then hosts the rendezvous
-    (elastic/coordinator.py). `env_overrides` set to "" blank a variable out."""
+    (elastic/coordinator.py), telling a member lost once its pulse stood still `silent_after` seconds (its
+    default when None). `env_overrides` set to "" blank a variable out."""
     program = [str(script)] if script else ["-m", module]
     workers = job.spec.workers.replicas
     ps = job.spec.parameter_servers.replicas if job.spec.parameter_servers else 0
@@ -243,6 +245,7 @@ def launch(
         shared["RINGLEADER_RENDEZVOUS"] = f"127.0.0.1:{free_port()}"
         env = dict(os.environ) | shared
         command = [sys.executable, "-m", "ringleader_trainer.elastic.coordinator"]
+        command += [] if silent_after is None else ["--silent-after", str(silent_after)]
         out, err = logdir / "coordinator.out", logdir / "coordinator.err"
         out.write_bytes(b"")
         err.write_bytes(b"")

@@ -377,7 +377,7 @@ class Strategy(HealingProtocol):
             self._vote.drain()
         if dist.is_initialized():
             dist.barrier()
-            dist.destroy_process_group()
+        self.rendezvous.depart()
 
     # ---- shared helpers -----------------------------------------------------------------------------
     def _advance(self) -> None:

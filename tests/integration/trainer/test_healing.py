@@ -162,6 +162,9 @@ def assert_read_nothing_and_ended_alike(job: LocalJob, whole_final: Path, final:
 QUORUM_ARGS = ["--example", "digits-mlp", "--steps", "160", "--log-every", "1", "--straggler", "0:0.04"]
 DOWN_SECONDS = 3.0  # the replacement's "pod" comes this long after the kill
 REPLACEMENT_START = 240.0  # seconds the replacement may take to reach the store (a torch import on a busy machine)
+# A survivor held until the replacement comes (`replace_while_short`) stands for a slow rank, not a lost one: its
+# coordinator gives a pulse this long before it tells a member lost.
+HELD_SILENT_AFTER = 600.0
 
 
 def wait_for_step(local: LocalJob, rank: Rank, step: int) -> None:
@@ -210,7 +213,7 @@ def test_with_min_replicas_the_survivors_train_on_while_the_lost_rank_is_replace
         accuracies.append(whole.workers[0].events("done")[0]["test_accuracy"])
     job = job_spec("q", strategy, 3, **SHAPES[strategy][1])
     job.spec.workers.min_replicas = 2
-    local = launch(job, [*QUORUM_ARGS, "--seed", "0"], tmp_path / "short")
+    local = launch(job, [*QUORUM_ARGS, "--seed", "0"], tmp_path / "short", silent_after=HELD_SILENT_AFTER)
     target = local.workers[2]
     killed, at = replace_while_short(local, target, held=local.workers[1])
 
@@ -239,7 +242,7 @@ def test_with_a_coordinator_the_survivors_of_worker_0_train_on_while_it_is_repla
     job = job_spec("c", strategy, 3)
     job.spec.workers.min_replicas = 2
     slow_survivor = [*QUORUM_ARGS, "--straggler", "1:0.04"]  # the last flag counts: worker 1 sleeps, not worker 0
-    local = launch(job, slow_survivor, tmp_path / "run", coordinator=True)
+    local = launch(job, slow_survivor, tmp_path / "run", coordinator=True, silent_after=HELD_SILENT_AFTER)
     target = local.workers[0]
     killed, at = replace_while_short(local, target, held=local.workers[1])
 
@@ -321,6 +324,39 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     trained = [e["step"] for e in held.events() if "loss" in e and e["loss"] == e["loss"]]  # NaN: a void step
     assert trained == sorted(set(trained)), trained  # no step trained twice
     assert trained[-1] == steps
+
+
+def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(tmp_path: Path) -> None:
+    """3 workers, minReplicas 2, a coordinator: worker 2's processes stopped at step 30 (SIGSTOP, as a lost node
+    leaves them: no connection closes, nothing fails). Its pulse stops, the coordinator tells the group lost after
+    `silent_after`, and workers 0 and 1 form a group of two and train on (before, they waited in the collective
+    until its timeout, 300 s, or until a replacement came). Continued, worker 2 finds the group formed without
+    it, waits, and is taken in at a step boundary with the group's state: every worker ends at the last step, no
+    step trained twice, nobody recovers."""
+    job = job_spec("s", "allreduce", 3)
+    job.spec.workers.min_replicas = 2
+    local = launch(job, QUORUM_ARGS, tmp_path / "run", coordinator=True, silent_after=3.0)
+    stopped, first = local.workers[2], local.workers[0]
+    wait_for_step(local, stopped, KILLED_AFTER)
+    deadline = time.monotonic() + 120
+    with stopped.paused():
+        while not (short := [h for h in first.events("heal") if h["present"] == 2]) or (
+            first.last_step() < short[0]["step"] + 10
+        ):
+            assert time.monotonic() < deadline and first.proc.poll() is None, local.logs()
+            time.sleep(0.05)
+    assert local.wait(600) == [0, 0, 0], local.logs()
+
+    for r in local.workers:
+        assert not r.events("recover"), local.logs()
+        assert [d["step"] for d in r.events("done")] == [160], local.logs()
+    for r in local.workers[:2]:
+        assert [h["present"] for h in r.events("heal")] == [2, 3], local.logs()  # short of worker 2, then whole
+    assert local.coordinator is not None
+    reasons = [e["reason"] for e in local.coordinator.events("group-broken")]
+    assert any(why.startswith("rank 2 silent") for why in reasons), reasons
+    trained = [e["step"] for e in stopped.events() if "loss" in e and e["loss"] == e["loss"]]  # NaN: a void step
+    assert trained == sorted(set(trained)) and trained[-1] == 160, trained
 
 
 @pytest.mark.parametrize(

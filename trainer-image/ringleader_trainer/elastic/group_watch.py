@@ -14,7 +14,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ringleader_trainer.elastic.store_keys import CONNECT_SECONDS, broken_key, news_key, tell_lost
+from ringleader_trainer.elastic.store_keys import (
+    CONNECT_SECONDS,
+    PULSE_SECONDS,
+    broken_key,
+    news_key,
+    pulse_key,
+    tell_lost,
+)
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.exitcodes import one_line
 from ringleader_trainer.logs import log_json
@@ -31,7 +38,10 @@ class GroupWatch:
     thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
     the store, which worker 0 or the job's coordinator hosts, is gone), shuts down the group's connections: gloo
     then fails every pending operation on them here, and on the other end, as if this rank had been lost.
-    Shutting them down, not closing them, leaves gloo's threads their sockets until the group is dropped."""
+    Shutting them down, not closing them, leaves gloo's threads their sockets until the group is dropped.
+
+    Where the job has a coordinator, the same thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
+    while it watches: the coordinator tells the group broken when a member's pulse stops."""
 
     SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
 
@@ -75,9 +85,12 @@ class GroupWatch:
                 timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
             )  # fmt: skip
             key = news_key(self.incarnation)
+            pulse = pulse_key(env.global_rank) if env.rendezvous is not None else None
             while not self.ended.is_set():
+                if pulse is not None:
+                    client.add(pulse, 1)
                 try:
-                    client.wait([key], datetime.timedelta(seconds=self.SLICE))
+                    client.wait([key], datetime.timedelta(seconds=self.SLICE if pulse is None else PULSE_SECONDS))
                 except dist.DistStoreError as e:
                     if "timeout" not in str(e).lower():
                         raise

@@ -21,8 +21,10 @@ from ringleader_trainer.elastic.store_keys import (
     arrivals_key,
     candidates_key,
     formed_key,
+    left_key,
     news_key,
     next_key,
+    pulse_key,
     quorum_key,
     roster_key,
     tell_lost,
@@ -78,27 +80,21 @@ class Rendezvous:
         rank's last group but one member (the survivors of a loss train on while the lost ranks are replaced).
         `roster` then names its members (global ranks, in order: a member's rank in the group is its place there;
         worker 0, when it hosts the store, is always first)."""
-        env, rendezvous_timeout = self.env, self.rendezvous_timeout
-        deadline = time.monotonic() + rendezvous_timeout
-        is_host, me = self.hosts, env.global_rank
-        named = waiting = False  # worker 0 named this join's group; this rank said it waits for the next one
+        env = self.env
+        deadline = time.monotonic() + self.rendezvous_timeout
+        named = waiting = False  # the host named this join's group; this rank said it waits for the next one
         enrolled: str | None = None  # the group this rank came to, told broken if forming it fails
         while True:
             remaining = deadline - time.monotonic()
             try:
                 if remaining <= 0:
-                    raise TimeoutError(f"no group to join in {rendezvous_timeout:g} s")
+                    raise TimeoutError(f"no group to join in {self.rendezvous_timeout:g} s")
                 store = self._connect(remaining)
-                if is_host and not named:
+                if self.hosts and not named:
                     name_next(store)
                     named = True
                 incarnation = store.get(INCARNATION_KEY).decode()
-                roster = _roster(store, incarnation)
-                outside = roster is not None and me not in roster
-                if incarnation in self.tried or outside or store.check([formed_key(incarnation)]):
-                    if incarnation not in self.tried:  # formed, or decided, without this rank
-                        _tell_outsider(store, incarnation, roster, env.global_world_size)
-                        self.tried.add(incarnation)
+                if self._passed_by(store, incarnation):
                     if not waiting:
                         waiting = True
                         log_json(role=env.role, index=env.index, event="rendezvous-wait", group=incarnation)
@@ -110,32 +106,53 @@ class Rendezvous:
                 self.tried.add(incarnation)
                 enrolled = incarnation
                 members = self._enrol(store, incarnation, quorum, deadline)
-                if me not in members:  # came after the host decided: the group will take this rank in next time
+                if env.global_rank not in members:  # came after the host decided: taken in next time
                     _tell_outsider(store, incarnation, members, env.global_world_size)
                     enrolled = None
                     continue
                 self._form(store, incarnation, members)
                 return
             except (dist.DistError, RuntimeError, OSError, TimeoutError) as e:
-                if dist.is_initialized():
-                    dist.destroy_process_group()
-                if enrolled is not None and self.store is not None:  # the host names the next group
-                    with contextlib.suppress(Exception):
-                        tell_lost(self.store, enrolled, "not formed")
-                    enrolled = None
-                if is_host or time.monotonic() >= deadline:
-                    host, port = env.store_address
-                    raise RendezvousError(f"rendezvous with {host}:{port} as rank {me} of "
-                                          f"{env.global_world_size} failed within {rendezvous_timeout:g} s: "
-                                          f"{one_line(e)}") from e  # fmt: skip
-                log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
-                self.store, waiting = None, False  # reconnect: the host may be a new process by now
+                self._failed(e, enrolled, deadline)  # raises when this join is over
+                enrolled, waiting = None, False
                 time.sleep(0.5)
+
+    def _passed_by(self, store: Any, incarnation: str) -> bool:
+        """Whether the group `incarnation` is one this rank cannot join: tried already, or formed or decided
+        without it (then this rank says it waits, once)."""
+        roster = _roster(store, incarnation)
+        outside = roster is not None and self.env.global_rank not in roster
+        if incarnation in self.tried or outside or store.check([formed_key(incarnation)]):
+            if incarnation not in self.tried:
+                _tell_outsider(store, incarnation, roster, self.env.global_world_size)
+                self.tried.add(incarnation)
+            return True
+        return False
+
+    def _failed(self, e: BaseException, enrolled: str | None, deadline: float) -> None:
+        """After a failed try: leave any half-made group, tell the group this rank came to that it did not form
+        (the host names the next), and raise RendezvousError when this rank hosts the store or the time is up;
+        otherwise forget the store (the host may be a new process by the next try)."""
+        env = self.env
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if enrolled is not None and self.store is not None:
+            with contextlib.suppress(Exception):
+                tell_lost(self.store, enrolled, "not formed")
+        if self.hosts or time.monotonic() >= deadline:
+            host, port = env.store_address
+            raise RendezvousError(f"rendezvous with {host}:{port} as rank {env.global_rank} of "
+                                  f"{env.global_world_size} failed within {self.rendezvous_timeout:g} s: "
+                                  f"{one_line(e)}") from e  # fmt: skip
+        log_json(role=env.role, index=env.index, event="rendezvous-retry", reason=one_line(e))
+        self.store = None
 
     def _enrol(self, store: Any, incarnation: str, quorum: int | None, deadline: float) -> list[int]:
         """Say this rank comes to `incarnation` (asking for `quorum`); the roster its host decides (`decide`) once
         enough have."""
         me = self.env.global_rank
+        if self.env.rendezvous is not None:  # every member has a pulse for the coordinator to read
+            store.add(pulse_key(me), 0)
         store.set(world_key(incarnation), str(self.env.global_world_size))  # before it counts as come: the host
         if quorum is not None:  # reads these when the count changes
             store.set(quorum_key(incarnation), str(quorum))
@@ -211,9 +228,13 @@ class Rendezvous:
 
     def depart(self) -> None:
         """Leave the process group for good, without a barrier and without telling anyone (a run whose end
-        is known otherwise: the parameter servers hear DONE from every worker)."""
+        is known otherwise: the parameter servers hear DONE from every worker; the closing barrier). Where the
+        job has a coordinator, this rank says it left, so that its pulse stopping is not taken for a loss."""
         if self.watch is not None:
             self.watch.ended.set()  # no shutdown: the peers are leaving too, and may still be in the group
+            if self.env.rendezvous is not None and self.store is not None:
+                with contextlib.suppress(Exception):  # the coordinator may be gone already (the job ended)
+                    self.store.append(left_key(self.watch.incarnation), f"{self.env.global_rank},")
             self.watch = None
         if dist.is_initialized():
             dist.destroy_process_group()

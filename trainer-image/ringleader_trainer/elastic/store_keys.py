@@ -9,6 +9,8 @@ from typing import Any
 INCARNATION_KEY = "ringleader/incarnation"
 # Seconds a client gives one attempt to connect to the store (its host's name may still point at a lost pod).
 CONNECT_SECONDS = 5.0
+# Seconds between two beats of a rank's pulse (`pulse_key`), and between two looks of the coordinator at them.
+PULSE_SECONDS = 1.0
 
 
 def formed_key(incarnation: str) -> str:
@@ -50,6 +52,19 @@ def world_key(incarnation: str) -> str:
 def arrivals_key(incarnation: str) -> str:
     """How many processes came to `incarnation` (each adds 1 after naming itself in `candidates_key`)."""
     return f"ringleader/{incarnation}/arrivals"
+
+
+def pulse_key(rank: int) -> str:
+    """A counter global rank `rank` adds 1 to every PULSE_SECONDS while it is in a group (its heartbeat), where the
+    job has a coordinator: the coordinator tells a group broken when a member's pulse stops (a stopped process, a
+    lost node: nothing else reports those). Set to 0 before the rank first comes to a group."""
+    return f"ringleader/pulse/{rank}"
+
+
+def left_key(incarnation: str) -> str:
+    """The global ranks that left `incarnation` for good (their training ended), each followed by a comma: their
+    pulses stop, and they are not lost."""
+    return f"ringleader/{incarnation}/left"
 
 
 def next_key(incarnation: str) -> str:
