@@ -4,6 +4,7 @@ the coordinator's watch over a group tells it broken for a silent member, but no
 
 from __future__ import annotations
 
+import datetime
 import threading
 from typing import Any
 
@@ -88,3 +89,14 @@ def test_the_coordinator_tells_a_group_broken_when_a_members_pulse_stops() -> No
 
 def test_a_member_that_left_the_group_for_good_is_not_told_lost() -> None:
     assert watch(left=[2]) == (False, "")
+
+
+def test_a_member_without_a_pulse_is_never_judged_and_never_holds_the_coordinator_up() -> None:
+    """A member whose trainer set no pulse before it came (one from before pulses): the coordinator's reading
+    would wait for a key nobody writes; it makes one, which never moves."""
+    store: Any = dist.HashStore()  # type: ignore[attr-defined]
+    store.set_timeout(datetime.timedelta(seconds=2))  # a read of a missing key would fail after this
+    coordinator = Coordinator(store, silent_after=1.5)
+    threading.Timer(3.0, coordinator.stop.set).start()
+    assert coordinator._watch("g", MEMBERS) is False  # stopped, nobody told lost
+    assert not store.check([broken_key("g")])

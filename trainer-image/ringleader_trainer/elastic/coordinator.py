@@ -115,8 +115,12 @@ class Coordinator:
 
     def _watch(self, incarnation: str, members: list[int]) -> bool:
         """Wait until `incarnation` is broken, telling it so when a member's pulse stops (True), or until `stop`
-        (False). Every member set its pulse before it came (`Rendezvous._enrol`): reading them never waits."""
+        (False). Every member set its pulse before it came (`Rendezvous._enrol`), so reading them never waits; a
+        member that did not (a trainer from before pulses) gets one here, which never moves: it is never judged."""
         keys = [pulse_key(r) for r in members]
+        if not self.store.check(keys):
+            for key in keys:
+                self.store.add(key, 0)
         pulses = Pulses(members, self.store.multi_get(keys), self.silent_after)
         next_look = time.monotonic() + PULSE_SECONDS
         while not self.store.check([broken_key(incarnation)]):
