@@ -58,8 +58,6 @@ def watch(left: list[int]) -> tuple[bool, str]:
     """Run the coordinator's watch over a group of MEMBERS whose rank 2 beats once and stops while the others beat
     on; `left` say they left the group for good. What the watch returned, and why the group broke ("" when not)."""
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
-    for r in MEMBERS:
-        store.add(pulse_key(r), 0)  # as each rank does before it comes (Rendezvous._enrol)
     for r in left:
         store.append(left_key("g"), f"{r},")
     coordinator = Coordinator(store, silent_after=1.5)
@@ -92,8 +90,8 @@ def test_a_member_that_left_the_group_for_good_is_not_told_lost() -> None:
 
 
 def test_a_member_without_a_pulse_is_never_judged_and_never_holds_the_coordinator_up() -> None:
-    """A member whose trainer set no pulse before it came (one from before pulses): the coordinator's reading
-    would wait for a key nobody writes; it makes one, which never moves."""
+    """A member that never beats (a trainer from before pulses): the coordinator's reading would wait for a key
+    nobody writes; it makes one, which never moves."""
     store: Any = dist.HashStore()  # type: ignore[attr-defined]
     store.set_timeout(datetime.timedelta(seconds=2))  # a read of a missing key would fail after this
     coordinator = Coordinator(store, silent_after=1.5)

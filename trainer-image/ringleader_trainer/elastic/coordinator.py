@@ -115,8 +115,8 @@ class Coordinator:
 
     def _watch(self, incarnation: str, members: list[int]) -> bool:
         """Wait until `incarnation` is broken, telling it so when a member's pulse stops (True), or until `stop`
-        (False). Every member set its pulse before it came (`Rendezvous._enrol`), so reading them never waits; a
-        member that did not (a trainer from before pulses) gets one here, which never moves: it is never judged."""
+        (False). A member without a pulse yet (its watch has not beaten: still forming the group, or a trainer from
+        before pulses) gets one here, at 0, so that reading them never waits on a key nobody has written."""
         keys = [pulse_key(r) for r in members]
         if not self.store.check(keys):
             for key in keys:

@@ -24,7 +24,6 @@ from ringleader_trainer.elastic.store_keys import (
     left_key,
     news_key,
     next_key,
-    pulse_key,
     quorum_key,
     roster_key,
     tell_lost,
@@ -151,8 +150,6 @@ class Rendezvous:
         """Say this rank comes to `incarnation` (asking for `quorum`); the roster its host decides (`decide`) once
         enough have."""
         me = self.env.global_rank
-        if self.env.rendezvous is not None:  # every member has a pulse for the coordinator to read
-            store.add(pulse_key(me), 0)
         store.set(world_key(incarnation), str(self.env.global_world_size))  # before it counts as come: the host
         if quorum is not None:  # reads these when the count changes
             store.set(quorum_key(incarnation), str(quorum))

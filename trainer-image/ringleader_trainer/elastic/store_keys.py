@@ -57,7 +57,7 @@ def arrivals_key(incarnation: str) -> str:
 def pulse_key(rank: int) -> str:
     """A counter global rank `rank` adds 1 to every PULSE_SECONDS while it is in a group (its heartbeat), where the
     job has a coordinator: the coordinator tells a group broken when a member's pulse stops (a stopped process, a
-    lost node: nothing else reports those). Set to 0 before the rank first comes to a group."""
+    lost node: nothing else reports those). The coordinator makes it, at 0, for a member that has none yet."""
     return f"ringleader/pulse/{rank}"
 
 
