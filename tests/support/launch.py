@@ -137,8 +137,10 @@ class Rank:
         return max((e["step"] for e in self.events() if "step" in e and "event" not in e), default=0)
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        """The JSON lines this rank logged (only those with event `name` if given)."""
-        lines = [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+        """The JSON lines this rank logged (only those with event `name` if given). Read while the rank runs, its
+        last line may be half written: only lines it ended count."""
+        text = self.stdout
+        lines = [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.startswith("{")]
         return [e for e in lines if name is None or e.get("event") == name]
 
 

@@ -40,8 +40,10 @@ class GroupWatch:
     then fails every pending operation on them here, and on the other end, as if this rank had been lost.
     Shutting them down, not closing them, leaves gloo's threads their sockets until the group is dropped.
 
-    Where the job has a coordinator, the same thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
-    while it watches: the coordinator tells the group broken when a member's pulse stops."""
+    Where the job has a coordinator, a second thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
+    while the watch lasts, on a connection of its own: the coordinator tells the group broken when a member's pulse
+    stops. (Not the watching thread's: its wait would have to time out every beat, and c10d logs two warnings at
+    each such timeout.)"""
 
     SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
 
@@ -58,6 +60,8 @@ class GroupWatch:
         self.down = False  # the connections were shut down (the group is broken, or this rank left it)
         self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
         self.thread.start()
+        if env.rendezvous is not None:
+            threading.Thread(target=self._beat, name=f"pulse-{incarnation[:8]}", daemon=True).start()
 
     def tell(self, store: Any) -> None:
         """Say in the store that this group is broken (where the store is still there to hear it)."""
@@ -80,17 +84,11 @@ class GroupWatch:
     def _run(self) -> None:
         env = self.env
         try:
-            client = dist.TCPStore(  # type: ignore[attr-defined]
-                *env.store_address, is_master=False, wait_for_workers=False,
-                timeout=datetime.timedelta(seconds=CONNECT_SECONDS),
-            )  # fmt: skip
+            client = _client(env)
             key = news_key(self.incarnation)
-            pulse = pulse_key(env.global_rank) if env.rendezvous is not None else None
             while not self.ended.is_set():
-                if pulse is not None:
-                    client.add(pulse, 1)
                 try:
-                    client.wait([key], datetime.timedelta(seconds=self.SLICE if pulse is None else PULSE_SECONDS))
+                    client.wait([key], datetime.timedelta(seconds=self.SLICE))
                 except dist.DistStoreError as e:
                     if "timeout" not in str(e).lower():
                         raise
@@ -108,6 +106,16 @@ class GroupWatch:
                 log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
                 self._shut_down()
 
+    def _beat(self) -> None:
+        """Add 1 to this rank's pulse every PULSE_SECONDS until the watch ends. A store gone is the watching
+        thread's to report: this one just stops."""
+        with contextlib.suppress(Exception):
+            client, pulse = _client(self.env), pulse_key(self.env.global_rank)
+            while True:
+                client.add(pulse, 1)
+                if self.ended.wait(PULSE_SECONDS):
+                    return
+
     def _shut_down(self) -> None:
         for fd, inode in self.sockets.items():
             with contextlib.suppress(OSError):
@@ -116,6 +124,13 @@ class GroupWatch:
                 with _second_handle(fd) as s:
                     s.shutdown(socket.SHUT_RDWR)
         self.sockets, self.down = {}, True
+
+
+def _client(env: RankEnv) -> Any:
+    """A connection of its own to the rendezvous store (a client's waits and adds take turns on one)."""
+    return dist.TCPStore(  # type: ignore[attr-defined]
+        *env.store_address, is_master=False, wait_for_workers=False, timeout=datetime.timedelta(seconds=CONNECT_SECONDS)
+    )
 
 
 def open_sockets() -> set[int]:
