@@ -326,6 +326,26 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     assert trained[-1] == steps
 
 
+def test_a_rank_that_comes_after_the_training_ended_ends_as_done(tmp_path: Path) -> None:
+    """3 workers, minReplicas 2, a coordinator: worker 2 killed at step 30 and started again only once workers 0
+    and 1 trained their last step without it and ended. Its replacement finds their group ended and ends at once
+    as done (exit 0), training nothing (before: it waited out its rendezvous timeout, here 60 s, and failed with
+    RENDEZVOUS_TIMEOUT, and a job waiting for every worker to succeed never did)."""
+    job = job_spec("e", "allreduce", 3)
+    job.spec.workers.min_replicas = 2
+    local = launch(job, [*QUORUM_ARGS, "--rendezvous-timeout", "60"], tmp_path / "run", coordinator=True)
+    late = local.workers[2]
+    wait_for_step(local, late, KILLED_AFTER)
+    late.proc.kill()
+    late.proc.wait()
+    assert [r.proc.wait(timeout=300) for r in local.workers[:2]] == [0, 0], local.logs()
+    late.restart()
+    assert local.wait(120) == [0, 0, 0], local.logs()
+    assert [d["step"] for r in local.workers[:2] for d in r.events("done")] == [160, 160], local.logs()
+    assert late.events("ended-before-joining") and not late.events("done"), local.logs()
+    assert "before this rank could join it (exit 0 OK)" in late.stderr, local.logs()
+
+
 def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(tmp_path: Path) -> None:
     """3 workers, minReplicas 2, a coordinator: worker 2's processes stopped at step 30 (SIGSTOP, as a lost node
     leaves them: no connection closes, nothing fails). Its pulse stops, the coordinator tells the group lost after

@@ -15,7 +15,7 @@ from torch import nn
 
 from ringleader_trainer.checkpoints.training import HEALED_FROM, LAST_CHECKPOINT, load_state
 from ringleader_trainer.elastic import healing, recovery
-from ringleader_trainer.elastic.rendezvous import Rendezvous
+from ringleader_trainer.elastic.rendezvous import Rendezvous, TrainingEnded
 from ringleader_trainer.elastic.stopping import StopSignal, StopVote
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.exitcodes import StrategyUsageError, one_line
@@ -171,6 +171,8 @@ class HealingProtocol:
             try:
                 self.heal(one_line(error))
                 return True
+            except TrainingEnded:
+                raise  # the others trained their last step without this rank: nothing is left to heal into
             except Exception as e:
                 error = e
 

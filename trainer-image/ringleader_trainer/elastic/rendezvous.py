@@ -40,6 +40,15 @@ class RendezvousError(TrainerError):
     exit_code = ExitCode.RENDEZVOUS_TIMEOUT
 
 
+class TrainingEnded(TrainerError):
+    """The job's training ended while this rank waited to join its group (a lost rank's replacement, or a survivor
+    left out, that came after the others trained their last step): nothing is left to train, and the rank ends
+    as done (exit 0). Before, it waited out the rendezvous timeout and failed, and a job waiting for every worker
+    to succeed never did."""
+
+    exit_code = ExitCode.OK
+
+
 # Seconds a rank waits on the store for the next group before looking again (the wait ends as soon as the key is
 # set; each slice that runs out makes torch's store log a warning, hence not every second).
 WAIT_SLICE = 10.0
@@ -94,6 +103,10 @@ class Rendezvous:
                     named = True
                 incarnation = store.get(INCARNATION_KEY).decode()
                 if self._passed_by(store, incarnation):
+                    if _ended(store, incarnation):
+                        log_json(role=env.role, index=env.index, event="ended-before-joining", group=incarnation)
+                        raise TrainingEnded(f"the job's training ended in group {incarnation} before this rank "
+                                            "could join it")  # fmt: skip
                     if not waiting:
                         waiting = True
                         log_json(role=env.role, index=env.index, event="rendezvous-wait", group=incarnation)
@@ -290,6 +303,15 @@ def _roster(store: Any, incarnation: str) -> list[int] | None:
     if not store.check([roster_key(incarnation)]):
         return None
     return _ranks(store.get(roster_key(incarnation)))
+
+
+def _ended(store: Any, incarnation: str) -> bool:
+    """Whether every member of `incarnation` left it for good (`Rendezvous.depart`: their training ended), so that
+    no group will follow it. Only the ranks of a job with a coordinator say they left."""
+    roster = _roster(store, incarnation)
+    if roster is None or not store.check([left_key(incarnation)]):
+        return False
+    return set(roster) <= set(_ranks(store.get(left_key(incarnation))))
 
 
 def _said(store: Any, key: str) -> int | None:

@@ -255,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (code == ExitCode.PEER_LOST and not stopping) or (isinstance(e, Stopped) and not e.signalled):
             # A peer's stop (its pod goes, this one stays): resume from that checkpoint with its replacement.
             recovery.reexec(message, max_recoveries)  # returns only when the recoveries are used up
+        if code == ExitCode.OK:  # TrainingEnded: the job's training ended before this rank could join it
+            emit(f"ringleader-trainer: done: {message} (exit 0 OK)", sys.stderr)
+            return code
         kind = "stopped" if code == ExitCode.STOPPED else "error"
         emit(f"ringleader-trainer: {kind}: {message} (exit {int(code)} {code.name})", sys.stderr)
         if code == ExitCode.CRASH:
