@@ -165,6 +165,11 @@ REPLACEMENT_START = 240.0  # seconds the replacement may take to reach the store
 # A survivor held until the replacement comes (`replace_while_short`) stands for a slow rank, not a lost one: its
 # coordinator gives a pulse this long before it tells a member lost.
 HELD_SILENT_AFTER = 600.0
+# For a worker SIGSTOPped mid-step whose group is broken meanwhile (judged silent, or a peer lost): stopped inside a
+# collective, once continued it may wait out that collective's timeout before it heals (gloo's pending send there
+# does not fail when the group's connections are shut down; docs/trainer.md). A short timeout, and steps slow enough
+# that the others still train long after it.
+STUCK_ARGS = ["--timeout", "15", "--straggler", "0:0.2"]
 
 
 def wait_for_step(local: LocalJob, rank: Rank, step: int) -> None:
@@ -297,7 +302,8 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     job = job_spec("v", strategy, 4)
     job.spec.workers.min_replicas = 2
     steps = 160
-    local = launch(job, [*QUORUM_ARGS, "--timeout", "60"], tmp_path / "run")
+    # Stopped inside a collective, worker 2 may wait out its timeout once let go (`STUCK_ARGS`).
+    local = launch(job, [*QUORUM_ARGS, *STUCK_ARGS], tmp_path / "run")
     held, target = local.workers[2], local.workers[3]
     wait_for_step(local, target, KILLED_AFTER)
     deadline = time.monotonic() + 300
@@ -316,7 +322,10 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
 
     for r in local.workers:
         assert not r.events("recover"), local.logs()  # nobody waited out a collective
-        assert [d["step"] for d in r.events("done")] == [steps], local.logs()
+        # Worker 3's replacement may come after the others trained their last step (its torch import outlasting
+        # them on a loaded machine): it then ends as done having trained nothing.
+        late = r is target and r.events("ended-before-joining")
+        assert [d["step"] for d in r.events("done")] == ([] if late else [steps]), local.logs()
     came_back = [h for h in held.events("heal") if h["source"] is not None]
     assert came_back, local.logs()  # worker 2 was left out, and received the group's state
     before = max(e["step"] for e in held.events() if "loss" in e and e["ts"] < came_back[0]["ts"])
@@ -355,7 +364,8 @@ def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(t
     step trained twice, nobody recovers."""
     job = job_spec("s", "allreduce", 3)
     job.spec.workers.min_replicas = 2
-    local = launch(job, QUORUM_ARGS, tmp_path / "run", coordinator=True, silent_after=3.0)
+    # Stopped inside a collective, worker 2 may wait out its timeout once continued (`STUCK_ARGS`).
+    local = launch(job, [*QUORUM_ARGS, *STUCK_ARGS], tmp_path / "run", coordinator=True, silent_after=3.0)
     stopped, first = local.workers[2], local.workers[0]
     wait_for_step(local, stopped, KILLED_AFTER)
     deadline = time.monotonic() + 120

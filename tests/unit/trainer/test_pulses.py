@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 from ringleader_trainer.elastic.coordinator import Coordinator, Pulses
-from ringleader_trainer.elastic.store_keys import broken_key, left_key, pulse_key
+from ringleader_trainer.elastic.store_keys import broken_key, left_key, news_key, pulse_key, tell_lost
 
 MEMBERS = [0, 2, 3]
 
@@ -98,3 +98,13 @@ def test_a_member_without_a_pulse_is_never_judged_and_never_holds_the_coordinato
     threading.Timer(3.0, coordinator.stop.set).start()
     assert coordinator._watch("g", MEMBERS) is False  # stopped, nobody told lost
     assert not store.check([broken_key("g")])
+
+
+def test_the_first_reason_a_group_is_told_lost_for_stays() -> None:
+    """The members leaving a group the coordinator told lost tell it lost again ("lost"): the coordinator's reason,
+    the one its log gives, stays."""
+    store: Any = dist.HashStore()  # type: ignore[attr-defined]
+    tell_lost(store, "g", "rank 2 silent for 5 s")
+    tell_lost(store, "g", "lost")
+    assert store.get(broken_key("g")) == b"rank 2 silent for 5 s"
+    assert store.get(news_key("g")) == b"lost"

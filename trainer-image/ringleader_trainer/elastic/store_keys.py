@@ -73,6 +73,7 @@ def next_key(incarnation: str) -> str:
 
 
 def tell_lost(store: Any, incarnation: str, reason: str) -> None:
-    """Say in the store that a member of `incarnation` is lost: its members leave it at once (`GroupWatch`)."""
-    store.set(broken_key(incarnation), reason)
+    """Say in the store that a member of `incarnation` is lost: its members leave it at once (`GroupWatch`). The
+    first reason told stays (the members leaving on it tell the group lost again, as "lost")."""
+    store.compare_set(broken_key(incarnation), "", reason)
     store.set(news_key(incarnation), "lost")
