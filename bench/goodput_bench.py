@@ -55,6 +55,7 @@ SUBJECTS = {"checkpoint": ["--recover-from", "checkpoint"], "heal": ["--recover-
 TORCHFT = Path(__file__).parent / "peer" / "torchft"
 STRAGGLE_SECONDS = 0.02  # worker 0 (replica group 0) sleeps this long a step
 WARM_UP_SECONDS = 10.0  # before the first kill: every rank has imported torch and trains
+DYING_SECONDS = 1.0  # a victim's lines this soon after its kill are its dying process's, not its replacement's
 INTERVAL = 100  # checkpoint interval, steps
 MIN_RUNS = 3  # of each subject, for a verdict on their goodput
 SETTLE_SECONDS = 2.0  # after a replacement's first step, before the job's rate counts as full strength
@@ -149,11 +150,13 @@ def rejoined(events: list[dict[str, Any]], at: float, until: float, before: int)
     step line since, both before `until` (the next kill); None if it logged none. The replacement says where it
     continued (`healed`, `resume`), except where there was no checkpoint yet to resume from: then the job began
     again, its first step from 1."""
-    since = [e for e in events if at < e["ts"] < until]
+    # The killed process's child may log a last line or two as it dies (a step, even a heal's): a replacement's
+    # first line comes after a new interpreter imported torch, seconds after the kill.
+    since = [e for e in events if at + DYING_SECONDS < e["ts"] < until]
     stepped = [e for e in since if "step" in e and "event" not in e]
     said = next((e for e in since if e.get("event") in ("healed", "resume")), None)
     if said is not None:
-        # Its first step after it joined (the killed process's child may log a last step as it dies).
+        # Its first step after it joined.
         first = next((e for e in stepped if e["ts"] > said["ts"]), None)
         return None if first is None else (said["step"], first)
     again = next((e for e in stepped if e["step"] <= before), None)  # began again: the first step that went back

@@ -92,6 +92,23 @@ def test_steps_redone_after_going_back_count_in_the_rate_at_full_strength() -> N
     assert figures["goodput"] == pytest.approx((480 - 199) / (10.0 * 50.0), rel=0.02)
 
 
+def test_the_killed_processs_last_lines_are_not_its_replacements() -> None:
+    # Killed at t=20 (step 299 logged just before): its dying child still logs step 299 at t=20.04 and a heal's
+    # `healed` at t=20.05; the replacement heals at t=23 from step 299 and steps from t=24. Before, the dying line
+    # was read as the job going back one step, back at full strength 0.04 s after the kill.
+    before, after = steps(0.0, 20.0, 100, 10.0), steps(24.0, 60.0, 300, 10.0)
+    dying: list[dict[str, Any]] = [
+        {"ts": 20.04, "step": 299},
+        {"ts": 20.05, "event": "healed", "step": 298},
+        {"ts": 20.06, "step": 299},
+    ]
+    replacement = [*before, *dying, {"ts": 23.0, "event": "healed", "step": 299}, *after]
+    job = Job([Logged(before + after), Logged(replacement)])
+    figures = measure(job, [(1, 20.0, "kill")], start=10.0, end=60.0)  # type: ignore[arg-type]
+    assert figures["steps_lost"] == [0]
+    assert figures["kill_to_full_s"] == [pytest.approx(4.0)]
+
+
 def test_no_verdict_from_fewer_than_three_runs_each() -> None:
     one = {"a": [{"goodput": 0.98}], "b": [{"goodput": 0.96}]}
     assert compare(one, "b")["a"]["verdict"] == "no verdict: 1 run(s) each, 3 needed"
