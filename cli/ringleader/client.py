@@ -14,15 +14,10 @@ naming the job, field or file. Jobs are read and written as `ringleader_api` mod
 from __future__ import annotations
 
 import builtins
-import json
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
-from queue import Empty, Queue
 from typing import Any
 
 import urllib3
@@ -34,14 +29,10 @@ from pydantic import ValidationError
 from ringleader_api import GROUP, LABEL_JOB, PLURAL, VERSION, JobPhase, Progress, TrainingJob
 
 from . import diagnose as diagnosis
-from . import logmerge, submission
-from .errors import InvalidSpec, NotFound, NoTrainingJobApi, RingleaderError, WaitTimeout
-from .jobstate import JobState, event_time, rank_of_pod
-
-FINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED)
-LOG_LIMIT_BYTES = 8 * 1024 * 1024  # read of one pod's log: the kubelet stops there (--tail, --since: the newest)
-TOTAL_LOG_BYTES = 256 * 1024 * 1024  # what one `logs` call reads at most, shared by the ranks it reads
-READERS = 8  # pods whose logs are read at once
+from . import logmerge, podlogs, submission
+from .apierrors import api_error, first_line
+from .errors import NotFound, NoTrainingJobApi, RingleaderError, WaitTimeout
+from .jobstate import JobState, event_time
 
 
 class Client:
@@ -67,7 +58,7 @@ class Client:
                 kubeconfig.load_incluster_config()
             except ConfigException:
                 where = kubeconfig_path or "KUBECONFIG or ~/.kube/config"
-                raise RingleaderError(f"no usable kubeconfig ({where}): {_first_line(str(e))}") from None
+                raise RingleaderError(f"no usable kubeconfig ({where}): {first_line(str(e))}") from None
             default_namespace = _incluster_namespace()
         self.namespace = namespace or default_namespace
         self.custom = k8s.CustomObjectsApi()
@@ -233,7 +224,7 @@ class Client:
             if on_change is not None and raw.get("status") != seen:
                 seen = raw.get("status")
                 on_change(job)
-            if job.status.phase in FINAL:
+            if job.status.phase in podlogs.FINAL:
                 return job.status.phase
             if deadline is not None and time.monotonic() >= deadline:
                 phase = job.status.phase.value if job.status.phase else "not started"
@@ -290,150 +281,21 @@ class Client:
         """Every rank's lines (or `rank`'s, e.g. "worker-1"), merged by time, with a marker between two attempts
         of a rank; the last lines of attempts whose pods are gone come from the operator's RankOutput events.
         `follow` streams until the job ends, across the ranks' restarts. A job of more than `max_ranks` ranks has
-        its first `max_ranks` read (a note says so first); the bytes read are bounded (TOTAL_LOG_BYTES)."""
-        state = self.state(name)
-        ranks = state.ranks(rank)
-        if rank is not None and not ranks:
-            raise NotFound(f"trainingjob {name!r} has no rank {rank!r} (ranks look like worker-0, ps-0)")
-        if len(ranks) > max_ranks:
-            note = f"[ringleader] {name} has {len(ranks)} ranks: the first {max_ranks} are shown (--rank, --max-ranks)"
-            yield logmerge.LogLine("", 0, logmerge.EPOCH, note, marker=True)
-            ranks = ranks[:max_ranks]
-        if follow:
-            yield from self._follow(name, ranks, since_seconds, tail)
-            return
-        budget = min(LOG_LIMIT_BYTES, TOTAL_LOG_BYTES // max(1, len(ranks)))
-        pods = {rank_of_pod(p): p for p in state.pods}
-
-        def read(r: str) -> builtins.list[logmerge.LogLine]:
-            pod = pods.get(r)
-            if pod is None:
-                return []
-            return logmerge.parse_lines(r, state.attempt_of(pod), self._read_log(pod, since_seconds, tail, budget))
-
-        with ThreadPoolExecutor(READERS) as pool:
-            current = dict(zip(ranks, pool.map(read, ranks), strict=True))
-        streams = []
-        for r in ranks:
-            now = current[r][0].attempt if current[r] else None
-            streams.append(logmerge.rank_stream([*_kept_lines(state, r, now), current[r]], state.markers(r)))
-        yield from logmerge.merge(streams)
-
-    def _pod_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None, **options: Any) -> Any:
-        """The trainer container's log with each line's time, from `since_seconds` ago or its last `tail` lines."""
-        extra = {k: v for k, v in (("since_seconds", since_seconds), ("tail_lines", tail)) if v is not None}
-        return self.core.read_namespaced_pod_log(
-            pod["metadata"]["name"], self.namespace, container=_trainer_container(pod), timestamps=True,
-            **extra, **options,
-        )  # fmt: skip
-
-    def _read_log(self, pod: dict[str, Any], since_seconds: int | None, tail: int | None, limit: int) -> str:
-        try:
-            text = self._pod_log(pod, since_seconds, tail, limit_bytes=limit, _request_timeout=self.timeout)
-        except ApiException as e:
-            if e.status in (400, 404):  # not started yet (ContainerCreating), or gone since the listing
-                return ""
-            raise _error(e, f"log of pod {pod['metadata']['name']!r}") from None
-        return str(text)
-
-    def _follow(
-        self, name: str, ranks: builtins.list[str], since_seconds: int | None, tail: int | None
-    ) -> Iterator[logmerge.LogLine]:
-        """One thread per rank streams its pod's log, and its next pod's after a restart (by uid), until the job
-        ends; lines are yielded as they arrive."""
-        out: Queue[logmerge.LogLine | None] = Queue(maxsize=10_000)
-        stop = threading.Event()
-        threads = [
-            threading.Thread(target=self._follow_rank, args=(name, r, out, stop, since_seconds, tail), daemon=True)
-            for r in ranks
-        ]
-        for t in threads:
-            t.start()
-        running = len(threads)
-        try:
-            while running:
-                try:
-                    line = out.get(timeout=1.0)
-                except Empty:
-                    continue
-                if line is None:
-                    running -= 1
-                else:
-                    yield line
-        finally:
-            stop.set()
-
-    def _follow_rank(
-        self, name: str, rank: str, out: Queue[logmerge.LogLine | None], stop: threading.Event,
-        since_seconds: int | None, tail: int | None,
-    ) -> None:  # fmt: skip
-        """Stream `rank`'s pod, then each pod that replaces it (a new uid, announced by its marker), until the job
-        has ended and the rank's pod is done. Reads one pod and the job per second while waiting."""
-        seen: set[str] = set()
-        pod_name = f"{name}-{rank}"
-        try:
-            while not stop.is_set():
-                pod = self._pod(pod_name)
-                if pod is not None and pod["metadata"]["uid"] not in seen and _started(pod):
-                    state = self.state(name)
-                    attempt = state.attempt_of(pod)
-                    if seen:  # a restart while following: the marker, with the operator's event when it has one
-                        why = state.markers(rank).get(attempt)
-                        out.put(why or logmerge.marker(rank, attempt, datetime.now(UTC), ""))
-                    else:  # attempts that ended before following began, as `logs` without --follow shows them
-                        markers = {k: m for k, m in state.markers(rank).items() if k <= attempt}
-                        for line in logmerge.rank_stream(_kept_lines(state, rank, attempt), markers):
-                            out.put(line)
-                    seen.add(pod["metadata"]["uid"])
-                    self._stream(pod, rank, attempt, out, stop, since_seconds if len(seen) == 1 else None, tail)
-                    tail = None
-                    continue
-                if _model(self.get_raw(name)).status.phase in FINAL and (pod is None or not _running(pod)):
-                    return
-                stop.wait(1.0)
-        except RingleaderError as e:
-            out.put(logmerge.LogLine(rank, 0, datetime.now(UTC), f"[ringleader] stopped following: {e}", marker=True))
-        finally:
-            out.put(None)
+        its first `max_ranks` read (a note says so first); the bytes read are bounded (podlogs.TOTAL_LOG_BYTES)."""
+        return podlogs.JobLogs(self).lines(name, rank, follow, since_seconds, tail, max_ranks)
 
     def _plain(self, obj: Any) -> Any:
         """A client model as the plain JSON-shaped dicts the rest of the CLI reads."""
         return self.core.api_client.sanitize_for_serialization(obj)
 
-    def _pod(self, name: str) -> dict[str, Any] | None:
+    def read_pod(self, name: str) -> dict[str, Any] | None:
+        """The pod `name` as plain dicts; None where it is gone."""
         try:
             with self._api(f"pod {name!r}"):
                 pod = self.core.read_namespaced_pod(name, self.namespace, _request_timeout=self.timeout)
         except NotFound:
             return None
         return dict(self._plain(pod))
-
-    def _stream(
-        self, pod: dict[str, Any], rank: str, attempt: int, out: Queue[logmerge.LogLine | None],
-        stop: threading.Event, since_seconds: int | None, tail: int | None,
-    ) -> None:  # fmt: skip
-        try:
-            response = self._pod_log(
-                pod, since_seconds, tail, follow=True, _preload_content=False, _request_timeout=(self.timeout, 300)
-            )
-        except ApiException:
-            return
-        pending = b""
-        try:
-            for chunk in response.stream(64 * 1024):
-                if stop.is_set():
-                    return
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if len(pending) > 1024 * 1024:  # one line of a megabyte: shown in pieces rather than held
-                    lines, pending = [*lines, pending], b""
-                for raw in lines:
-                    for line in logmerge.parse_lines(rank, attempt, raw.decode(errors="replace")):
-                        out.put(line)
-        except (urllib3.exceptions.HTTPError, OSError):
-            pass  # the stream broke or idled 300 s: the caller looks at the rank again
-        finally:
-            response.release_conn()
 
     # --- errors -----------------------------------------------------------------------------------------------
 
@@ -447,9 +309,9 @@ class Client:
                     f"the cluster at {self.server} has no TrainingJob API (crd trainingjobs.{GROUP}): install "
                     "Ringleader first (helm install ringleader helm/ringleader)"
                 ) from None
-            raise _error(e, what, self.namespace) from None
+            raise api_error(e, what, self.namespace) from None
         except urllib3.exceptions.HTTPError as e:
-            raise RingleaderError(f"cannot reach the API server at {self.server}: {_first_line(str(e))}") from None
+            raise RingleaderError(f"cannot reach the API server at {self.server}: {first_line(str(e))}") from None
 
     def _serves_trainingjobs(self) -> bool:
         try:
@@ -470,63 +332,8 @@ def _model(raw: dict[str, Any]) -> TrainingJob:
         raise RingleaderError(f"trainingjob {name!r} does not read as ringleader.dev/v1alpha1: {why}") from None
 
 
-def _error(e: ApiException, what: str, namespace: str = "") -> RingleaderError:
-    """The API server's refusal as one line: 404 names the object, 422 the fields."""
-    body: dict[str, Any] = {}
-    with suppress(ValueError):
-        body = json.loads(e.body or "{}")
-    message = body.get("message") or e.reason or f"HTTP {e.status}"
-    if e.status == 404:
-        where = f" in namespace {namespace!r}" if namespace else ""
-        return NotFound(f"{what} not found{where}")
-    if e.status == 422:
-        causes = (body.get("details") or {}).get("causes") or []
-        fields = "; ".join(_cause(c) for c in causes)
-        return InvalidSpec(f"{what} is invalid: {fields or _first_line(message)}")
-    if e.status == 409:
-        return RingleaderError(f"{what} already exists: choose another --name")
-    if e.status in (401, 403):
-        return RingleaderError(f"{what}: {_first_line(message)}")
-    return RingleaderError(f"{what}: HTTP {e.status}: {_first_line(message)}")
-
-
-def _cause(cause: dict[str, Any]) -> str:
-    """One refused field: `spec.workers.replicas: Invalid value: 0: ...` (a rule on the whole object has none)."""
-    field, message = cause.get("field") or "", _first_line(cause.get("message") or "")
-    message = message.removeprefix('Invalid value: "object": ')
-    return f"{field}: {message}" if field and field != "<nil>" else message
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
-
 def _incluster_namespace() -> str:
     try:
         return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or "default"
     except OSError:
         return "default"
-
-
-def _trainer_container(pod: dict[str, Any]) -> str:
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    names = [c.get("name") for c in containers]
-    return "trainer" if "trainer" in names else str(names[0])
-
-
-def _kept_lines(state: JobState, rank: str, before: int | None) -> list[list[logmerge.LogLine]]:
-    """The last lines the operator kept of `rank`'s attempts numbered below `before` (all when None), oldest first."""
-    return [lines for attempt, lines in sorted(state.last_lines(rank).items()) if before is None or attempt < before]
-
-
-def _started(pod: dict[str, Any]) -> bool:
-    """The trainer container has run (its log can be read)."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == _trainer_container(pod) and ((cs.get("state") or {}).keys() & {"running", "terminated"}):
-            return True
-    return False
-
-
-def _running(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Pending", "Running")

@@ -64,7 +64,7 @@ def evict_worker_1(c: Client, core: client.CoreV1Api, name: str) -> None:
     pod = f"{name}-worker-1"
 
     def running() -> bool:
-        found = c._pod(pod)  # None until the operator made it
+        found = c.read_pod(pod)  # None until the operator made it
         return found is not None and found["status"].get("phase") == "Running"
 
     wait_for(f"{pod} running", running, timeout=60)
