@@ -6,37 +6,19 @@ states recorded from real jobs (tests/unit/cli/states/).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ringleader_api import ConditionType, JobPhase, Reason, rank_entries
 
+from . import jobfacts as facts
+from .jobfacts import EXIT_CODES
 from .jobstate import JobState, rank_of_pod
 from .logmerge import rank_order
 
-# The trainer's exit codes (ringleader_trainer.exitcodes, docs/exit-codes.md; a test holds the two together) and
-# the kernel's signal exits a rank meets: what each means for a person.
-EXIT_CODES: dict[int, tuple[str, str]] = {
-    1: ("CRASH", "an uncaught exception in the script or the trainer: the traceback is in the rank's log"),
-    2: (
-        "BAD_ENVIRONMENT",
-        "the environment contract is missing or inconsistent (a launcher that formed another "
-        "world, or RANK/WORLD_SIZE set by hand)",
-    ),
-    3: ("BAD_CONFIG", "the trainer's arguments are invalid (an unknown example, a bad flag)"),
-    4: ("CORRUPT_CHECKPOINT", "a checkpoint exists but cannot be loaded, and no older one can"),
-    200: ("RENDEZVOUS_TIMEOUT", "the rank could not reach worker 0 (the master) or a parameter server in time"),
-    201: ("PEER_LOST", "a collective or parameter-server exchange failed: another rank died or hung"),
-    202: ("STOPPED", "asked to stop, it saved its checkpoint (not a failure)"),
-    134: ("SIGABRT", "the process aborted (a C++ assertion, e.g. in a collective library)"),
-    137: ("SIGKILL", "killed: out of memory (OOMKilled), a failed liveness probe or a kill past the grace period"),
-    139: ("SIGSEGV", "a segmentation fault in native code"),
-    143: ("SIGTERM", "told to stop, and it exited without saving"),
-}
 PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                           "RegistryUnavailable"})  # fmt: skip
-MAX_NAMED = 5  # ranks named per finding; more are counted
 
 
 @dataclass(frozen=True)
@@ -70,7 +52,7 @@ class Diagnosis:
 def diagnose(state: JobState) -> Diagnosis:
     status = state.job.get("status") or {}
     phase = status.get("phase") or "Pending"
-    ended = _condition(state, ConditionType.FAILED) or _condition(state, ConditionType.SUCCEEDED)
+    ended = facts.condition(state, ConditionType.FAILED) or facts.condition(state, ConditionType.SUCCEEDED)
     because = f" ({ended['reason']})" if ended and ended.get("status") == "True" and ended.get("reason") else ""
     findings = [f for rule in RULES for f in rule(state)]
     if not findings:
@@ -86,7 +68,7 @@ def _failed_by(reason: Reason, rule: str, what: str, next_step: str) -> Callable
     evidence, and `next_step`."""
 
     def found(state: JobState) -> list[Finding]:
-        failed = _true(state, ConditionType.FAILED)
+        failed = facts.true_condition(state, ConditionType.FAILED)
         if failed is None or failed.get("reason") != reason:
             return []
         return [Finding(rule, "error", what, failed.get("message", ""), next_step)]
@@ -114,16 +96,16 @@ failure_rule = _failed_by(
 
 
 def oom_killed(state: JobState) -> list[Finding]:
-    ranks = _ranks_where(state, lambda c: c.get("reason") == "OOMKilled", lambda m: "OOMKilled" in m)
+    ranks = facts.ranks_where(state, lambda c: c.get("reason") == "OOMKilled", lambda m: "OOMKilled" in m)
     if not ranks:
         return []
-    limit = _memory_limit(state)
+    limit = facts.memory_limit(state)
     has = f"its memory limit is {limit}" if limit else "it has no memory limit of its own (the node's memory ran out)"
     return [
         Finding(
             "oom-killed",
             "error",
-            f"{_names(ranks)} {'was' if len(ranks) == 1 else 'were'} killed for using more memory than allowed",
+            f"{facts.names(ranks)} {'was' if len(ranks) == 1 else 'were'} killed for using more memory than allowed",
             has,
             "raise resources.limits.memory of the trainer container in spec.workers.template (with requests to match), "
             "or use less memory per rank: a smaller batch, a smaller model, more ranks",
@@ -132,7 +114,7 @@ def oom_killed(state: JobState) -> list[Finding]:
 
 
 def evicted(state: JobState) -> list[Finding]:
-    events = _operator_events(state, Reason.EVICTED)
+    events = facts.operator_events(state, Reason.EVICTED)
     pods = [p for p in state.pods if (p.get("status") or {}).get("reason") == "Evicted"]
     if not events and not pods:
         return []
@@ -141,7 +123,7 @@ def evicted(state: JobState) -> list[Finding]:
         Finding(
             "evicted",
             "warning",
-            f"{_count(len(events) or len(pods), 'pod')} of the job evicted",
+            f"{facts.count(len(events) or len(pods), 'pod')} of the job evicted",
             detail,
             "evicted ranks are recreated without counting against backoffLimit; if the node was short of memory or "
             "disk, give the trainer requests equal to its limits (Guaranteed QoS) so others are evicted first",
@@ -150,14 +132,14 @@ def evicted(state: JobState) -> list[Finding]:
 
 
 def node_lost(state: JobState) -> list[Finding]:
-    events = _operator_events(state, Reason.NODE_LOST)
+    events = facts.operator_events(state, Reason.NODE_LOST)
     if not events:
         return []
     return [
         Finding(
             "node-lost",
             "warning",
-            f"{_count(len(events), 'rank')} lost with {'its' if len(events) == 1 else 'their'} node",
+            f"{facts.count(len(events), 'rank')} lost with {'its' if len(events) == 1 else 'their'} node",
             events[-1].get("message", ""),
             "the ranks are recreated on other nodes (not counted against backoffLimit); if it repeats, look at the "
             "node: kubectl describe node",
@@ -168,7 +150,7 @@ def node_lost(state: JobState) -> list[Finding]:
 def image_pull(state: JobState) -> list[Finding]:
     stuck: dict[str, tuple[str, str]] = {}
     for pod in state.pods:
-        for cs in _container_statuses(pod):
+        for cs in facts.container_statuses(pod):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in PULL_REASONS:
                 stuck[rank_of_pod(pod)] = (cs.get("image", ""), f"{waiting['reason']}: {waiting.get('message', '')}")
@@ -179,7 +161,7 @@ def image_pull(state: JobState) -> list[Finding]:
         Finding(
             "image-pull",
             "error",
-            f"{_names(list(stuck))} cannot pull image {image}",
+            f"{facts.names(list(stuck))} cannot pull image {image}",
             detail.strip(": "),
             "check the image name and tag, that the nodes can reach the registry, and imagePullSecrets in the pod "
             "template",
@@ -188,8 +170,8 @@ def image_pull(state: JobState) -> list[Finding]:
 
 
 def unschedulable(state: JobState) -> list[Finding]:
-    admitted = _condition(state, ConditionType.ADMITTED)
-    if admitted is not None and admitted.get("status") == "False" and not _ended(state):
+    admitted = facts.condition(state, ConditionType.ADMITTED)
+    if admitted is not None and admitted.get("status") == "False" and not facts.ended(state):
         if admitted.get("reason") == Reason.UNSCHEDULABLE:
             return [
                 Finding(
@@ -210,7 +192,7 @@ def unschedulable(state: JobState) -> list[Finding]:
                 "it starts when other pods free the room; lower replicas to start sooner",
             )
         ]
-    failed = _true(state, ConditionType.FAILED)
+    failed = facts.true_condition(state, ConditionType.FAILED)
     if failed is not None and failed.get("reason") == Reason.UNSCHEDULABLE:
         return [
             Finding(
@@ -226,13 +208,13 @@ def unschedulable(state: JobState) -> list[Finding]:
         for p in state.pods for c in (p.get("status") or {}).get("conditions") or []
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
     ]  # fmt: skip
-    if not pending or _ended(state):
+    if not pending or facts.ended(state):
         return []
     return [
         Finding(
             "unschedulable",
             "warning",
-            f"{_names([r for r, _ in pending])} not scheduled",
+            f"{facts.names([r for r, _ in pending])} not scheduled",
             pending[0][1],
             "the scheduler's message says what is short (resources, taints, node selectors)",
         )
@@ -248,7 +230,7 @@ def exit_codes(state: JobState) -> list[Finding]:
         if code and code != 202 and "OOMKilled" not in (info.get("lastMessage") or ""):
             by_code.setdefault(int(code), set()).add(rank)
     for pod in state.pods:
-        for cs in _container_statuses(pod):
+        for cs in facts.container_statuses(pod):
             term = (cs.get("state") or {}).get("terminated") or {}
             if term.get("exitCode") and term.get("reason") != "OOMKilled" and term["exitCode"] != 202:
                 by_code.setdefault(int(term["exitCode"]), set()).add(rank_of_pod(pod))
@@ -257,18 +239,18 @@ def exit_codes(state: JobState) -> list[Finding]:
         name, meaning = EXIT_CODES.get(code, ("", "the program's own exit code"))
         label = f" ({name})" if name else ""
         first = sorted(ranks, key=rank_order)[0]
-        said = _last_line(state, first)
+        said = facts.last_line(state, first)
         findings.append(Finding(
-            f"exit-{code}" if name else "exit-code", "error" if _failed_by_ranks(state) else "warning",
-            f"{_names(sorted(ranks, key=rank_order))} exited with code {code}{label}",
+            f"exit-{code}" if name else "exit-code", "error" if facts.failed_by_ranks(state) else "warning",
+            f"{facts.names(sorted(ranks, key=rank_order))} exited with code {code}{label}",
             meaning + (f"; {first}'s last line: {said}" if said else ""), _exit_next(state, code, first),
         ))  # fmt: skip
     return findings
 
 
 def stalled(state: JobState) -> list[Finding]:
-    cond = _true(state, ConditionType.STALLED)
-    failed = _true(state, ConditionType.FAILED)
+    cond = facts.true_condition(state, ConditionType.STALLED)
+    failed = facts.true_condition(state, ConditionType.FAILED)
     if cond is None and not (failed and failed.get("reason") == Reason.STALL_LIMIT):
         return []
     message = (cond or failed or {}).get("message", "")
@@ -309,7 +291,7 @@ def failure_class(state: JobState) -> list[Finding]:
     return [
         Finding(
             "failure-class",
-            "error" if _true(state, ConditionType.FAILED) else "warning",
+            "error" if facts.true_condition(state, ConditionType.FAILED) else "warning",
             f"{rank} failed first{where}{at}: {kind}",
             str(last.get("evidence", "")),
             CLASS_NEXT[kind].format(node=node or "NODE", job=state.name, rank=rank),
@@ -319,7 +301,7 @@ def failure_class(state: JobState) -> list[Finding]:
 
 def progress_unavailable(state: JobState) -> list[Finding]:
     """Stalled Unknown: the operator cannot read the job's progress, so its progress deadline is not acted on."""
-    cond = _condition(state, ConditionType.STALLED)
+    cond = facts.condition(state, ConditionType.STALLED)
     if cond is None or cond.get("status") != "Unknown":
         return []
     return [
@@ -335,7 +317,7 @@ def progress_unavailable(state: JobState) -> list[Finding]:
 
 
 def straggler(state: JobState) -> list[Finding]:
-    cond = _true(state, ConditionType.STRAGGLER)
+    cond = facts.true_condition(state, ConditionType.STRAGGLER)
     if cond is None:
         return []
     return [
@@ -366,7 +348,7 @@ def suspended(state: JobState) -> list[Finding]:
 def pod_warnings(state: JobState) -> list[Finding]:
     """Warnings about the job's pods the rules above do not explain (a volume that does not mount, a sandbox that
     fails, a container that keeps crashing): the newest of each reason, while the job has not ended."""
-    if _ended(state):
+    if facts.ended(state):
         return []
     covered = {"Failed", "BackOff", "FailedScheduling"}  # told by image-pull, exit codes and unschedulable
     newest: dict[str, dict[str, Any]] = {}
@@ -402,89 +384,6 @@ def _healthy(state: JobState, phase: str) -> Finding:
                    f"ringleader describe {state.name} shows each rank")  # fmt: skip
 
 
-def _condition(state: JobState, kind: ConditionType) -> dict[str, Any] | None:
-    for c in (state.job.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return dict(c)
-    return None
-
-
-def _true(state: JobState, kind: ConditionType) -> dict[str, Any] | None:
-    c = _condition(state, kind)
-    return c if c is not None and c.get("status") == "True" else None
-
-
-def _ended(state: JobState) -> bool:
-    return _true(state, ConditionType.SUCCEEDED) is not None or _true(state, ConditionType.FAILED) is not None
-
-
-def _failed_by_ranks(state: JobState) -> bool:
-    failed = _true(state, ConditionType.FAILED)
-    return failed is not None and failed.get("reason") in (Reason.FAILED, Reason.BACKOFF_LIMIT, Reason.FAILURE_RULE)
-
-
-def _container_statuses(pod: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    status = pod.get("status") or {}
-    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-
-
-def _ranks_where(
-    state: JobState, terminated: Callable[[dict[str, Any]], bool], message: Callable[[str], bool]
-) -> list[str]:
-    """Ranks whose pod (now, or last time: lastState) terminated as `terminated` says, or whose recorded restart
-    or the job's Failed condition says `message`."""
-    ranks: set[str] = set()
-    for pod in state.pods:
-        for cs in _container_statuses(pod):
-            for where in ("state", "lastState"):
-                if terminated((cs.get(where) or {}).get("terminated") or {}):
-                    ranks.add(rank_of_pod(pod))
-    for rank, info in rank_entries((state.job.get("status") or {}).get("ranks") or {}).items():
-        if message(info.get("lastMessage") or ""):
-            ranks.add(rank)
-    failed = _true(state, ConditionType.FAILED)
-    if failed is not None and message(failed.get("message") or ""):
-        ranks.update(_ranks_named(state, failed.get("message") or ""))
-    return sorted(ranks, key=rank_order)
-
-
-def _ranks_named(state: JobState, message: str) -> list[str]:
-    return [f"{role}-{i}" for role, i in re.findall(rf"{re.escape(state.name)}-(worker|ps)-(\d+)", message)]
-
-
-def _memory_limit(state: JobState) -> str:
-    """The first memory limit of a container of the job's pods, else of its workers' template."""
-    template = (((state.job.get("spec") or {}).get("workers") or {}).get("template") or {}).get("spec") or {}
-    for spec in [*((pod.get("spec") or {}) for pod in state.pods), template]:
-        for c in spec.get("containers") or []:
-            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
-            if limit:
-                return str(limit)
-    return ""
-
-
-# The trainer's exit record (its last line, for the operator: docs/exit-codes.md) is not what a person wrote last.
-EXIT_RECORD = '{"event": "exit"'
-
-
-def _last_line(state: JobState, rank: str) -> str:
-    """The last line the rank's newest failed attempt wrote (the operator's RankOutput event) before its exit
-    record, or ""."""
-    kept = state.last_lines(rank)
-    if not kept:
-        return ""
-    lines = [
-        line.text for line in kept[max(kept)]
-        if not line.marker and line.text.strip() and not line.text.lstrip().startswith(EXIT_RECORD)
-    ]  # fmt: skip
-    return lines[-1].strip() if lines else ""
-
-
-def _operator_events(state: JobState, reason: str) -> list[dict[str, Any]]:
-    return [e for e in state.events if e.get("reason") == reason
-            and (e.get("involvedObject") or {}).get("kind") == "TrainingJob"]  # fmt: skip
-
-
 def _exit_next(state: JobState, code: int, rank: str) -> str:
     logs = f"ringleader logs {state.name} --rank {rank}"
     if code == 200:
@@ -495,13 +394,3 @@ def _exit_next(state: JobState, code: int, rank: str) -> str:
     if code == 2:
         return f"start the script as the examples do (python or torchrun with no options): {logs}"
     return f"its last lines say why: {logs}"
-
-
-def _names(ranks: list[str]) -> str:
-    """`worker-1`, `worker-1, worker-2`, `worker-0, ..., worker-4 and 7 more`."""
-    shown = ", ".join(ranks[:MAX_NAMED])
-    return f"{shown} and {len(ranks) - MAX_NAMED} more" if len(ranks) > MAX_NAMED else shown
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'' if n == 1 else 's'}"

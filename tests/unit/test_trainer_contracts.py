@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ringleader.diagnose import EXIT_RECORD
+from ringleader.jobfacts import EXIT_RECORD
 from ringleader_api import RestartPolicy
 from ringleader_operator import evidence, progress
 from ringleader_operator.failures import STOPPED_EXIT_CODE, Decision, Failure, Kind, classify, decide_restart

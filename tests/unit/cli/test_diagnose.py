@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ringleader.diagnose import EXIT_CODES, RULES, diagnose
+from ringleader.diagnose import RULES, diagnose
+from ringleader.jobfacts import EXIT_CODES
 from ringleader.jobstate import JobState
 from ringleader_trainer.exitcodes import ExitCode
 
