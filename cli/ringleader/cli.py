@@ -43,6 +43,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS", help="per API request")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _submit_parser(sub)
+    w = sub.add_parser("watch", help="follow a job's progress to its end; exits with its outcome")
+    w.add_argument("name")
+    w.add_argument("--timeout", type=_duration, help="give up after this long (30s, 10m, 2h)")
+
+    _logs_parser(sub)
+    for name, text in (("describe", "one screen: phase, progress, ranks, recent events"),
+                       ("delete", "delete a job (its pods and script go with it)"),
+                       ("suspend", "suspend a job (its ranks save and stop)"),
+                       ("resume", "resume a suspended job from its checkpoint")):  # fmt: skip
+        sub.add_parser(name, help=text).add_argument("name")
+    d = sub.add_parser("diagnose", help="why a job failed or does not run, and what to do")
+    d.add_argument("name", nargs="?")
+    d.add_argument("--save-state", metavar="FILE", help="also write the job state read (JSON)")
+    d.add_argument("--from-state", metavar="FILE", help="diagnose a state written by --save-state")
+    sub.add_parser("list", help="the namespace's jobs")
+    _scale_and_convert_parsers(sub)
+    return p
+
+
+def _submit_parser(sub: Any) -> None:
     s = sub.add_parser(
         "submit", help="run a Python script as a TrainingJob (script in a ConfigMap)",
         usage="%(prog)s SCRIPT [options] [-- SCRIPT_ARGS ...]",
@@ -74,10 +95,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="print the ConfigMap and TrainingJob as YAML; create nothing")
     s.add_argument("--watch", action="store_true", help="follow the job to its end (as `watch`)")
 
-    w = sub.add_parser("watch", help="follow a job's progress to its end; exits with its outcome")
-    w.add_argument("name")
-    w.add_argument("--timeout", type=_duration, help="give up after this long (30s, 10m, 2h)")
 
+def _logs_parser(sub: Any) -> None:
     lg = sub.add_parser("logs", help="every rank's log lines merged by time")
     lg.add_argument("name")
     lg.add_argument("--rank", help="one rank: worker-0, worker-1, ..., ps-0")
@@ -88,19 +107,6 @@ def parser() -> argparse.ArgumentParser:
     lg.add_argument("--max-ranks", type=_positive, default=logmerge.MAX_RANKS,
                     help=f"ranks read at most, the first ones ({logmerge.MAX_RANKS})")  # fmt: skip
     lg.add_argument("--timestamps", action="store_true", help="each line's time")
-
-    for name, text in (("describe", "one screen: phase, progress, ranks, recent events"),
-                       ("delete", "delete a job (its pods and script go with it)"),
-                       ("suspend", "suspend a job (its ranks save and stop)"),
-                       ("resume", "resume a suspended job from its checkpoint")):  # fmt: skip
-        sub.add_parser(name, help=text).add_argument("name")
-    d = sub.add_parser("diagnose", help="why a job failed or does not run, and what to do")
-    d.add_argument("name", nargs="?")
-    d.add_argument("--save-state", metavar="FILE", help="also write the job state read (JSON)")
-    d.add_argument("--from-state", metavar="FILE", help="diagnose a state written by --save-state")
-    sub.add_parser("list", help="the namespace's jobs")
-    _scale_and_convert_parsers(sub)
-    return p
 
 
 def _scale_and_convert_parsers(sub: Any) -> None:
