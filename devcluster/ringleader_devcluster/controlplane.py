@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import servicenet
 from .commands import (
@@ -41,6 +42,24 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 # it where it is served (--gang-backend auto).
 FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
 RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
+
+
+def _apiserver_patch(layout: Layout) -> dict[str, Any]:
+    """kube-apiserver's options beyond kwokctl's. The real node's kubelet authenticates the API server by its
+    client certificate and is reached at its InternalIP (its Hostname address is not resolvable here). The API
+    server listens on every address (TLS, authenticated; the rest of the control plane stays on loopback) because
+    the `kubernetes` Service's endpoint is this machine's address, where kube-proxy sends pods of the real node;
+    its service range is written out because servicenet.py relies on it."""
+    return {
+        "name": "kube-apiserver",
+        "extraArgs": [
+            {"key": "bind-address", "value": "0.0.0.0", "override": True},
+            {"key": "service-cluster-ip-range", "value": servicenet.SERVICE_CIDR},
+            {"key": "kubelet-client-certificate", "value": str(layout.pki / "admin.crt")},
+            {"key": "kubelet-client-key", "value": str(layout.pki / "admin.key")},
+            {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
+        ],
+    }
 
 
 def _kwokctl_config(layout: Layout) -> Path:
@@ -80,21 +99,7 @@ def _kwokctl_config(layout: Layout) -> Path:
         },
         "componentsPatches": [
             {"name": "kwok-controller", "extraArgs": override},
-            # The real node's kubelet authenticates the API server by its client certificate and is reached at
-            # its InternalIP (its Hostname address is not resolvable here). The API server listens on every
-            # address (TLS, authenticated; the rest of the control plane stays on loopback) because the
-            # `kubernetes` Service's endpoint is this machine's address, where kube-proxy sends pods of the
-            # real node; its service range is written out because servicenet.py relies on it.
-            {
-                "name": "kube-apiserver",
-                "extraArgs": [
-                    {"key": "bind-address", "value": "0.0.0.0", "override": True},
-                    {"key": "service-cluster-ip-range", "value": servicenet.SERVICE_CIDR},
-                    {"key": "kubelet-client-certificate", "value": str(layout.pki / "admin.crt")},
-                    {"key": "kubelet-client-key", "value": str(layout.pki / "admin.key")},
-                    {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
-                ],
-            },
+            _apiserver_patch(layout),
             # Kubernetes' defaults, written out: the failover tests rely on them.
             {"name": "kube-controller-manager", "extraArgs": node_monitoring},
         ],

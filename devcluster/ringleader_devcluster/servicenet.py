@@ -97,26 +97,7 @@ def api_objects(address: str) -> list[dict[str, Any]]:
     labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
     ports = [("dns", "UDP"), ("dns-tcp", "TCP")]
     return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "system:coredns"},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["endpoints", "services", "pods", "namespaces"],
-                    "verbs": ["list", "watch"],
-                },
-                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "system:coredns"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}],
-        },
+        *_coredns_rbac(),
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -141,6 +122,32 @@ def api_objects(address: str) -> list[dict[str, Any]]:
             "addressType": "IPv4",
             "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
             "ports": [{"name": n, "protocol": p, "port": DNS_PORT} for n, p in ports],
+        },
+    ]
+
+
+def _coredns_rbac() -> list[dict[str, Any]]:
+    """CoreDNS's read-only ClusterRole and its binding to the user its kubeconfig names."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "system:coredns"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"],
+                },
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}],
         },
     ]
 

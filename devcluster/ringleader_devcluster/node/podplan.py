@@ -222,20 +222,7 @@ def _container_plan(
         )
     env = resolve_env(inputs, container)
     argv = tuple(expand_vars(a, env) for a in command + args)
-    mounts = []
-    for m in container.get("volumeMounts") or []:
-        if m["name"] not in volume_names:
-            raise UnsupportedPod(
-                "InvalidVolumeMount", f"container {name!r}: volumeMount of unknown volume {m['name']!r}"
-            )
-        mounts.append(
-            VolumeMount(
-                volume=m["name"],
-                mount_path=m["mountPath"],
-                sub_path=m.get("subPath", ""),
-                read_only=bool(m.get("readOnly")),
-            )
-        )
+    mounts = _mounts(name, container, volume_names)
     try:
         probes = {k: parse_probe(container.get(f"{k}Probe"), container) for k in ("startup", "readiness", "liveness")}
     except InvalidProbe as e:
@@ -250,7 +237,7 @@ def _container_plan(
         argv=argv,
         env=env,
         working_dir=container.get("workingDir", ""),
-        mounts=tuple(mounts),
+        mounts=mounts,
         run_as_user=run_as_user,
         run_as_group=run_as_group,
         gpus=_gpus(container),
@@ -261,6 +248,25 @@ def _container_plan(
         liveness=None if init else probes["liveness"],
         logs_on_error=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
     )
+
+
+def _mounts(name: str, container: Mapping[str, Any], volume_names: set[str]) -> tuple[VolumeMount, ...]:
+    """The container's volume mounts; UnsupportedPod for one of a volume the pod does not have."""
+    mounts = []
+    for m in container.get("volumeMounts") or []:
+        if m["name"] not in volume_names:
+            raise UnsupportedPod(
+                "InvalidVolumeMount", f"container {name!r}: volumeMount of unknown volume {m['name']!r}"
+            )
+        mounts.append(
+            VolumeMount(
+                volume=m["name"],
+                mount_path=m["mountPath"],
+                sub_path=m.get("subPath", ""),
+                read_only=bool(m.get("readOnly")),
+            )
+        )
+    return tuple(mounts)
 
 
 def plan_pod(
