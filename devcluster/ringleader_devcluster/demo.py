@@ -209,6 +209,11 @@ def main(argv: list[str] | None = None) -> None:
     spent = {"images pushed": pushed - t0, "operator installed": installed - pushed,
              "job from apply to Succeeded": time.monotonic() - applied}  # fmt: skip
     say("time: " + ", ".join(f"{what} {seconds:.1f}s" for what, seconds in spent.items()))
+    _next_steps(layout, ns, name)
+
+
+def _next_steps(layout: Layout, ns: str, name: str) -> None:
+    """What to try next, with the commands pointed at the dev cluster and the demo's job."""
     print(
         f"""
 Look around with the ringleader CLI (docs/cli.md; anywhere else: pip install ./api ./cli) and kubectl, both
