@@ -34,11 +34,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ringleader_trainer.elastic.rendezvous import QUORUM_SETTLE_SECONDS, decide, name_next
+from ringleader_trainer.elastic.rendezvous import QUORUM_SETTLE_SECONDS, decide, left, name_next
 from ringleader_trainer.elastic.store_keys import (
     PULSE_SECONDS,
     broken_key,
-    left_key,
     pulse_key,
     roster_key,
     tell_lost,
@@ -127,9 +126,9 @@ class Coordinator:
             if time.monotonic() >= next_look:
                 next_look = time.monotonic() + PULSE_SECONDS
                 silent = pulses.look(self.store.multi_get(keys), time.monotonic())
-                if silent and self.store.check([left_key(incarnation)]):  # those done training are not lost
-                    left = self.store.get(left_key(incarnation)).decode().split(",")
-                    silent = [r for r in silent if str(r) not in left]
+                if silent:  # those done training are not lost
+                    done = left(self.store, incarnation)
+                    silent = [r for r in silent if r not in done]
                 if silent:
                     named = ",".join(map(str, silent[:NAMED_AT_MOST])) + ("..." if len(silent) > NAMED_AT_MOST else "")
                     tell_lost(self.store, incarnation, f"rank {named} silent for {self.silent_after:g} s")

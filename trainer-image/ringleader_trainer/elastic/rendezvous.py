@@ -309,9 +309,14 @@ def _ended(store: Any, incarnation: str) -> bool:
     """Whether every member of `incarnation` left it for good (`Rendezvous.depart`: their training ended), so that
     no group will follow it. Only the ranks of a job with a coordinator say they left."""
     roster = _roster(store, incarnation)
-    if roster is None or not store.check([left_key(incarnation)]):
-        return False
-    return set(roster) <= set(_ranks(store.get(left_key(incarnation))))
+    return roster is not None and set(roster) <= left(store, incarnation)
+
+
+def left(store: Any, incarnation: str) -> set[int]:
+    """The global ranks that said they left `incarnation` for good (`Rendezvous.depart`)."""
+    if not store.check([left_key(incarnation)]):
+        return set()
+    return set(_ranks(store.get(left_key(incarnation))))
 
 
 def _said(store: Any, key: str) -> int | None:
