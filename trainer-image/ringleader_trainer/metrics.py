@@ -170,6 +170,7 @@ class TrainerMetrics:
         """This rank's training continues from `step` (at its start, a resume or a heal): its step as of now."""
         self.step.set(step)
         self.place.step = step
+        self.place.started = 0.0  # an exchange a lost peer failed is over (not one to be stuck in: elastic/rescue.py)
         self.resumed_step.set(step)
         self.resumed_at.set(time.time())
 

@@ -46,6 +46,7 @@ from ringleader_trainer.checkpoints.training import TrainingCheckpointer, agree_
 from ringleader_trainer.elastic import healing
 from ringleader_trainer.elastic.heal_protocol import HealingProtocol
 from ringleader_trainer.elastic.rendezvous import Rendezvous
+from ringleader_trainer.elastic.rescue import Rescue
 from ringleader_trainer.elastic.stopping import Stopped, StopSignal, StopVote
 from ringleader_trainer.env import RankEnv, Role
 from ringleader_trainer.exitcodes import StrategyUsageError
@@ -77,6 +78,9 @@ class Strategy(HealingProtocol):
     # Whether, with spec.workers.minReplicas, the survivors of a loss train on without the lost rank until its
     # replacement joins (a per-step quorum; gradients averaged over the workers present).
     trains_short = False
+    # Whether this strategy's exchanges run on its process group's connections, so that a rank still in one long
+    # after the group broke is stuck and is recovered in place (elastic/rescue.py).
+    exchanges_in_group = True
 
     def __init__(
         self,
@@ -93,6 +97,11 @@ class Strategy(HealingProtocol):
         self.steps_done = 0  # optimizer steps completed, counting those before a resume
         self.communication_rounds = 0  # exchanges of gradients or parameters this process made
         self.metrics = TrainerMetrics()
+        if self.exchanges_in_group:
+            self.rendezvous.rescue = Rescue(
+                self.metrics.place, options.timeout, lambda: options.max_recoveries - self.heals_done,
+                role=env.role, index=env.index,
+            )  # fmt: skip
         # Process groups this strategy also sends and receives in (their members' collective numbers differ
         # by what each sent): the flight recorder's numbers of those are not compared, so not shown.
         self.point_to_point_groups: set[str] = set()

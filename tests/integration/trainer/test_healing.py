@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 from ringleader_trainer.checkpoints import store as ckpt
+from ringleader_trainer.elastic.rescue import RESCUE_SECONDS
 
 from tests.support.launch import LocalJob, Rank, job_spec, launch
 
@@ -166,10 +167,16 @@ REPLACEMENT_START = 240.0  # seconds the replacement may take to reach the store
 # coordinator gives a pulse this long before it tells a member lost.
 HELD_SILENT_AFTER = 600.0
 # For a worker SIGSTOPped mid-step whose group is broken meanwhile (judged silent, or a peer lost): stopped inside a
-# collective, once continued it may wait out that collective's timeout before it heals (gloo's pending send there
-# does not fail when the group's connections are shut down; docs/trainer.md). A short timeout, and steps slow enough
-# that the others still train long after it.
-STUCK_ARGS = ["--timeout", "15", "--straggler", "0:0.2"]
+# collective, once continued it may stay stuck there (gloo's pending send does not fail when the group's connections
+# are shut down) until it recovers in place RESCUE_SECONDS later (elastic/rescue.py). Steps slow enough that the
+# others still train long after that.
+STUCK_ARGS = ["--straggler", "0:0.2"]
+
+
+def recoveries_expected(r: Rank, stopped: Rank) -> int:
+    """The recoveries a worker of a run in which `stopped` was SIGSTOPped mid-step may make: one, by the stopped
+    worker, when it was stuck as above (its "stuck" event); none otherwise."""
+    return 1 if r is stopped and r.events("stuck") else 0
 
 
 def wait_for_step(local: LocalJob, rank: Rank, step: int) -> None:
@@ -302,7 +309,7 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     job = job_spec("v", strategy, 4)
     job.spec.workers.min_replicas = 2
     steps = 160
-    # Stopped inside a collective, worker 2 may wait out its timeout once let go (`STUCK_ARGS`).
+    # Stopped inside a collective, worker 2 may stay stuck there once let go (`STUCK_ARGS`).
     local = launch(job, [*QUORUM_ARGS, *STUCK_ARGS], tmp_path / "run")
     held, target = local.workers[2], local.workers[3]
     wait_for_step(local, target, KILLED_AFTER)
@@ -321,7 +328,7 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
     assert local.wait(600) == [0, 0, 0, 0], local.logs()
 
     for r in local.workers:
-        assert not r.events("recover"), local.logs()  # nobody waited out a collective
+        assert len(r.events("recover")) == recoveries_expected(r, held), local.logs()  # nobody waited out a collective
         # Worker 3's replacement may come after the others trained their last step (its torch import outlasting
         # them on a loaded machine): it then ends as done having trained nothing.
         late = r is target and r.events("ended-before-joining")
@@ -361,10 +368,10 @@ def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(t
     `silent_after`, and workers 0 and 1 form a group of two and train on (before, they waited in the collective
     until its timeout, 300 s, or until a replacement came). Continued, worker 2 finds the group formed without
     it, waits, and is taken in at a step boundary with the group's state: every worker ends at the last step, no
-    step trained twice, nobody recovers."""
+    step trained twice, nobody recovers (but worker 2 once, where it stayed stuck in its collective: STUCK_ARGS)."""
     job = job_spec("s", "allreduce", 3)
     job.spec.workers.min_replicas = 2
-    # Stopped inside a collective, worker 2 may wait out its timeout once continued (`STUCK_ARGS`).
+    # Stopped inside a collective, worker 2 may stay stuck there once continued (`STUCK_ARGS`).
     local = launch(job, [*QUORUM_ARGS, *STUCK_ARGS], tmp_path / "run", coordinator=True, silent_after=3.0)
     stopped, first = local.workers[2], local.workers[0]
     wait_for_step(local, stopped, KILLED_AFTER)
@@ -378,7 +385,7 @@ def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(t
     assert local.wait(600) == [0, 0, 0], local.logs()
 
     for r in local.workers:
-        assert not r.events("recover"), local.logs()
+        assert len(r.events("recover")) == recoveries_expected(r, stopped), local.logs()
         assert [d["step"] for d in r.events("done")] == [160], local.logs()
     for r in local.workers[:2]:
         assert [h["present"] for h in r.events("heal")] == [2, 3], local.logs()  # short of worker 2, then whole
@@ -387,6 +394,41 @@ def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(t
     assert any(why.startswith("rank 2 silent") for why in reasons), reasons
     trained = [e["step"] for e in stopped.events() if "loss" in e and e["loss"] == e["loss"]]  # NaN: a void step
     assert trained == sorted(set(trained)) and trained[-1] == 160, trained
+
+
+STUCK = Path(__file__).parents[2] / "support" / "stuck_trainer.py"
+
+
+def test_a_rank_stuck_in_an_exchange_of_a_broken_group_recovers_in_place(tmp_path: Path) -> None:
+    """3 workers: worker 1's training thread held inside step 30's exchange (the stuck trainer: as a rank
+    continued after a SIGSTOP may stay in a gloo send its group watch shut the connection of), and worker 2 killed
+    meanwhile. Worker 0's collective fails and the group is told broken; worker 1's watch shuts its connections
+    down, and worker 1, still in that exchange RESCUE_SECONDS later, recovers in place (elastic/rescue.py; before,
+    it waited out the collective's timeout, 300 s here, and the others with it). Its fresh process and worker 2's
+    replacement join worker 0, which serves them its state, and every worker ends at the last step."""
+    job = job_spec("k", "allreduce", 3)
+    marker = tmp_path / "stuck"
+    env = {"RINGLEADER_TEST_STUCK": f"1:{KILLED_AFTER}:{marker}"}
+    local = launch(job, QUORUM_ARGS, tmp_path / "run", env_overrides=env, script=STUCK)
+    stuck, target = local.workers[1], local.workers[2]
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert time.monotonic() < deadline and all(r.proc.poll() is None for r in local.ranks), local.logs()
+        time.sleep(0.05)
+    target.proc.kill()
+    target.proc.wait()
+    target.restart()
+    assert local.wait(600) == [0, 0, 0], local.logs()
+
+    for r in local.workers:
+        assert [d["step"] for d in r.events("done")] == [160], local.logs()
+    assert not local.workers[0].events("recover") and not target.events("recover"), local.logs()
+    [held] = stuck.events("stuck")
+    [recovered] = stuck.events("recover")
+    assert recovered["reason"].startswith("stuck "), recovered
+    [broken] = [e for e in stuck.events("group-broken") if e["ts"] < held["ts"]]
+    assert RESCUE_SECONDS <= held["ts"] - broken["ts"] < 300, (broken, held)  # after the grace, before the timeout
+    assert stuck.events("healed") and not stuck.events("resume"), local.logs()  # it received a live state
 
 
 @pytest.mark.parametrize(

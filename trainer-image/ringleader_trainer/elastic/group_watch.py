@@ -10,6 +10,8 @@ import os
 import socket
 import stat
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
@@ -25,6 +27,9 @@ from ringleader_trainer.elastic.store_keys import (
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.exitcodes import one_line
 from ringleader_trainer.logs import log_json
+
+# Called once a broken group's connections are shut down: (when, Unix time; the event set when the rank leaves).
+Rescuer = Callable[[float, threading.Event], None]
 
 
 class GroupWatch:
@@ -43,12 +48,16 @@ class GroupWatch:
     Where the job has a coordinator, a second thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
     while the watch lasts, on a connection of its own: the coordinator tells the group broken when a member's pulse
     stops. (Not the watching thread's: its wait would have to time out every beat, and c10d logs two warnings at
-    each such timeout.)"""
+    each such timeout.)
+
+    `rescue`, when given, is called on the watching thread once it shut a broken group's connections down, with
+    the Unix time it did and `ended` (set when this rank leaves the group): the last resort for a rank stuck in
+    the group anyway (elastic/rescue.py)."""
 
     SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
 
-    def __init__(self, env: RankEnv, incarnation: str, sockets: set[int]) -> None:
-        self.env, self.incarnation = env, incarnation
+    def __init__(self, env: RankEnv, incarnation: str, sockets: set[int], rescue: Rescuer | None = None) -> None:
+        self.env, self.incarnation, self.rescue = env, incarnation, rescue
         # Each descriptor with the socket it held when recorded: once gloo closes a connection (its peer was
         # lost) the number may be reused by another of this rank's connections, which must not be shut down.
         self.sockets = _identities(sockets)
@@ -102,9 +111,12 @@ class GroupWatch:
         else:
             reason = "a member was lost"
         with self.lock:
-            if not self.ended.is_set():
-                log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
-                self._shut_down()
+            if self.ended.is_set():
+                return
+            log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
+            self._shut_down()
+        if self.rescue is not None:
+            self.rescue(time.time(), self.ended)
 
     def _beat(self) -> None:
         """Add 1 to this rank's pulse every PULSE_SECONDS until the watch ends. A store gone is the watching

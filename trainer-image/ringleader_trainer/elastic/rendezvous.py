@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ringleader_trainer.elastic.group_watch import GroupWatch, connection_port, open_sockets
+from ringleader_trainer.elastic.group_watch import GroupWatch, Rescuer, connection_port, open_sockets
 from ringleader_trainer.elastic.store_keys import (
     CONNECT_SECONDS,
     INCARNATION_KEY,
@@ -79,6 +79,7 @@ class Rendezvous:
         self.store: Any = None  # the TCPStore: hosted by worker 0 (without a coordinator), a client elsewhere
         self.hosts = env.rendezvous is None and env.global_rank == 0  # this rank hosts the store and decides
         self.watch: GroupWatch | None = None  # of the group this rank is in
+        self.rescue: Rescuer | None = None  # given to each group's watch (the strategy's: elastic/rescue.py)
         self.roster: list[int] = []  # the global ranks in the group this rank is in, in their order there
         self._others = (env.master_port, env.metrics_port)  # local ports of connections no group of ours owns
 
@@ -208,7 +209,7 @@ class Rendezvous:
         if roster[0] == env.global_rank:  # gloo connected it to every member: the group takes no one new from now on
             store.set(formed_key(incarnation), "1")
         self.roster = roster
-        self.watch = GroupWatch(env, incarnation, self._connections_since(before))
+        self.watch = GroupWatch(env, incarnation, self._connections_since(before), self.rescue)
 
     @contextlib.contextmanager
     def watched(self) -> Iterator[None]:

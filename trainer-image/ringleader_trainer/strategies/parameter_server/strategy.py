@@ -39,6 +39,9 @@ class ParameterServerStrategy(Strategy):
     """Parameters sharded over the PS ranks; workers push gradients and pull parameters every step."""
 
     name = "parameter-server"
+    # A worker's pushes and pulls go to the shards over connections of their own, not the process group's: one
+    # waiting on a shard when the group breaks (a worker lost) rightly waits on.
+    exchanges_in_group = False
 
     def __init__(self, env: RankEnv, options: Options, **kwargs: Any) -> None:
         super().__init__(env, options, **kwargs)
