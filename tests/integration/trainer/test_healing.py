@@ -362,17 +362,23 @@ def test_a_rank_that_comes_after_the_training_ended_ends_as_done(tmp_path: Path)
     assert "before this rank could join it (exit 0 OK)" in late.stderr, local.logs()
 
 
-def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("implementation", ["native", "ring"])
+def test_with_a_coordinator_a_silent_rank_is_told_lost_and_the_others_train_on(
+    tmp_path: Path, implementation: str
+) -> None:
     """3 workers, minReplicas 2, a coordinator: worker 2's processes stopped at step 30 (SIGSTOP, as a lost node
     leaves them: no connection closes, nothing fails). Its pulse stops, the coordinator tells the group lost after
     `silent_after`, and workers 0 and 1 form a group of two and train on (before, they waited in the collective
     until its timeout, 300 s, or until a replacement came). Continued, worker 2 finds the group formed without
     it, waits, and is taken in at a step boundary with the group's state: every worker ends at the last step, no
-    step trained twice, nobody recovers (but worker 2 once, where it stayed stuck in its collective: STUCK_ARGS)."""
+    step trained twice, nobody recovers (but worker 2 once, where it stayed stuck in its collective: STUCK_ARGS).
+    With our ring (`--allreduce ring`) the group's watch fails the ring's own links too (before, the survivors
+    waited on them until the rescue recovered them in place)."""
     job = job_spec("s", "allreduce", 3)
     job.spec.workers.min_replicas = 2
+    args = [*QUORUM_ARGS, *STUCK_ARGS, "--allreduce", implementation]
     # Stopped inside a collective, worker 2 may stay stuck there once continued (`STUCK_ARGS`).
-    local = launch(job, [*QUORUM_ARGS, *STUCK_ARGS], tmp_path / "run", coordinator=True, silent_after=3.0)
+    local = launch(job, args, tmp_path / "run", coordinator=True, silent_after=3.0)
     stopped, first = local.workers[2], local.workers[0]
     wait_for_step(local, stopped, KILLED_AFTER)
     deadline = time.monotonic() + 120

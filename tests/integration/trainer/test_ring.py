@@ -1,11 +1,13 @@
 """Our ring allreduce equals gloo's all_reduce for world sizes 2-5, sizes that do not divide evenly,
 empty and one-element tensors, several dtypes, non-contiguous input and chunking; its links are reused, and
-mismatched calls and silent neighbours raise `RingError`."""
+mismatched calls and silent neighbours raise `RingError`, and a caller blocked on a silent neighbour is woken when its
+group breaks (`fail_all`)."""
 
 from __future__ import annotations
 
 import datetime
 import gc
+import threading
 import time
 import weakref
 
@@ -13,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from ringleader_trainer.strategies.ring import ring_allreduce
-from ringleader_trainer.transport.ring_links import RingError, link_for
+from ringleader_trainer.transport.ring_links import RingError, fail_all, link_for
 
 from tests.support.ranks import run_ranks
 
@@ -100,3 +102,26 @@ def edge_cases_on_rank(rank: int, world: int) -> None:
 
 def test_ring_errors_and_reuse() -> None:
     run_ranks(3, edge_cases_on_rank)
+
+
+def broken_on_rank(rank: int, world: int) -> None:
+    # Rank 1 connects the links and then never calls again (a silent neighbour, as a stopped process is); rank 0,
+    # blocked on it under a 60 s timeout, fails within seconds once its group watch says the group broke.
+    group = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=60))
+    assert isinstance(group, dist.ProcessGroup)
+    ring_allreduce(torch.ones(3), group=group)
+    if rank == 0:
+        threading.Timer(0.5, fail_all, ["the process group broke: a member was lost"]).start()
+        start = time.monotonic()
+        with pytest.raises(
+            RingError, match="ring neighbour links shut down: the process group broke: a member was lost"
+        ):
+            ring_allreduce(torch.ones(3), group=group)
+        assert time.monotonic() - start < 10
+        with pytest.raises(RingError, match="unusable"):  # and the link stays failed
+            ring_allreduce(torch.ones(3), group=group)
+    dist.barrier()
+
+
+def test_a_caller_blocked_on_a_silent_neighbour_fails_when_its_group_breaks() -> None:
+    run_ranks(2, broken_on_rank)

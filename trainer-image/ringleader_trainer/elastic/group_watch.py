@@ -27,6 +27,7 @@ from ringleader_trainer.elastic.store_keys import (
 from ringleader_trainer.env import RankEnv
 from ringleader_trainer.exitcodes import one_line
 from ringleader_trainer.logs import log_json
+from ringleader_trainer.transport import ring_links
 
 # Called once a broken group's connections are shut down: (when, Unix time; the event set when the rank leaves).
 Rescuer = Callable[[float, threading.Event], None]
@@ -42,7 +43,8 @@ class GroupWatch:
     member: the operator replaced its pod, as after a node's loss, where no connection ever reports the loss). A
     thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
     the store, which worker 0 or the job's coordinator hosts, is gone), shuts down the group's connections: gloo
-    then fails every pending operation on them here, and on the other end, as if this rank had been lost.
+    then fails every pending operation on them here, and on the other end, as if this rank had been lost. The
+    ring's own links (`--allreduce ring`), opened after the group formed, are failed with it.
     Shutting them down, not closing them, leaves gloo's threads their sockets until the group is dropped.
 
     Where the job has a coordinator, a second thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
@@ -115,6 +117,7 @@ class GroupWatch:
                 return
             log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
             self._shut_down()
+            ring_links.fail_all(f"the process group broke: {reason}")  # built on this group (no other is yet)
         if self.rescue is not None:
             self.rescue(time.time(), self.ended)
 

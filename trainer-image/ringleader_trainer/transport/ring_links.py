@@ -219,6 +219,17 @@ def link_for(group: dist.ProcessGroup) -> RingLink:
     return link
 
 
+def fail_all(reason: str) -> None:
+    """Fail every ring link of this process with `reason`, waking a caller blocked on one: its process group broke
+    (elastic/group_watch.py). The ring's links open after the group formed, outside the connections the group's
+    watch shuts down; without this a rank waiting on a silent neighbour would wait out the group's timeout."""
+    for link in list(_links.values()):
+        # From another thread: at worst both record an error and shut the link twice. The message names the ring's
+        # neighbours: DDP passes a comm hook's error on as a RuntimeError of its text alone, which healing
+        # recognizes a lost peer's by (healing.BACKEND_FAILURES).
+        link._fail(f"ring neighbour links shut down: {reason}")
+
+
 def _dial(address: str, timeout: float, token: bytes, context: bytes, hello: bytes) -> socket.socket:
     """A connection to the right neighbour at `address` (host:port) that proved the job's token and sent its
     `hello`; RingError (the socket closed) when it cannot be made within `timeout`."""
