@@ -53,9 +53,12 @@ class Rescue:
 
     def __call__(self, shut_at: float, left: threading.Event) -> None:
         wait = grace(self.place.compute)
-        if wait >= self.timeout or left.wait(wait) or not stuck(self.place.started, shut_at):
+        if wait >= self.timeout or left.wait(wait):
             return
-        stuck_for = time.time() - self.place.started
+        started = self.place.started  # read once: the training thread clears it when an exchange ends
+        if not stuck(started, shut_at):
+            return
+        stuck_for = time.time() - started
         reason = (f"stuck {stuck_for:.0f} s in an exchange its group broke under (still {wait:.0f} s after the "
                   "group's connections were shut down)")  # fmt: skip
         log_json(**self.log, event="stuck", seconds=round(stuck_for, 1), grace=round(wait, 1))
