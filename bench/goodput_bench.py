@@ -2,7 +2,7 @@
 seconds, the subjects in one invocation, interleaved (their order alternating from one repetition to the next).
 
     python -m bench.goodput_bench [--seconds 120] [--every 20] [--reps 3] [--workers 4] [--model digits-mlp]
-                                  [--subjects ...] [--no-lose-node] [--more]
+                                  [--subjects ...] [--no-lose-node] [--more] [--keep-logs DIR]
 
 Subjects (the built-in trainer, allreduce, `--workers` ranks as processes on this machine, tests.support.launch):
 - `checkpoint`: `--recover-from checkpoint`, checkpoints every 100 steps: the survivors start a fresh process
@@ -28,7 +28,7 @@ the steps lost (the step logged last before the kill less the step the job conti
 the steps the job kept over what it would have made at full strength in the same wall time. Medians with
 bootstrap intervals (bench/stats.py); nothing is asserted. Results: bench/results/goodput.json
 (`goodput-<model>.json` for another model), written after every run; `--more` adds repetitions to those of
-the same settings.
+the same settings; `--keep-logs DIR` keeps each run's logs for reading (the bench removes them otherwise).
 
 Subjects are chosen with `--subjects` (default all four; `torchft` needs PyPI on the first run, for its venv).
 """
@@ -36,12 +36,15 @@ Subjects are chosen with `--subjects` (default all four; `torchft` needs PyPI on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +224,8 @@ def main() -> None:
                    help="the kill nearest the middle of each run is a node's loss (SIGSTOP)")  # fmt: skip
     p.add_argument("--more", action="store_true",
                    help="add the repetitions to the result file's, if it holds runs of the same settings")  # fmt: skip
+    p.add_argument("--keep-logs", type=Path, metavar="DIR",
+                   help="keep each run's logs (the ranks', the coordinator's) under DIR/<subject>-rep<N>")  # fmt: skip
     args = p.parse_args()
     subjects = [s for s in args.subjects.split(",") if s]
     if unknown := set(subjects) - set(SUBJECTS):
@@ -228,7 +233,7 @@ def main() -> None:
     if "torchft" in subjects:  # its own venv, built once (about 10 s; then a check of a few seconds)
         subprocess.run([str(TORCHFT / "setup.sh")], check=True)
     name = "goodput" if args.model == "digits-mlp" else f"goodput-{args.model}"
-    settings = {k: v for k, v in vars(args).items() if k not in ("reps", "more")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("reps", "more", "keep_logs")}
     settings |= {"warm_up_s": WARM_UP_SECONDS, "checkpoint_interval": INTERVAL, "settle_s": SETTLE_SECONDS}
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in subjects}
     if args.more:
@@ -243,17 +248,31 @@ def main() -> None:
         order = subjects if rep % 2 == 0 else subjects[::-1]  # each subject first as often
         for subject in order:
             probe = import_seconds()  # the machine's speed now: every kill's replacement imports torch
-            with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as root:
-                if subject == "torchft":
-                    result = run_torchft(args, Path(root), rep)
-                else:
-                    result = run(subject, args, Path(root), rep)
+            with run_root(args.keep_logs, subject, rep) as root:
+                result = run_torchft(args, root, rep) if subject == "torchft" else run(subject, args, root, rep)
             runs[subject].append(result | {"torch_import_s": round(probe, 2)})
             print(f"[bench] {subject} rep {rep + 1} (import torch {probe:.1f} s): goodput {result['goodput']:.3f}, "
                   f"steps lost {result['steps_lost']}, kill to full strength "
                   f"{[round(x, 2) for x in result['kill_to_full_s']]} s, node lost {result['node_lost'] or '-'}",
                   flush=True)  # fmt: skip
             save(name, settings | {"reps": rep + 1}, runs)  # every run kept: a long invocation may be cut
+
+
+@contextlib.contextmanager
+def run_root(keep: Path | None, subject: str, rep: int) -> Iterator[Path]:
+    """Where a run writes its checkpoints and logs: a temporary directory, removed after the run; with `keep`
+    (--keep-logs), `keep/<subject>-rep<N>`, emptied first, whose logs stay for reading (its checkpoints go)."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as root:
+            yield Path(root)
+        return
+    root = keep / f"{subject}-rep{rep + 1}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root / "ckpt", ignore_errors=True)
 
 
 def earlier_runs(name: str, settings: dict[str, Any]) -> dict[str, list[dict[str, Any]]] | None:

@@ -4,11 +4,12 @@ is read only while every rank trains, so a run with failures is not judged by it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.goodput_bench import SETTLE_SECONDS, compare, measure
+from bench.goodput_bench import SETTLE_SECONDS, compare, measure, run_root
 
 
 @dataclass
@@ -114,3 +115,18 @@ def test_no_verdict_from_fewer_than_three_runs_each() -> None:
     assert compare(one, "b")["a"]["verdict"] == "no verdict: 1 run(s) each, 3 needed"
     three = {"a": [{"goodput": g} for g in (0.98, 0.97, 0.99)], "b": [{"goodput": g} for g in (0.90, 0.91, 0.92)]}
     assert compare(three, "b")["a"]["verdict"] == "a keeps more"
+
+
+def test_a_runs_logs_are_kept_only_where_asked_and_its_checkpoints_never(tmp_path: Path) -> None:
+    with run_root(None, "heal", 0) as root:
+        (root / "logs").mkdir()
+    assert not root.exists()
+    kept = tmp_path / "kept"
+    (kept / "heal-rep2").mkdir(parents=True)
+    (kept / "heal-rep2" / "stale").write_text("an earlier invocation's")
+    with run_root(kept, "heal", 1) as root:
+        assert root == kept / "heal-rep2" and not (root / "stale").exists()
+        (root / "logs").mkdir()
+        (root / "logs" / "worker-0.out").write_text("{}\n")
+        (root / "ckpt").mkdir()
+    assert (root / "logs" / "worker-0.out").exists() and not (root / "ckpt").exists()
