@@ -263,8 +263,8 @@ def run_root(keep: Path | None, subject: str, rep: int) -> Iterator[Path]:
     """Where a run writes its checkpoints and logs: a temporary directory, removed after the run; with `keep`
     (--keep-logs), `keep/<subject>-rep<N>`, emptied first, whose logs stay for reading (its checkpoints go)."""
     if keep is None:
-        with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as root:
-            yield Path(root)
+        with tempfile.TemporaryDirectory(prefix=f"goodput-{subject}-") as temporary:
+            yield Path(temporary)
         return
     root = keep / f"{subject}-rep{rep + 1}"
     shutil.rmtree(root, ignore_errors=True)
