@@ -1,20 +1,13 @@
 """The rescue of a rank stuck in a broken group (elastic/rescue.py): the grace it gets, when it counts as stuck,
-that it recovers in place only when still stuck after the grace, and that a group watch calls it once it shut a
-broken group's connections down, but not after its rank left the group."""
+and that it recovers in place only when still stuck after the grace (test_group_watch: a watch calls it)."""
 
 from __future__ import annotations
 
-import datetime
 import threading
 import time
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
-import torch.distributed as dist
 from ringleader_trainer.elastic import recovery, rescue
-from ringleader_trainer.elastic.group_watch import GroupWatch
-from ringleader_trainer.elastic.store_keys import tell_lost
 from ringleader_trainer.metrics import RankPlace
 
 
@@ -71,36 +64,3 @@ def test_a_rank_recovers_only_when_still_stuck_after_the_grace(
     assert [limit for _, limit in recovered] == ([7] if recovers else [])
     if recovers:
         assert recovered[0][0].startswith("stuck 5 s in an exchange"), recovered
-
-
-def _store_and_env() -> tuple[Any, Any]:
-    """A rendezvous store hosted here, and the part of a worker's environment a group watch reads."""
-    store: Any = dist.TCPStore(  # type: ignore[attr-defined]
-        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10)
-    )
-    env = SimpleNamespace(
-        role="worker", index=1, global_rank=1, rendezvous=None, store_address=("127.0.0.1", store.port)
-    )
-    return store, env
-
-
-def test_a_group_watch_calls_the_rescue_once_it_shut_a_broken_group_down() -> None:
-    store, env = _store_and_env()
-    called: list[tuple[float, threading.Event]] = []
-    watch = GroupWatch(env, "g", set(), lambda shut_at, left: called.append((shut_at, left)))
-    before = time.time()
-    tell_lost(store, "g", "lost")
-    watch.thread.join(10)
-    assert not watch.thread.is_alive() and watch.down
-    [(shut_at, left)] = called
-    assert before <= shut_at <= time.time() and left is watch.ended
-
-
-def test_a_group_watch_does_not_call_the_rescue_after_its_rank_left_the_group() -> None:
-    store, env = _store_and_env()
-    called: list[float] = []
-    watch = GroupWatch(env, "g", set(), lambda shut_at, left: called.append(shut_at))
-    watch.end()
-    tell_lost(store, "g", "lost")
-    watch.thread.join(10)
-    assert not watch.thread.is_alive() and called == []

@@ -42,10 +42,19 @@ class GroupWatch:
     store (`tell_lost`), and so does a rank that finds the group formed without it (the replacement of a lost
     member: the operator replaced its pod, as after a node's loss, where no connection ever reports the loss). A
     thread waits on the group's news with a connection of its own to the store and, once a loss is told (or
-    the store, which worker 0 or the job's coordinator hosts, is gone), shuts down the group's connections: gloo
-    then fails every pending operation on them here, and on the other end, as if this rank had been lost. The
-    ring's own links (`--allreduce ring`), opened after the group formed, are failed with it.
-    Shutting them down, not closing them, leaves gloo's threads their sockets until the group is dropped.
+    the store, which worker 0 or the job's coordinator hosts, is gone), shuts the group's connections down for
+    reading and holds them open (`_break`): gloo reads the end of each stream, fails every operation pending on
+    it and closes its descriptor, while a peer's send still in flight to this rank completes into the connection,
+    held open, instead of meeting a closed one. That matters because gloo's TCP transport never fails a send it
+    has queued for writing when its connection fails (`Pair::signalException` passes over the unbound buffers of
+    its queued writes): the send waits out the collective's timeout, and so does the rank. A send is queued when
+    the socket cannot take it at once, and a write refused by a connection the peer closed is queued too, silently,
+    until gloo notices the close: in a 3-rank loop of allreduces broken at random moments, a rank was stuck in 4
+    of 42 breaks with each rank closing its connections as soon as it heard of the break, in none of 76 with them
+    held open. A rank leaving the group (`end`) ends them the same way; they are closed (`release`)
+    once the rank's next group formed, when the peers' own watches have long told them; the ring's own links
+    (`--allreduce ring`), opened after the group formed, are failed at the break. Shutting down, not closing,
+    leaves gloo's threads their descriptors.
 
     Where the job has a coordinator, a second thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
     while the watch lasts, on a connection of its own: the coordinator tells the group broken when a member's pulse
@@ -69,6 +78,7 @@ class GroupWatch:
         # descriptors' numbers may be reused by the next group's connections.
         self.lock = threading.Lock()
         self.down = False  # the connections were shut down (the group is broken, or this rank left it)
+        self.held: list[socket.socket] = []  # the connections shut down for reading, held open until this rank leaves
         self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
         self.thread.start()
         if env.rendezvous is not None:
@@ -84,13 +94,27 @@ class GroupWatch:
         with self.lock:
             self.sockets |= _identities(sockets)
             if self.down:
-                self._shut_down()
+                self._break()
 
     def end(self) -> None:
-        """Stop watching (this rank leaves the group), shutting its connections down for the peers' sake."""
+        """Stop watching (this rank leaves the group): its connections end here as at a break, held open until
+        `release` so that a peer still finishing the exchange this rank completed sends into them (the rank tells
+        the store the group is broken: the peers' watches end the group for them)."""
         with self.lock:
             self.ended.set()
-            self._shut_down()
+            self._break()
+
+    def release(self) -> None:
+        """Stop watching, and close the connections a break or `end` held open, both ways (the peers read their
+        end): once the next group formed, or when this rank leaves for good without shutting the group down (its
+        peers leave too, and may still be in it)."""
+        with self.lock:
+            self.ended.set()
+            for held in self.held:
+                with contextlib.suppress(OSError):
+                    held.shutdown(socket.SHUT_RDWR)
+                held.close()
+            self.held = []
 
     def _run(self) -> None:
         env = self.env
@@ -116,7 +140,7 @@ class GroupWatch:
             if self.ended.is_set():
                 return
             log_json(role=env.role, index=env.index, event="group-broken", group=self.incarnation, reason=reason)
-            self._shut_down()
+            self._break()
             ring_links.fail_all(f"the process group broke: {reason}")  # built on this group (no other is yet)
         if self.rescue is not None:
             self.rescue(time.time(), self.ended)
@@ -131,13 +155,16 @@ class GroupWatch:
                 if self.ended.wait(PULSE_SECONDS):
                     return
 
-    def _shut_down(self) -> None:
+    def _break(self) -> None:
+        """Shut the watched connections down for reading, each held open by a second handle (`held`) so that gloo
+        closing its descriptor does not close the connection under a peer's send."""
         for fd, inode in self.sockets.items():
             with contextlib.suppress(OSError):
                 if os.fstat(fd).st_ino != inode:
                     continue  # closed by gloo, and the number reused since
-                with _second_handle(fd) as s:
-                    s.shutdown(socket.SHUT_RDWR)
+                held = _second_handle(fd)
+                self.held.append(held)
+                held.shutdown(socket.SHUT_RD)
         self.sockets, self.down = {}, True
 
 

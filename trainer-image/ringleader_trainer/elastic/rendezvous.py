@@ -79,6 +79,7 @@ class Rendezvous:
         self.store: Any = None  # the TCPStore: hosted by worker 0 (without a coordinator), a client elsewhere
         self.hosts = env.rendezvous is None and env.global_rank == 0  # this rank hosts the store and decides
         self.watch: GroupWatch | None = None  # of the group this rank is in
+        self.left: GroupWatch | None = None  # of the group this rank left last: its connections are held open
         self.rescue: Rescuer | None = None  # given to each group's watch (the strategy's: elastic/rescue.py)
         self.roster: list[int] = []  # the global ranks in the group this rank is in, in their order there
         self._others = (env.master_port, env.metrics_port)  # local ports of connections no group of ours owns
@@ -210,6 +211,7 @@ class Rendezvous:
             store.set(formed_key(incarnation), "1")
         self.roster = roster
         self.watch = GroupWatch(env, incarnation, self._connections_since(before), self.rescue)
+        self._release_left()  # its members that are in this group have left it
 
     @contextlib.contextmanager
     def watched(self) -> Iterator[None]:
@@ -233,22 +235,46 @@ class Rendezvous:
         if self.watch is not None:
             self.watch.end()
             self.watch.tell(self.store)
-            self.watch = None
+            self._release_left()  # a group left before this one and not re-formed since (a join that failed)
+            self.left, self.watch = self.watch, None
         if dist.is_initialized():
+            retire(list(dist.distributed_c10d._world.pg_map), self.timeout)
             dist.destroy_process_group()
+
+    def _release_left(self) -> None:
+        if self.left is not None:
+            self.left.release()
+            self.left = None
 
     def depart(self) -> None:
         """Leave the process group for good, without a barrier and without telling anyone (a run whose end
         is known otherwise: the parameter servers hear DONE from every worker; the closing barrier). Where the
         job has a coordinator, this rank says it left, so that its pulse stopping is not taken for a loss."""
+        self._release_left()
         if self.watch is not None:
-            self.watch.ended.set()  # no shutdown: the peers are leaving too, and may still be in the group
+            self.watch.release()  # no shutdown: the peers are leaving too, and may still be in the group
             if self.env.rendezvous is not None and self.store is not None:
                 with contextlib.suppress(Exception):  # the coordinator may be gone already (the job ended)
                     self.store.append(left_key(self.watch.incarnation), f"{self.env.global_rank},")
             self.watch = None
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def retire(groups: list[Any], hold: float) -> threading.Thread:
+    """Keep `groups` (a broken group, and those built on it) alive for `hold` seconds on a thread of their own,
+    which then drops them: a process group's destructor joins its threads, and one may be held in a send gloo had
+    queued when the group broke, until the collective's timeout (group_watch). Dropped on the training thread (by
+    DDP's `_update_process_group`, where the reducer held the last reference), it stalled the heal, and the peers
+    waiting on this rank, for up to that long; after `hold` (the collective's timeout) any such send has ended."""
+
+    def drop() -> None:
+        time.sleep(hold)
+        groups.clear()  # the last references, unless a strategy still holds one: the destructors run here
+
+    thread = threading.Thread(target=drop, name="retired-groups", daemon=True)
+    thread.start()
+    return thread
 
 
 def decide(
