@@ -335,8 +335,11 @@ def test_a_survivor_left_out_of_the_group_comes_back_at_the_groups_step(tmp_path
         # them on a loaded machine): it then ends as done having trained nothing.
         late = r is target and r.events("ended-before-joining")
         assert [d["step"] for d in r.events("done")] == ([] if late else [steps]), local.logs()
-    came_back = [h for h in held.events("heal") if h["source"] is not None]
-    assert came_back, local.logs()  # worker 2 was left out, and received the group's state
+    # Worker 2 was left out, and received the group's state: healed in place; or, stuck in a send the break had
+    # stranded (a rank stopped mid-collective: group_watch), rescued, its fresh process served as a replacement is.
+    rescued = held.events("stuck") and held.events("healed")
+    came_back = [h for h in held.events("healed" if rescued else "heal") if h["source"] is not None]
+    assert came_back, local.logs()
     before = max(e["step"] for e in held.events() if "loss" in e and e["ts"] < came_back[0]["ts"])
     assert came_back[0]["step"] > before + 1, (before, came_back)  # more than the one step a heal redoes
     trained = [e["step"] for e in held.events() if "loss" in e and e["loss"] == e["loss"]]  # NaN: a void step
