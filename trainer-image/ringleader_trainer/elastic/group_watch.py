@@ -45,9 +45,10 @@ class GroupWatch:
     the store, which worker 0 or the job's coordinator hosts, is gone), shuts the group's connections down for
     reading and holds them open (`_break`): gloo reads the end of each stream, fails every operation pending on
     it and closes its descriptor, while a peer's send still in flight to this rank completes into the connection,
-    held open, instead of meeting a closed one. That matters because gloo's TCP transport never fails a send it
-    has queued for writing when its connection fails (`Pair::signalException` passes over the unbound buffers of
-    its queued writes): the send waits out the collective's timeout, and so does the rank. A send is queued when
+    held open, instead of meeting a closed one (up to what the connection's buffers take: about 4 MB here).
+    That matters because gloo's TCP transport never fails a send it has queued for writing when its connection
+    fails (`Pair::signalException` passes over the unbound buffers of its queued writes): the send waits out the
+    collective's timeout, and so does the rank. A send is queued when
     the socket cannot take it at once, and a write refused by a connection the peer closed is queued too, silently,
     until gloo notices the close: in a 3-rank loop of allreduces broken at random moments, a rank was stuck in 4
     of 42 breaks with each rank closing its connections as soon as it heard of the break, in none of 76 with them
