@@ -169,9 +169,9 @@ HELD_SILENT_AFTER = 600.0
 # For a worker SIGSTOPped mid-step whose group is broken meanwhile (judged silent, or a peer lost): stopped inside a
 # collective, once continued it may stay stuck there (gloo's pending send does not fail when the group's connections
 # are shut down) until it recovers in place RESCUE_SECONDS later (elastic/rescue.py). Steps slow enough that the
-# others still train long after that. A 15 s collective timeout too: a heal of the survivors on this loaded machine
-# once hung in a collective one side had completed (seen once, not yet understood), which the default 300 s would
-# leave past the test's deadlines.
+# others still train long after that. A 15 s collective timeout too: a send gloo stranded at a break (group_watch)
+# is held for the collective's timeout, and the default 300 s would leave a rank in that state past the test's
+# deadlines.
 STUCK_ARGS = ["--timeout", "15", "--straggler", "0:0.2"]
 
 

@@ -48,14 +48,13 @@ class GroupWatch:
     held open, instead of meeting a closed one (up to what the connection's buffers take: about 4 MB here).
     That matters because gloo's TCP transport never fails a send it has queued for writing when its connection
     fails (`Pair::signalException` passes over the unbound buffers of its queued writes): the send waits out the
-    collective's timeout, and so does the rank. A send is queued when
-    the socket cannot take it at once, and a write refused by a connection the peer closed is queued too, silently,
-    until gloo notices the close: in a 3-rank loop of allreduces broken at random moments, a rank was stuck in 4
-    of 42 breaks with each rank closing its connections as soon as it heard of the break, in none of 76 with them
-    held open. A rank leaving the group (`end`) ends them the same way; they are closed (`release`)
-    once the rank's next group formed, when the peers' own watches have long told them; the ring's own links
-    (`--allreduce ring`), opened after the group formed, are failed at the break. Shutting down, not closing,
-    leaves gloo's threads their descriptors.
+    collective's timeout, and so does the rank. A send is queued when the socket cannot take it at once, and a
+    write refused by a connection the peer closed is queued too, silently, until gloo notices the close: in a
+    3-rank loop of allreduces broken at random moments, a rank was stuck in 4 of 42 breaks with each rank closing
+    its connections as soon as it heard of the break, in none of 76 with them held open. A rank leaving the group
+    (`end`) ends them the same way; they are closed (`release`) once the rank's next group formed, when the
+    peers' own watches have long told them; the ring's own links (`--allreduce ring`), opened after the group
+    formed, are failed at the break. Shutting down, not closing, leaves gloo's threads their descriptors.
 
     Where the job has a coordinator, a second thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
     while the watch lasts, on a connection of its own: the coordinator tells the group broken when a member's pulse

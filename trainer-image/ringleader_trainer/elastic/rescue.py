@@ -7,10 +7,9 @@ connection failed never fails ("Timed out waiting ...ms for send operation to co
 wait out the collective's whole timeout (300 s by default) while its peers train on without it. The watch holds a
 broken group's connections open so that sends in flight complete; what remains is a send queued before the break
 (a rank stopped, SIGSTOP or a frozen node, inside a collective while its group broke) or a write to a peer killed
-that very moment. The rank's main thread is
-then blocked in C++ (DDP's reducer, gloo's work), out of Python's reach; the rescue, run on the watch's thread,
-recovers the rank in place instead (`recovery.reexec`): the new process joins the group as a lost rank's
-replacement does, and receives a live peer's state.
+that very moment. The rank's main thread is then blocked in C++ (DDP's reducer, gloo's work), out of Python's
+reach; the rescue, run on the watch's thread, recovers the rank in place instead (`recovery.reexec`): the new
+process joins the group as a lost rank's replacement does, and receives a live peer's state.
 
 It acts only on a rank that is provably stuck: its group broke, its watch shut the connections down, and after a
 grace (RESCUE_SECONDS, or RESCUE_STEPS steps' compute for slow steps) the rank still has not left the group and is
