@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import socket
 import threading
 import time
 import uuid
@@ -189,6 +190,8 @@ class Rendezvous:
             # its pod is replaced its name still points at the old address for a while, where a connect would
             # otherwise sit out the kernel's SYN retries (about 2 min).
             host = self.hosts
+            if not host:
+                await_listening(env.store_address, min(CONNECT_SECONDS, remaining))
             self.store = dist.TCPStore(  # type: ignore[attr-defined]
                 *env.store_address, env.global_world_size, is_master=host,
                 timeout=datetime.timedelta(seconds=remaining if host else min(CONNECT_SECONDS, remaining)),
@@ -259,6 +262,28 @@ class Rendezvous:
             self.watch = None
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+PROBE_SECONDS = 0.2  # between two attempts to reach a store not listening yet
+
+
+def await_listening(address: tuple[str, int], seconds: float) -> None:
+    """Return once `address` accepts a TCP connection (closed at once), trying every PROBE_SECONDS for `seconds`;
+    a TimeoutError naming the address after that. Before a TCPStore client: its own connect retries back off
+    exponentially with jitter (a second try after 2 to 13 s here), so a rank asking while its coordinator restarts
+    would miss the group formed soon after by the ranks that asked a moment later. Each attempt resolves the
+    name again (a replaced pod's name points at its new address)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            socket.create_connection(address, timeout=max(0.05, min(left, CONNECT_SECONDS))).close()
+            return
+        except OSError as e:
+            if time.monotonic() + PROBE_SECONDS >= deadline:
+                host, port = address
+                raise TimeoutError(f"{host}:{port} accepted no connection within {seconds:g} s: {one_line(e)}") from e
+        time.sleep(PROBE_SECONDS)
 
 
 def retire(groups: list[Any], hold: float) -> threading.Thread:
