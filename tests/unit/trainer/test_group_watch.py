@@ -7,6 +7,8 @@ calls the rescue once it shut a broken group down, but not after its rank left t
 from __future__ import annotations
 
 import datetime
+import os
+import select
 import socket
 import threading
 import time
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
-from ringleader_trainer.elastic.group_watch import GroupWatch
+from ringleader_trainer.elastic.group_watch import GroupWatch, writing
 from ringleader_trainer.elastic.store_keys import tell_lost
 
 
@@ -102,3 +104,55 @@ def test_a_group_watch_does_not_call_the_rescue_after_its_rank_left_the_group() 
     tell_lost(store, "g", "lost")
     watch.thread.join(10)
     assert not watch.thread.is_alive() and called == []
+
+
+def test_a_held_connection_takes_a_peer_s_send_however_large(connection: tuple[socket.socket, socket.socket]) -> None:
+    """What a peer sends into a held connection is read and dropped: a send of 64 MB completes (before, the
+    connection's buffers took about 4 MB and the peer's send waited there, as gloo's would until its timeout)."""
+    ours, peer = connection
+    _store, watch = _ended(ours, "broken")
+    ours.close()  # as gloo does once it read the end of the stream
+    peer.settimeout(10)
+    peer.sendall(b"x" * (64 << 20))
+    watch.release()
+
+
+def test_writing_names_the_sockets_an_epoll_waits_on_for_room_to_write(
+    connection: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, peer = connection
+    inodes = {s: os.fstat(s.fileno()).st_ino for s in (ours, peer)}
+    with select.epoll() as poll:
+        poll.register(ours, select.EPOLLIN | select.EPOLLOUT)  # as gloo while it has a write queued
+        poll.register(peer, select.EPOLLIN)
+        found = writing()
+        assert inodes[ours] in found and inodes[peer] not in found
+        poll.modify(ours, select.EPOLLIN)  # its queue written
+        assert inodes[ours] not in writing()
+
+
+@pytest.mark.parametrize("done", ["written", "too late"])
+def test_a_connection_gloo_still_writes_on_is_shut_down_once_written_or_too_late(
+    connection: tuple[socket.socket, socket.socket], done: str
+) -> None:
+    """A connection this rank's gloo is still writing on at a break (its epoll waits for room to write) stays
+    open for reading until that write is done, or WRITING_SECONDS passed: shut down at once, gloo would fail the
+    connection with the write queued and never complete it (the rank stuck until the collective's timeout)."""
+    ours, peer = connection
+    store, env = _store_and_env()
+    with select.epoll() as poll:
+        poll.register(ours, select.EPOLLIN | select.EPOLLOUT)  # standing in for gloo's, a write queued
+        watch = GroupWatch(env, "g", {ours.fileno()})
+        watch.WRITING_SECONDS = 60.0 if done == "written" else 0.5
+        tell_lost(store, "g", "lost")
+        watch.thread.join(10)
+        assert watch.down and len(watch.writing) == 1
+        ours.settimeout(0.3)
+        peer.sendall(b"z")
+        assert ours.recv(1) == b"z"  # still read here: its pending receives go on
+        if done == "written":
+            poll.modify(ours, select.EPOLLIN)
+        ours.settimeout(5)
+        assert ours.recv(1) == b""  # then shut down for reading: they fail
+        assert watch.writing == [] and len(watch.held) == 1
+    watch.release()

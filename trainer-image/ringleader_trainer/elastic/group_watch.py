@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import select
 import socket
 import stat
 import threading
@@ -45,16 +46,19 @@ class GroupWatch:
     the store, which worker 0 or the job's coordinator hosts, is gone), shuts the group's connections down for
     reading and holds them open (`_break`): gloo reads the end of each stream, fails every operation pending on
     it and closes its descriptor, while a peer's send still in flight to this rank completes into the connection,
-    held open, instead of meeting a closed one (up to what the connection's buffers take: about 4 MB here).
+    held open and drained (what arrives is read and dropped: `_drain`), instead of meeting a closed one.
     That matters because gloo's TCP transport never fails a send it has queued for writing when its connection
     fails (`Pair::signalException` passes over the unbound buffers of its queued writes): the send waits out the
     collective's timeout, and so does the rank. A send is queued when the socket cannot take it at once, and a
     write refused by a connection the peer closed is queued too, silently, until gloo notices the close: in a
     3-rank loop of allreduces broken at random moments, a rank was stuck in 4 of 42 breaks with each rank closing
-    its connections as soon as it heard of the break, in none of 76 with them held open. A rank leaving the group
-    (`end`) ends them the same way; they are closed (`release`) once the rank's next group formed, when the
-    peers' own watches have long told them; the ring's own links (`--allreduce ring`), opened after the group
-    formed, are failed at the break. Shutting down, not closing, leaves gloo's threads their descriptors.
+    its connections as soon as it heard of the break, in none of 76 with them held open. For the same reason a
+    connection on which this rank's gloo is itself still writing (its epoll waits for room to write: `writing`)
+    is shut down only once that write completed, into the peer's drained connection, or after WRITING_SECONDS
+    (a peer frozen with its buffers full). A rank leaving the group (`end`) ends them the same way; they are
+    closed (`release`) once the rank's next group formed, when the peers' own watches have long told them; the
+    ring's own links (`--allreduce ring`), opened after the group formed, are failed at the break. Shutting
+    down, not closing, leaves gloo's threads their descriptors.
 
     Where the job has a coordinator, a second thread beats this rank's pulse (`pulse_key`) every PULSE_SECONDS
     while the watch lasts, on a connection of its own: the coordinator tells the group broken when a member's pulse
@@ -66,6 +70,8 @@ class GroupWatch:
     the group anyway (elastic/rescue.py)."""
 
     SLICE = 30.0  # seconds of one wait on the store, between checks that the watch is still wanted
+    DRAIN_SECONDS = 0.02  # between two rounds of draining the held connections
+    WRITING_SECONDS = 2.0  # the longest a connection gloo is still writing on stays open for reading at a break
 
     def __init__(self, env: RankEnv, incarnation: str, sockets: set[int], rescue: Rescuer | None = None) -> None:
         self.env, self.incarnation, self.rescue = env, incarnation, rescue
@@ -78,7 +84,12 @@ class GroupWatch:
         # descriptors' numbers may be reused by the next group's connections.
         self.lock = threading.Lock()
         self.down = False  # the connections were shut down (the group is broken, or this rank left it)
-        self.held: list[socket.socket] = []  # the connections shut down for reading, held open until this rank leaves
+        self.held: list[socket.socket] = []  # the connections shut down for reading, held open and drained
+        # Connections gloo was still writing on at the break, each with its inode: shut down once that is done.
+        self.writing: list[tuple[socket.socket, int]] = []
+        self.writing_until = 0.0  # monotonic time after which those are shut down all the same
+        self.released = threading.Event()
+        self.drainer: threading.Thread | None = None
         self.thread = threading.Thread(target=self._run, name=f"group-watch-{incarnation[:8]}", daemon=True)
         self.thread.start()
         if env.rendezvous is not None:
@@ -110,11 +121,12 @@ class GroupWatch:
         peers leave too, and may still be in it)."""
         with self.lock:
             self.ended.set()
-            for held in self.held:
+            self.released.set()
+            for held in [*self.held, *(s for s, _ in self.writing)]:
                 with contextlib.suppress(OSError):
                     held.shutdown(socket.SHUT_RDWR)
                 held.close()
-            self.held = []
+            self.held, self.writing = [], []
 
     def _run(self) -> None:
         env = self.env
@@ -157,15 +169,40 @@ class GroupWatch:
 
     def _break(self) -> None:
         """Shut the watched connections down for reading, each held open by a second handle (`held`) so that gloo
-        closing its descriptor does not close the connection under a peer's send."""
+        closing its descriptor does not close the connection under a peer's send, and drained; those gloo is
+        still writing on wait for that to end (`writing`, shut down by `_drain`)."""
+        busy = writing()
         for fd, inode in self.sockets.items():
             with contextlib.suppress(OSError):
                 if os.fstat(fd).st_ino != inode:
                     continue  # closed by gloo, and the number reused since
                 held = _second_handle(fd)
+                if inode in busy:
+                    self.writing.append((held, inode))
+                    self.writing_until = time.monotonic() + self.WRITING_SECONDS
+                    continue
                 self.held.append(held)
                 held.shutdown(socket.SHUT_RD)
         self.sockets, self.down = {}, True
+        if self.drainer is None and (self.held or self.writing) and not self.released.is_set():
+            self.drainer = threading.Thread(target=self._drain, name=f"group-drain-{self.incarnation[:8]}", daemon=True)
+            self.drainer.start()
+
+    def _drain(self) -> None:
+        """Until `release`: every DRAIN_SECONDS, read and drop what peers sent into the held connections (a send
+        of theirs completes however large), and shut down for reading each connection gloo was writing on
+        once that write is done, or WRITING_SECONDS passed."""
+        while not self.released.wait(self.DRAIN_SECONDS):
+            with self.lock:
+                if self.writing:
+                    busy, late = writing(), time.monotonic() >= self.writing_until
+                    for held, inode in [w for w in self.writing if late or w[1] not in busy]:
+                        self.writing.remove((held, inode))
+                        self.held.append(held)
+                        with contextlib.suppress(OSError):
+                            held.shutdown(socket.SHUT_RD)
+                for held in self.held:
+                    _discard(held)
 
 
 def _client(env: RankEnv) -> Any:
@@ -204,6 +241,42 @@ def connection_port(fd: int) -> int | None:
         address = s.getsockname()
         return address[1] if isinstance(address, tuple) else None
     return None
+
+
+def writing() -> set[int]:
+    """The inodes of the sockets an epoll instance of this process waits on for room to write (EPOLLOUT): gloo's
+    TCP transport asks for that only while it has a write queued (`Pair::handleReadWrite` drops it once the queue
+    is empty). Read from /proc/self/fdinfo of each epoll descriptor (none where /proc is not there)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError, ValueError):
+                if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[eventpoll]":
+                    continue
+                with open(f"/proc/self/fdinfo/{name}") as info:
+                    for line in info:  # "tfd: 12 events: 1d data: ... pos:0 ino:310a45 sdev:9" (hex)
+                        fields = line.split()
+                        if not fields or fields[0] != "tfd:" or "events:" not in fields:
+                            continue
+                        events = int(fields[fields.index("events:") + 1], 16)
+                        inode = next((f[4:] for f in fields if f.startswith("ino:")), None)
+                        if events & select.EPOLLOUT and inode is not None:
+                            found.add(int(inode, 16))
+    return found
+
+
+DISCARD_CHUNK = 1 << 20
+DISCARD_BYTES = 64 << 20  # read at most this much from one connection each round (3 GB/s at DRAIN_SECONDS)
+
+
+def _discard(held: socket.socket) -> None:
+    """Read and drop what has arrived on a held connection (up to DISCARD_BYTES a call)."""
+    for _ in range(DISCARD_BYTES // DISCARD_CHUNK):
+        try:
+            if not held.recv(DISCARD_CHUNK, socket.MSG_DONTWAIT):
+                return  # nothing left: a connection shut down for reading reads as ended while empty
+        except OSError:  # nothing arrived (EAGAIN), or the connection is gone
+            return
 
 
 def _second_handle(fd: int) -> socket.socket:

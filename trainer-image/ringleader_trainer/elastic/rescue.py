@@ -5,11 +5,13 @@ them fails at once, so the rank heals or recovers. One case escapes: a send gloo
 connection failed never fails ("Timed out waiting ...ms for send operation to complete"; gloo's
 `Pair::signalException` passes over queued writes), and `ProcessGroupGloo.abort` does not wake it: the rank would
 wait out the collective's whole timeout (300 s by default) while its peers train on without it. The watch holds a
-broken group's connections open so that sends in flight complete; what remains is a send queued before the break
-(a rank stopped, SIGSTOP or a frozen node, inside a collective while its group broke) or a write to a peer killed
-that very moment. The rank's main thread is then blocked in C++ (DDP's reducer, gloo's work), out of Python's
-reach; the rescue, run on the watch's thread, recovers the rank in place instead (`recovery.reexec`): the new
-process joins the group as a lost rank's replacement does, and receives a live peer's state.
+broken group's connections open and drains them, so that sends in flight complete, and shuts a connection its own
+gloo is still writing on only once that write is done; what remains is a write to a peer frozen (SIGSTOP, a lost
+node) with its buffers full, or killed that very moment, and a rank stuck after a break for a reason not yet found
+(seen once in CI, a healthy rank under heavy load, its coordinator restarting). The rank's main thread is then
+blocked in C++ (DDP's reducer, gloo's work), out of Python's reach; the rescue, run on the watch's thread,
+recovers the rank in place instead (`recovery.reexec`): the new process joins the group as a lost rank's
+replacement does, and receives a live peer's state.
 
 It acts only on a rank that is provably stuck: its group broke, its watch shut the connections down, and after a
 grace (RESCUE_SECONDS, or RESCUE_STEPS steps' compute for slow steps) the rank still has not left the group and is
