@@ -11,11 +11,7 @@ import time
 import pytest
 from ringleader_trainer.elastic import rendezvous
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ranks import free_port
 
 
 def test_a_store_that_starts_listening_late_is_reached() -> None:

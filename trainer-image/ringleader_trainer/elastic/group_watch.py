@@ -171,7 +171,7 @@ class GroupWatch:
         """Shut the watched connections down for reading, each held open by a second handle (`held`) so that gloo
         closing its descriptor does not close the connection under a peer's send, and drained; those gloo is
         still writing on wait for that to end (`writing`, shut down by `_drain`)."""
-        busy = writing()
+        busy = writing() if self.sockets else set()  # none left to shut: a rank leaving a group already broken
         for fd, inode in self.sockets.items():
             with contextlib.suppress(OSError):
                 if os.fstat(fd).st_ino != inode:

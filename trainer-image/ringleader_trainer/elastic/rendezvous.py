@@ -189,12 +189,12 @@ class Rendezvous:
             # A client gives each connection attempt a few seconds and then resolves the host's name again: while
             # its pod is replaced its name still points at the old address for a while, where a connect would
             # otherwise sit out the kernel's SYN retries (about 2 min).
-            host = self.hosts
+            host, connect = self.hosts, min(CONNECT_SECONDS, remaining)
             if not host:
-                await_listening(env.store_address, min(CONNECT_SECONDS, remaining))
+                await_listening(env.store_address, connect)
             self.store = dist.TCPStore(  # type: ignore[attr-defined]
                 *env.store_address, env.global_world_size, is_master=host,
-                timeout=datetime.timedelta(seconds=remaining if host else min(CONNECT_SECONDS, remaining)),
+                timeout=datetime.timedelta(seconds=remaining if host else connect),
                 wait_for_workers=False,
             )  # fmt: skip
         self.store.set_timeout(datetime.timedelta(seconds=remaining))
